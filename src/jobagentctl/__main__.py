@@ -1,0 +1,5 @@
+"""`python -m jobagentctl`: the same entry point as the console script."""
+
+from jobagentctl.cli.app import main
+
+main()

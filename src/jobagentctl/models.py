@@ -1,0 +1,206 @@
+"""Wire models shared by client and server, with ctrlplane's camelCase field names.
+
+Python attributes are snake_case; ``model_dump(by_alias=True)`` / ``model_validate`` speak the
+wire names. Response models ignore unknown fields so the client keeps working against newer
+servers and against ctrlplane itself (which has no V2 lease fields).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Generic, Literal, TypeVar
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "TERMINAL_STATUSES",
+    "AcceptedResponse",
+    "ClaimNextRequest",
+    "ClaimRequest",
+    "ClaimState",
+    "ClaimedJob",
+    "CreateJobRequest",
+    "ErrorBody",
+    "Heartbeat",
+    "HeartbeatRequest",
+    "Job",
+    "JobAgent",
+    "JobAttempt",
+    "JobClaim",
+    "JobStatus",
+    "Page",
+    "UpdateJobStatusRequest",
+    "UpsertJobAgentRequest",
+]
+
+
+class JobStatus(StrEnum):
+    """ctrlplane's job status enum, as on the wire."""
+
+    PENDING = "pending"
+    QUEUED = "queued"
+    IN_PROGRESS = "inProgress"
+    ACTION_REQUIRED = "actionRequired"
+    SUCCESSFUL = "successful"
+    FAILURE = "failure"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"
+    INVALID_JOB_AGENT = "invalidJobAgent"
+    INVALID_INTEGRATION = "invalidIntegration"
+    EXTERNAL_RUN_NOT_FOUND = "externalRunNotFound"
+
+
+TERMINAL_STATUSES: frozenset[JobStatus] = frozenset(
+    {
+        JobStatus.SUCCESSFUL,
+        JobStatus.FAILURE,
+        JobStatus.CANCELLED,
+        JobStatus.SKIPPED,
+        JobStatus.INVALID_JOB_AGENT,
+        JobStatus.INVALID_INTEGRATION,
+        JobStatus.EXTERNAL_RUN_NOT_FOUND,
+    }
+)
+
+ClaimState = Literal["active", "expired", "unleased"]
+AttemptOutcome = Literal["completed", "expired", "released", "cancelled"]
+
+
+class WireModel(BaseModel):
+    """Base for responses: camelCase on the wire, unknown fields ignored."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=False
+    )
+
+
+class RequestModel(BaseModel):
+    """Base for request bodies: camelCase, unknown fields ignored (as ctrlplane does)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class ErrorBody(WireModel):
+    message: str
+    code: str
+    details: dict[str, Any] | None = None
+
+
+T = TypeVar("T")
+
+
+class Page(WireModel, Generic[T]):
+    items: list[T]
+    total: int
+    limit: int
+    offset: int
+
+
+class JobAgent(WireModel):
+    id: UUID
+    workspace_id: UUID | None = None
+    name: str
+    type: str
+    config: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Job(WireModel):
+    id: UUID
+    release_id: str = ""
+    job_agent_id: UUID
+    job_agent_config: dict[str, Any] = Field(default_factory=dict)
+    status: JobStatus
+    created_at: datetime
+    updated_at: datetime
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    external_id: str | None = None
+    message: str | None = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    dispatch_context: dict[str, Any] | None = None
+
+
+class ClaimedJob(Job):
+    """A job as returned by a claim. ``claim_id``/``lease_seconds`` are None when unleased."""
+
+    claim_id: UUID | None = None
+    lease_seconds: int | None = None
+    claimed_at: datetime | None = None
+    claim_expires_at: datetime | None = None
+    attempt: int | None = None
+
+
+class Heartbeat(WireModel):
+    job_id: UUID
+    claim_id: UUID
+    attempt: int
+    lease_seconds: int
+    claim_expires_at: datetime
+
+
+class JobClaim(WireModel):
+    job_id: UUID
+    job_agent_id: UUID
+    claim_id: UUID | None = None
+    attempt: int | None = None
+    claimed_at: datetime | None = None
+    claim_expires_at: datetime | None = None
+    lease_seconds: int | None = None
+    last_heartbeat_at: datetime | None = None
+    state: ClaimState
+
+
+class JobAttempt(WireModel):
+    attempt: int
+    claim_id: UUID | None = None
+    job_agent_id: UUID
+    claimed_at: datetime
+    ended_at: datetime | None = None
+    outcome: AttemptOutcome | None = None
+
+
+class AcceptedResponse(WireModel):
+    id: UUID
+    message: str
+
+
+# --- request bodies -------------------------------------------------------------------------
+
+
+class UpsertJobAgentRequest(RequestModel):
+    name: str = Field(min_length=1, max_length=255)
+    type: str = Field(min_length=1, max_length=255)
+    config: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] | None = None
+
+
+class ClaimRequest(RequestModel):
+    lease_seconds: int | None = Field(default=None, ge=0)
+
+
+class ClaimNextRequest(RequestModel):
+    lease_seconds: int | None = Field(default=None, ge=0)
+    wait_seconds: float | None = Field(default=None, ge=0)
+
+
+class HeartbeatRequest(RequestModel):
+    claim_id: UUID | None = None
+    lease_seconds: int | None = Field(default=None, ge=0)
+
+
+class UpdateJobStatusRequest(RequestModel):
+    status: JobStatus
+    claim_id: UUID | None = None
+    message: str | None = Field(default=None, max_length=65536)
+    external_id: str | None = Field(default=None, max_length=1024)
+    metadata: dict[str, Any] | None = None
+
+
+class CreateJobRequest(RequestModel):
+    job_agent_config: dict[str, Any] | None = None
+    dispatch_context: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
