@@ -30,11 +30,19 @@ unit: $(STAMP)
 test: $(STAMP) lint typecheck
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -p no:cacheprovider
 
-bench: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m benchmarks.run
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[server,dev,bench]'
+	touch $(BENCH_STAMP)
 
-bench-quick: $(STAMP)
+bench: $(BENCH_STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m benchmarks.run --out docs/benchmarks-latest.md
+
+bench-quick: $(BENCH_STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m benchmarks.run --quick
+
+chaos: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tests.chaos.harness --long
 
 completions: $(STAMP)
 	for sh in bash zsh fish; do $(BIN)/jobagentctl completion $$sh > completions/jobagentctl.$$sh; done
