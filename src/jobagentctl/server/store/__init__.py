@@ -1,1 +1,49 @@
-"""Storage: the ``Store`` protocol and its SQLite and PostgreSQL implementations."""
+"""Storage: the ``Store`` protocol and its SQLite and PostgreSQL implementations.
+
+``open_store(url)`` picks the implementation from the URL's scheme; drivers load only then.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from jobagentctl.errors import ConfigError
+from jobagentctl.server.store.base import ApiKeyRecord, ReapResult, Store
+
+__all__ = ["ApiKeyRecord", "ReapResult", "Store", "open_store", "sqlite_path"]
+
+_SQLITE_PREFIX = "sqlite:///"
+
+
+def sqlite_path(database_url: str) -> str:
+    """The file of a ``sqlite:///path`` URL (SQLAlchemy's convention: three slashes then a
+    relative path, four for an absolute one; ``sqlite:///:memory:`` for a private database)."""
+    if not database_url.startswith(_SQLITE_PREFIX):
+        raise ConfigError("a SQLite database URL looks like sqlite:///path/to/file.db")
+    path = unquote(database_url[len(_SQLITE_PREFIX) :].split("?", 1)[0])
+    if not path:
+        raise ConfigError("the SQLite database URL names no file: sqlite:///path/to/file.db")
+    return path
+
+
+def open_store(database_url: str, **options: Any) -> Store:
+    """A ``Store`` for ``database_url`` (not yet opened: ``await store.open()``, then
+    ``await store.migrate()`` where wanted).
+
+    ``sqlite:///path`` → SQLite (options: ``busy_timeout_ms``, ``poll_interval``);
+    ``postgresql://…`` / ``postgres://…`` → PostgreSQL (options: ``min_size``, ``max_size``,
+    ``pool_timeout``). Any other scheme is a ``ConfigError``.
+    """
+    scheme = urlsplit(database_url).scheme.lower()
+    if scheme == "sqlite":
+        from jobagentctl.server.store.sqlite import SqliteStore
+
+        return SqliteStore(sqlite_path(database_url), **options)
+    if scheme in ("postgresql", "postgres"):
+        # TEMPORARY: the PostgreSQL store lands in the next commit.
+        raise ConfigError("the PostgreSQL store is not available yet")
+    shown = f"{scheme}://…" if scheme else "a URL without a scheme"
+    raise ConfigError(
+        f"unsupported database URL ({shown}): use sqlite:///path or postgresql://user@host/db"
+    )

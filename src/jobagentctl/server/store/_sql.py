@@ -1,0 +1,379 @@
+"""What both stores share: the named-SQL loader, row → model converters, the fencing decision of
+``update_status`` and the per-agent wake-up registry behind ``wait_for_job``.
+
+Nothing here imports a database driver: rows arrive as mappings (SQLite gives epoch floats and
+JSON text, PostgreSQL gives datetimes and parsed JSON) and the converters accept both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from importlib.resources import files
+from importlib.resources.abc import Traversable
+from typing import Any, Literal
+from uuid import UUID
+
+from jobagentctl.errors import (
+    ClaimLost,
+    ClaimMismatch,
+    JobAgentError,
+    JobTerminal,
+    NotFound,
+    ValidationError,
+)
+from jobagentctl.models import (
+    TERMINAL_STATUSES,
+    ClaimedJob,
+    Heartbeat,
+    Job,
+    JobAgent,
+    JobAttempt,
+    JobClaim,
+    JobStatus,
+)
+from jobagentctl.server.store.base import ApiKeyRecord
+
+__all__ = [
+    "CLAIM_STATES",
+    "NOTIFY_CHANNEL",
+    "StatusContext",
+    "Waiters",
+    "agent_from_row",
+    "api_key_from_row",
+    "attempt_from_row",
+    "attempt_outcome_for",
+    "claim_from_row",
+    "claimed_job_from_row",
+    "decide_status_change",
+    "dump_json",
+    "heartbeat_failure",
+    "heartbeat_from_row",
+    "job_from_row",
+    "load_queries",
+    "merge_metadata",
+    "migrations",
+    "wait_event",
+]
+
+# The PostgreSQL channel that carries "a job was queued for agent <payload>".
+NOTIFY_CHANNEL = "jobagentctl_job_queued"
+CLAIM_STATES = frozenset({"active", "expired", "unleased", "all"})
+
+_NAME_LINE = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$")
+_MIGRATION_FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+
+def _sql_dir(dialect: str) -> Traversable:
+    return files("jobagentctl.server.store").joinpath("sql", dialect)
+
+
+@cache
+def load_queries(dialect: str) -> dict[str, str]:
+    """The named blocks of ``sql/<dialect>/queries.sql``: ``-- name: x`` starts block ``x``."""
+    text = _sql_dir(dialect).joinpath("queries.sql").read_text(encoding="utf-8")
+    queries: dict[str, str] = {}
+    name: str | None = None
+    lines: list[str] = []
+    for line in text.splitlines():
+        match = _NAME_LINE.match(line)
+        if match:
+            if name is not None:
+                queries[name] = "\n".join(lines).strip()
+            name, lines = match.group(1), []
+            if name in queries:
+                raise RuntimeError(f"duplicate query name {name!r} in {dialect}/queries.sql")
+        elif name is not None:
+            lines.append(line)
+    if name is not None:
+        queries[name] = "\n".join(lines).strip()
+    return queries
+
+
+@cache
+def migrations(dialect: str) -> tuple[tuple[int, str], ...]:
+    """``(version, script)`` of ``sql/<dialect>/migrations/NNNN_name.sql``, version ascending."""
+    found: list[tuple[int, str]] = []
+    for entry in _sql_dir(dialect).joinpath("migrations").iterdir():
+        match = _MIGRATION_FILE.match(entry.name)
+        if match:
+            found.append((int(match.group(1)), entry.read_text(encoding="utf-8")))
+    found.sort()
+    versions = [version for version, _ in found]
+    if versions != list(range(1, len(versions) + 1)):
+        raise RuntimeError(f"{dialect} migrations must be numbered 1..N without gaps: {versions}")
+    return tuple(found)
+
+
+# --- values -----------------------------------------------------------------------------------
+
+
+def dump_json(value: Any) -> str:
+    """JSON text for a column; NaN/Infinity and unserialisable values are the caller's fault."""
+    try:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"value is not valid JSON: {exc}") from exc
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, str | bytes):
+        return json.loads(value)
+    return value
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    loaded = _json(value) if value is not None else None
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def _uuid(value: Any) -> UUID:
+    return value if isinstance(value, UUID) else UUID(str(value))
+
+
+def _opt_uuid(value: Any) -> UUID | None:
+    return None if value is None else _uuid(value)
+
+
+def _ts(value: Any) -> datetime:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC)
+    # SQLite stores REAL epoch seconds computed from julianday(), whose float arithmetic leaves
+    # noise below a millisecond; 'now' itself only has millisecond resolution, so round there.
+    return datetime.fromtimestamp(round(float(value), 3), tz=UTC)
+
+
+def _opt_ts(value: Any) -> datetime | None:
+    return None if value is None else _ts(value)
+
+
+def merge_metadata(current: Any, patch: dict[str, Any] | None) -> dict[str, Any]:
+    """Key-by-key merge (top level only), as PostgreSQL's ``jsonb || jsonb`` does."""
+    merged = _obj(current)
+    if patch:
+        merged.update(patch)
+    return merged
+
+
+# --- rows → models (one helper per entity) ----------------------------------------------------
+
+
+def api_key_from_row(row: Mapping[str, Any]) -> ApiKeyRecord:
+    return ApiKeyRecord(
+        id=_uuid(row["id"]),
+        workspace_id=_uuid(row["workspace_id"]),
+        job_agent_id=_opt_uuid(row["job_agent_id"]),
+        prefix=str(row["prefix"]),
+        secret_hash=str(row["secret_hash"]),
+        created_at=_ts(row["created_at"]),
+        revoked_at=_opt_ts(row["revoked_at"]),
+    )
+
+
+def agent_from_row(row: Mapping[str, Any]) -> JobAgent:
+    return JobAgent(
+        id=_uuid(row["id"]),
+        workspace_id=_uuid(row["workspace_id"]),
+        name=row["name"],
+        type=row["type"],
+        config=_obj(row["config"]),
+        metadata=_obj(row["metadata"]),
+    )
+
+
+def _job_fields(row: Mapping[str, Any], include_dispatch_context: bool) -> dict[str, Any]:
+    return {
+        "id": _uuid(row["id"]),
+        "job_agent_id": _uuid(row["job_agent_id"]),
+        "job_agent_config": _obj(row["job_agent_config"]),
+        "status": JobStatus(row["status"]),
+        "created_at": _ts(row["created_at"]),
+        "updated_at": _ts(row["updated_at"]),
+        "metadata": _obj(row["metadata"]),
+        "external_id": row["external_id"],
+        "message": row["message"],
+        "started_at": _opt_ts(row["started_at"]),
+        "completed_at": _opt_ts(row["completed_at"]),
+        "dispatch_context": _obj(row["dispatch_context"]) if include_dispatch_context else None,
+    }
+
+
+def job_from_row(row: Mapping[str, Any], include_dispatch_context: bool = True) -> Job:
+    return Job(**_job_fields(row, include_dispatch_context))
+
+
+def claimed_job_from_row(row: Mapping[str, Any]) -> ClaimedJob:
+    """A claimed job: the job columns plus ``claim_id, lease_seconds, claimed_at,
+    claim_expires_at, attempt`` (the first, second and fourth None when unleased)."""
+    return ClaimedJob(
+        **_job_fields(row, True),
+        claim_id=_opt_uuid(row["claim_id"]),
+        lease_seconds=row["lease_seconds"],
+        claimed_at=_ts(row["claimed_at"]),
+        claim_expires_at=_opt_ts(row["claim_expires_at"]),
+        attempt=int(row["attempt"]),
+    )
+
+
+def heartbeat_from_row(row: Mapping[str, Any]) -> Heartbeat:
+    return Heartbeat(
+        job_id=_uuid(row["job_id"]),
+        claim_id=_uuid(row["claim_id"]),
+        attempt=int(row["attempt"]),
+        lease_seconds=int(row["lease_seconds"]),
+        claim_expires_at=_ts(row["claim_expires_at"]),
+    )
+
+
+def claim_from_row(row: Mapping[str, Any]) -> JobClaim:
+    """``state`` was judged in SQL with the database clock; ``last_heartbeat_at`` is derived."""
+    expires = _opt_ts(row["claim_expires_at"])
+    lease = row["lease_seconds"]
+    return JobClaim(
+        job_id=_uuid(row["job_id"]),
+        job_agent_id=_uuid(row["job_agent_id"]),
+        claim_id=_opt_uuid(row["claim_id"]),
+        attempt=row["attempt"],
+        claimed_at=_opt_ts(row["claimed_at"]),
+        claim_expires_at=expires,
+        lease_seconds=lease,
+        last_heartbeat_at=(
+            expires - timedelta(seconds=lease) if expires is not None and lease else None
+        ),
+        state=row["state"],
+    )
+
+
+def attempt_from_row(row: Mapping[str, Any]) -> JobAttempt:
+    return JobAttempt(
+        attempt=int(row["attempt"]),
+        claim_id=_opt_uuid(row["claim_id"]),
+        job_agent_id=_uuid(row["job_agent_id"]),
+        claimed_at=_ts(row["claimed_at"]),
+        ended_at=_opt_ts(row["ended_at"]),
+        outcome=row["outcome"],
+    )
+
+
+# --- update_status fencing --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StatusContext:
+    """What ``update_status`` reads under the job's lock before deciding."""
+
+    status: JobStatus
+    current_claim_id: UUID | None  # the job_claim row's claim_id, None when there is no row
+    current_attempt: int | None
+    given_claim_outcome: str | None  # outcome of the attempt that carried the given claim_id
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> StatusContext:
+        return cls(
+            status=JobStatus(row["status"]),
+            current_claim_id=_opt_uuid(row["current_claim_id"]),
+            current_attempt=row["current_attempt"],
+            given_claim_outcome=row["given_claim_outcome"],
+        )
+
+
+def decide_status_change(
+    ctx: StatusContext,
+    status: JobStatus,
+    *,
+    claim_id: UUID | None,
+    agent_scope: UUID | None,
+    require_claim_id: bool,
+) -> Literal["apply", "noop"]:
+    """The fencing rules of ``Store.update_status``; raises the 409/400 errors, else says
+    whether to write (``apply``) or answer an idempotent repeat without writing (``noop``)."""
+    details: dict[str, Any] = {"jobStatus": ctx.status.value}
+    if claim_id is not None:
+        if ctx.current_claim_id == claim_id:
+            return "apply"
+        if ctx.current_claim_id is not None:
+            details["attempt"] = ctx.current_attempt
+            raise ClaimMismatch("another attempt holds the claim on this job", details=details)
+        if ctx.given_claim_outcome in ("completed", "cancelled") and ctx.status == status:
+            return "noop"
+        raise ClaimLost("the claim is gone; the job was reaped, released or ended", details=details)
+    if require_claim_id and agent_scope is not None and ctx.current_claim_id is not None:
+        raise ValidationError("claimId is required to update a leased job")
+    if ctx.status in TERMINAL_STATUSES:
+        if ctx.status == status:
+            return "noop"
+        raise JobTerminal(f"the job already ended with status {ctx.status.value}", details=details)
+    return "apply"
+
+
+def attempt_outcome_for(status: JobStatus) -> str:
+    """How leaving ``inProgress`` for ``status`` closes the open attempt."""
+    if status == JobStatus.CANCELLED:
+        return "cancelled"
+    if status in TERMINAL_STATUSES:
+        return "completed"
+    return "released"
+
+
+def heartbeat_failure(state: Mapping[str, Any] | None) -> JobAgentError:
+    """The error of a heartbeat that touched no claim row (SQLite and PostgreSQL alike)."""
+    if state is None:
+        return NotFound("job not found")
+    details: dict[str, Any] = {"jobStatus": state["status"]}
+    if state["claim_id"] is not None:
+        details["attempt"] = state["attempt"]
+        return ClaimMismatch("another attempt holds the claim on this job", details=details)
+    return ClaimLost("the claim is gone; the job was reaped, released or ended", details=details)
+
+
+# --- wake-ups for long-polls ------------------------------------------------------------------
+
+
+class Waiters:
+    """Per-agent events for ``wait_for_job``; lives on one event loop (the server's)."""
+
+    def __init__(self) -> None:
+        self._events: dict[UUID, set[asyncio.Event]] = {}
+
+    def register(self, agent_id: UUID) -> asyncio.Event:
+        event = asyncio.Event()
+        self._events.setdefault(agent_id, set()).add(event)
+        return event
+
+    def unregister(self, agent_id: UUID, event: asyncio.Event) -> None:
+        events = self._events.get(agent_id)
+        if events is not None:
+            events.discard(event)
+            if not events:
+                del self._events[agent_id]
+
+    def notify(self, agent_id: UUID) -> None:
+        for event in self._events.get(agent_id, ()):
+            event.set()
+
+    def notify_all(self) -> None:
+        # After a listener reconnect notifications may have been missed: wake everyone, the
+        # callers re-try their claim (spurious wake-ups are allowed by the protocol).
+        for events in self._events.values():
+            for event in events:
+                event.set()
+
+    def __iter__(self) -> Iterator[UUID]:
+        return iter(list(self._events))
+
+
+async def wait_event(event: asyncio.Event, timeout: float) -> bool:
+    """True when ``event`` was set within ``timeout`` seconds."""
+    if timeout <= 0:
+        return event.is_set()
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
+        return event.is_set()
+    return True

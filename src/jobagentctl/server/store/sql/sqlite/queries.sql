@@ -1,0 +1,287 @@
+-- Named statements of the SQLite store. A block runs from its "-- name: x" line to the next.
+-- The database clock: (julianday('now') - 2440587.5) * 86400.0 is unix epoch seconds with
+-- millisecond resolution (SQLite 3.40 has no unixepoch('subsec')). Where PostgreSQL does an
+-- operation in one CTE, SQLite runs the steps named <operation>_<step> inside one
+-- BEGIN IMMEDIATE transaction, which holds the database's single write lock.
+
+-- name: migrate_lock
+BEGIN IMMEDIATE
+
+-- name: migrations_table
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version     INTEGER PRIMARY KEY,
+    applied_at  REAL NOT NULL
+)
+
+-- name: applied_versions
+SELECT version FROM schema_migrations ORDER BY version
+
+-- name: record_migration
+INSERT INTO schema_migrations (version, applied_at)
+VALUES (:version, (julianday('now') - 2440587.5) * 86400.0)
+
+-- name: create_workspace
+INSERT INTO workspace (id, name, created_at)
+VALUES (:id, :name, (julianday('now') - 2440587.5) * 86400.0)
+
+-- name: workspace_exists
+SELECT 1 AS found FROM workspace WHERE id = :id
+
+-- name: create_api_key
+INSERT INTO api_key (id, workspace_id, job_agent_id, prefix, secret_hash, created_at)
+SELECT :id, w.id, :job_agent_id, :prefix, :secret_hash, (julianday('now') - 2440587.5) * 86400.0
+FROM workspace AS w
+WHERE w.id = :workspace_id
+  AND (:job_agent_id IS NULL OR EXISTS (
+        SELECT 1 FROM job_agent AS a WHERE a.id = :job_agent_id AND a.workspace_id = w.id))
+RETURNING id
+
+-- name: get_api_key
+SELECT id, workspace_id, job_agent_id, prefix, secret_hash, created_at, revoked_at
+FROM api_key
+WHERE prefix = :prefix
+
+-- name: revoke_api_key
+UPDATE api_key SET revoked_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE id = :id AND revoked_at IS NULL
+RETURNING id
+
+-- name: upsert_agent
+-- The WHERE of DO UPDATE keeps an id of another workspace untouched (no row comes back).
+INSERT INTO job_agent (id, workspace_id, name, type, config, metadata, created_at, updated_at)
+VALUES (:id, :workspace_id, :name, :type, :config, COALESCE(:metadata, '{}'),
+        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
+ON CONFLICT (id) DO UPDATE
+SET name = excluded.name,
+    type = excluded.type,
+    config = excluded.config,
+    metadata = COALESCE(:metadata, job_agent.metadata),
+    updated_at = excluded.updated_at
+WHERE job_agent.workspace_id = excluded.workspace_id
+RETURNING *
+
+-- name: get_agent
+SELECT * FROM job_agent WHERE id = :id AND workspace_id = :workspace_id
+
+-- name: list_agents
+SELECT *, COUNT(*) OVER () AS total
+FROM job_agent
+WHERE workspace_id = :workspace_id
+ORDER BY created_at, id
+LIMIT :limit OFFSET :offset
+
+-- name: delete_agent
+DELETE FROM job_agent WHERE id = :id AND workspace_id = :workspace_id RETURNING id
+
+-- name: create_job
+INSERT INTO job (id, job_agent_id, status, job_agent_config, dispatch_context, metadata,
+                 created_at, updated_at)
+SELECT :id, a.id, 'queued', COALESCE(:job_agent_config, a.config), :dispatch_context, :metadata,
+       (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0
+FROM job_agent AS a
+WHERE a.id = :agent_id AND a.workspace_id = :workspace_id
+RETURNING *
+
+-- name: get_job
+SELECT j.*
+FROM job AS j JOIN job_agent AS a ON a.id = j.job_agent_id
+WHERE j.id = :job_id AND a.workspace_id = :workspace_id
+  AND (:agent_scope IS NULL OR j.job_agent_id = :agent_scope)
+
+-- name: list_jobs
+-- rowid breaks ties of equal millisecond timestamps in insertion order.
+SELECT j.*, COUNT(*) OVER () AS total
+FROM job AS j JOIN job_agent AS a ON a.id = j.job_agent_id
+WHERE a.workspace_id = :workspace_id
+  AND (:agent_id IS NULL OR j.job_agent_id = :agent_id)
+  AND (:statuses IS NULL OR j.status IN (SELECT value FROM json_each(:statuses)))
+ORDER BY j.created_at DESC, j.rowid DESC
+LIMIT :limit OFFSET :offset
+
+-- name: job_claim_state
+-- The failure paths: does the job exist in scope, what is its status, who holds the claim.
+SELECT j.status, c.claim_id, c.attempt
+FROM job AS j
+JOIN job_agent AS a ON a.id = j.job_agent_id
+LEFT JOIN job_claim AS c ON c.job_id = j.id
+WHERE j.id = :job_id AND a.workspace_id = :workspace_id
+  AND (:agent_scope IS NULL OR j.job_agent_id = :agent_scope)
+
+-- name: queued_exists
+SELECT 1 AS found FROM job WHERE job_agent_id = :agent_id AND status = 'queued' LIMIT 1
+
+-- name: claim_job
+UPDATE job
+SET status = 'inProgress',
+    started_at = (julianday('now') - 2440587.5) * 86400.0,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE id = :job_id AND job_agent_id = :agent_id AND status = 'queued'
+  AND EXISTS (SELECT 1 FROM job_agent AS a WHERE a.id = :agent_id AND a.workspace_id = :workspace_id)
+RETURNING *
+
+-- name: claim_next
+UPDATE job
+SET status = 'inProgress',
+    started_at = (julianday('now') - 2440587.5) * 86400.0,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE id = (
+        SELECT q.id FROM job AS q
+        WHERE q.job_agent_id = :agent_id AND q.status = 'queued'
+        ORDER BY q.created_at, q.rowid
+        LIMIT 1)
+  AND EXISTS (SELECT 1 FROM job_agent AS a WHERE a.id = :agent_id AND a.workspace_id = :workspace_id)
+RETURNING *
+
+-- name: claim_attempt
+-- :now is the started_at the claim statement just wrote, so the three rows agree to the ms.
+INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
+SELECT :job_id, COALESCE(MAX(t.attempt), 0) + 1, :claim_id, :agent_id, :now
+FROM job_attempt AS t
+WHERE t.job_id = :job_id
+RETURNING attempt, claimed_at
+
+-- name: claim_lease
+INSERT INTO job_claim (job_id, job_agent_id, claimed_at, claim_expires_at, claim_id,
+                       lease_seconds, attempt)
+VALUES (:job_id, :agent_id, :now, :now + :lease_seconds, :claim_id, :lease_seconds, :attempt)
+ON CONFLICT (job_id) DO UPDATE
+SET job_agent_id = excluded.job_agent_id,
+    claimed_at = excluded.claimed_at,
+    claim_expires_at = excluded.claim_expires_at,
+    claim_id = excluded.claim_id,
+    lease_seconds = excluded.lease_seconds,
+    attempt = excluded.attempt
+RETURNING claim_expires_at
+
+-- name: heartbeat
+UPDATE job_claim
+SET lease_seconds = COALESCE(:lease_seconds, lease_seconds),
+    claim_expires_at = (julianday('now') - 2440587.5) * 86400.0
+                       + COALESCE(:lease_seconds, lease_seconds)
+WHERE job_id = :job_id
+  AND (:claim_id IS NULL OR claim_id = :claim_id)
+  AND (:agent_scope IS NULL OR job_agent_id = :agent_scope)
+  AND EXISTS (SELECT 1 FROM job_agent AS a
+              WHERE a.id = job_claim.job_agent_id AND a.workspace_id = :workspace_id)
+RETURNING job_id, claim_id, attempt, lease_seconds, claim_expires_at
+
+-- name: lock_job
+-- SQLite's lock is the whole database: the write transaction itself.
+BEGIN IMMEDIATE
+
+-- name: status_context
+SELECT j.*,
+       c.claim_id AS current_claim_id,
+       c.attempt AS current_attempt,
+       (SELECT t.outcome FROM job_attempt AS t
+        WHERE t.job_id = j.id AND t.claim_id = :claim_id) AS given_claim_outcome
+FROM job AS j
+JOIN job_agent AS a ON a.id = j.job_agent_id
+LEFT JOIN job_claim AS c ON c.job_id = j.id
+WHERE j.id = :job_id AND a.workspace_id = :workspace_id
+  AND (:agent_scope IS NULL OR j.job_agent_id = :agent_scope)
+
+-- name: apply_status
+-- :metadata is the merged object (read under the write lock by status_context).
+UPDATE job
+SET status = :status,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0,
+    message = COALESCE(:message, message),
+    external_id = COALESCE(:external_id, external_id),
+    metadata = :metadata,
+    started_at = CASE WHEN :status = 'inProgress' AND status <> 'inProgress'
+                      THEN (julianday('now') - 2440587.5) * 86400.0 ELSE started_at END,
+    completed_at = CASE WHEN :terminal THEN (julianday('now') - 2440587.5) * 86400.0
+                        ELSE completed_at END
+WHERE id = :job_id
+RETURNING *
+
+-- name: apply_status_release_claim
+DELETE FROM job_claim WHERE job_id = :job_id
+
+-- name: apply_status_close_attempt
+UPDATE job_attempt
+SET ended_at = (julianday('now') - 2440587.5) * 86400.0, outcome = :outcome
+WHERE job_id = :job_id AND ended_at IS NULL
+
+-- name: reap
+-- One batch: the expired claims are deleted here; the two steps below close their attempts
+-- and flip their jobs, in the same transaction.
+DELETE FROM job_claim
+WHERE job_id IN (SELECT c.job_id FROM job_claim AS c
+                 WHERE c.claim_expires_at < (julianday('now') - 2440587.5) * 86400.0
+                 LIMIT :batch_size)
+RETURNING job_id, attempt, job_agent_id
+
+-- name: reap_close_attempts
+UPDATE job_attempt
+SET outcome = 'expired', ended_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE (job_id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
+                            FROM json_each(:expired))
+
+-- name: reap_flip_jobs
+-- The N-th expiry with N >= max_reclaims fails the job instead of requeueing it.
+UPDATE job
+SET status = CASE WHEN x.give_up THEN 'failure' ELSE 'queued' END,
+    message = CASE WHEN x.give_up THEN 'lease expired ' || x.expiries || ' times'
+                   ELSE job.message END,
+    completed_at = CASE WHEN x.give_up THEN (julianday('now') - 2440587.5) * 86400.0
+                        ELSE job.completed_at END,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0
+FROM (SELECT t.job_id,
+             COUNT(*) AS expiries,
+             :max_reclaims > 0 AND COUNT(*) >= :max_reclaims AS give_up
+      FROM job_attempt AS t
+      WHERE t.job_id IN (SELECT json_extract(value, '$[0]') FROM json_each(:expired))
+        AND t.outcome = 'expired'
+      GROUP BY t.job_id) AS x
+WHERE job.id = x.job_id AND job.status = 'inProgress'
+RETURNING job.id, job.status, job.job_agent_id
+
+-- name: list_claims
+-- inProgress jobs with their claim row (active/expired) or without one (unleased).
+SELECT *, COUNT(*) OVER () AS total
+FROM (
+    SELECT j.id AS job_id,
+           j.job_agent_id,
+           c.claim_id,
+           COALESCE(c.attempt, t.attempt) AS attempt,
+           COALESCE(c.claimed_at, t.claimed_at, j.started_at) AS claimed_at,
+           c.claim_expires_at,
+           c.lease_seconds,
+           CASE WHEN c.job_id IS NULL THEN 'unleased'
+                WHEN c.claim_expires_at < (julianday('now') - 2440587.5) * 86400.0 THEN 'expired'
+                ELSE 'active' END AS state
+    FROM job AS j
+    JOIN job_agent AS a ON a.id = j.job_agent_id
+    LEFT JOIN job_claim AS c ON c.job_id = j.id
+    LEFT JOIN job_attempt AS t ON t.job_id = j.id AND t.ended_at IS NULL
+    WHERE j.status = 'inProgress'
+      AND a.workspace_id = :workspace_id
+      AND (:agent_id IS NULL OR j.job_agent_id = :agent_id)
+) AS claims
+WHERE :state = 'all' OR state = :state
+ORDER BY claimed_at, job_id
+LIMIT :limit OFFSET :offset
+
+-- name: list_attempts
+-- One row with NULL attempt when the job exists but was never claimed; none when unknown.
+SELECT t.attempt, t.claim_id, t.job_agent_id, t.claimed_at, t.ended_at, t.outcome
+FROM job AS j
+JOIN job_agent AS a ON a.id = j.job_agent_id
+LEFT JOIN job_attempt AS t ON t.job_id = j.id
+WHERE j.id = :job_id AND a.workspace_id = :workspace_id
+  AND (:agent_scope IS NULL OR j.job_agent_id = :agent_scope)
+ORDER BY t.attempt
+
+-- name: claim_stats
+SELECT
+    (SELECT COUNT(*) FROM job_claim
+     WHERE claim_expires_at >= (julianday('now') - 2440587.5) * 86400.0) AS active,
+    (SELECT COUNT(*) FROM job_claim
+     WHERE claim_expires_at < (julianday('now') - 2440587.5) * 86400.0) AS expired,
+    (SELECT COUNT(*) FROM job AS j
+     WHERE j.status = 'inProgress'
+       AND NOT EXISTS (SELECT 1 FROM job_claim AS c WHERE c.job_id = j.id)) AS unleased,
+    COALESCE((SELECT (julianday('now') - 2440587.5) * 86400.0 - MIN(claimed_at) FROM job_claim),
+             0.0) AS oldest_age_seconds
