@@ -1,0 +1,81 @@
+"""`jobagentctl claim`: claim a job by id, or the agent's next one, under a lease."""
+
+from __future__ import annotations
+
+import typer
+
+from jobagentctl.cli.context import get_state
+from jobagentctl.errors import UsageError
+
+__all__ = ["register"]
+
+
+def claim(
+    ctx: typer.Context,
+    job_id: str | None = typer.Argument(
+        None, metavar="JOB_ID", help="The job to claim; omit to claim the oldest queued one."
+    ),
+    wait: str = typer.Option(
+        "0",
+        "--wait",
+        "-w",
+        metavar="DURATION",
+        help="Without JOB_ID: wait this long for a job (90, 30s, 5m, inf).",
+    ),
+    lease_seconds: int | None = typer.Option(
+        None,
+        "--lease-seconds",
+        min=0,
+        metavar="N",
+        help="Lease to ask for (default 60 or JOBAGENTCTL_LEASE_SECONDS; 0 = unleased V1 claim).",
+    ),
+) -> None:
+    """Claim a job and print it; exit 7 when nothing is queued.
+
+    With -o env, prints export lines for eval: JOBAGENTCTL_JOB_ID, JOBAGENTCTL_CLAIM_ID,
+    JOBAGENTCTL_LEASE_SECONDS and JOBAGENTCTL_ATTEMPT, which heartbeat and complete read.
+
+    \b
+    Example:
+      eval "$(jobagentctl claim --wait 5m -o env)" || exit
+      jobagentctl heartbeat
+    """
+    from jobagentctl.cli import output
+    from jobagentctl.cli.params import uuid_arg
+    from jobagentctl.durations import parse_duration
+    from jobagentctl.settings import ATTEMPT_ENV, CLAIM_ID_ENV, JOB_ID_ENV, LEASE_SECONDS_ENV
+
+    state = get_state(ctx)
+    waiting = parse_duration(wait, name="--wait")
+    job = uuid_arg(job_id, "JOB_ID") if job_id is not None else None
+    if job is not None and waiting:
+        raise UsageError("--wait applies only when claiming the next job (no JOB_ID)")
+    agent = state.require_agent()
+    lease = lease_seconds if lease_seconds is not None else state.settings.lease_seconds
+    with state.client() as client:
+        if job is not None:
+            claimed = client.claim_job(agent, job, lease_seconds=lease)
+        else:
+            with output.spinner(state, "waiting for a job…" if waiting else "claiming…"):
+                claimed = client.wait_for_job(agent, lease_seconds=lease, wait_seconds=waiting)
+    if claimed.claim_id is None and lease > 0:
+        output.warn(
+            "the server granted no lease (no claim id): it has no V2 lease support, so "
+            "heartbeats are unavailable and a crash leaves the job inProgress"
+        )
+    if state.output == "env":
+        output.emit_env(
+            state,
+            {
+                JOB_ID_ENV: claimed.id,
+                CLAIM_ID_ENV: claimed.claim_id,
+                LEASE_SECONDS_ENV: claimed.lease_seconds,
+                ATTEMPT_ENV: claimed.attempt,
+            },
+        )
+    else:
+        output.emit(state, "claimed", claimed)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("claim")(claim)

@@ -1,0 +1,142 @@
+"""Per-invocation state shared by every command: global options, lazy settings and client.
+
+Settings are only built when a command asks for them, so ``--version``, ``--help`` and
+``completion`` never read the config file nor import httpx.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+import typer
+
+from jobagentctl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from jobagentctl.client import Client
+    from jobagentctl.settings import ClientSettings
+
+__all__ = ["OUTPUT_FORMATS", "AppState", "Flags", "get_state", "resolve_output"]
+
+OUTPUT_FORMATS = ("table", "json", "tsv", "env")
+
+
+def stdout_is_tty() -> bool:
+    """Whether stdout is a terminal (tests replace this to force the TTY form)."""
+    return sys.stdout.isatty()
+
+
+def stderr_is_tty() -> bool:
+    """Whether stderr is a terminal: spinners and live views only draw there."""
+    return sys.stderr.isatty()
+
+
+def resolve_output(output: str | None, json_flag: bool) -> str:
+    """The output format: ``--json`` or ``-o``, else table on a TTY and tsv when piped."""
+    if json_flag:
+        if output not in (None, "json"):
+            raise ConfigError(f"--json conflicts with -o {output}")
+        return "json"
+    if output is None:
+        return "table" if stdout_is_tty() else "tsv"
+    if output not in OUTPUT_FORMATS:
+        raise ConfigError(f"unknown output format {output!r}: use {', '.join(OUTPUT_FORMATS)}")
+    return output
+
+
+@dataclass(frozen=True)
+class Flags:
+    """Connection flags as given on the command line (``None`` = not given)."""
+
+    url: str | None = None
+    workspace: str | None = None
+    agent: str | None = None
+    profile: str | None = None
+    api_key_file: Path | None = None
+
+
+@dataclass
+class AppState:
+    """What the root callback parsed, and the lazily built settings and client."""
+
+    output: str = "tsv"
+    quiet: bool = False
+    debug: bool = False
+    no_color: bool = False
+    flags: Flags = field(default_factory=Flags)
+    _settings: ClientSettings | None = field(default=None, repr=False)
+
+    @property
+    def settings(self) -> ClientSettings:
+        """The merged client settings, built on first use (this reads the config file)."""
+        if self._settings is None:
+            from jobagentctl.settings import ClientSettings
+
+            self._settings = ClientSettings.load(
+                url=self.flags.url,
+                workspace=self.flags.workspace,
+                agent=self.flags.agent,
+                profile=self.flags.profile,
+                api_key_file=self.flags.api_key_file,
+            )
+        return self._settings
+
+    @settings.setter
+    def settings(self, value: ClientSettings) -> None:
+        self._settings = value
+
+    def client(self, **overrides: Any) -> Client:
+        """A new API client from the settings; the caller closes it (``with state.client()``)."""
+        from jobagentctl.client import Client
+
+        settings = self.settings
+        if settings.url is None:
+            raise ConfigError(
+                "no server URL: use --url, JOBAGENTCTL_URL, CTRLPLANE_URL or a config profile"
+            )
+        trace: Callable[[str], None] | None = None
+        if self.debug:
+
+            def trace(line: str) -> None:
+                print(f"[http] {line}", file=sys.stderr)
+
+        options: dict[str, Any] = {"timeout": settings.timeout, "trace": trace}
+        options.update(overrides)
+        return Client(settings.url, settings.api_key, settings.workspace, **options)
+
+    def require_workspace(self) -> UUID:
+        """The workspace id, or a :class:`ConfigError` (exit 2) naming where to set it."""
+        workspace = self.settings.workspace
+        if workspace is None:
+            raise ConfigError(
+                "no workspace: use --workspace, JOBAGENTCTL_WORKSPACE, CTRLPLANE_WORKSPACE or a "
+                "config profile"
+            )
+        return workspace
+
+    def require_agent(self) -> UUID:
+        """The job agent id, or a :class:`ConfigError` (exit 2) naming where to set it."""
+        agent = self.settings.agent
+        if agent is None:
+            raise ConfigError("no job agent: use --agent, JOBAGENTCTL_AGENT or a config profile")
+        return agent
+
+    @property
+    def color(self) -> bool:
+        """Colour is on unless --no-color or NO_COLOR (https://no-color.org) say otherwise."""
+        return not (self.no_color or os.environ.get("NO_COLOR"))
+
+
+def get_state(ctx: typer.Context) -> AppState:
+    """The :class:`AppState` the root callback stored; a default one outside the full app."""
+    state = ctx.find_object(AppState)
+    if state is None:
+        state = AppState(output=resolve_output(None, False))
+        ctx.find_root().obj = state
+    return state

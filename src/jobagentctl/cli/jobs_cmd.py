@@ -1,0 +1,120 @@
+"""`jobagentctl jobs list|get|enqueue|attempts`: jobs of the workspace."""
+
+from __future__ import annotations
+
+import typer
+
+from jobagentctl.cli.context import get_state
+
+__all__ = ["jobs_app", "register"]
+
+jobs_app = typer.Typer(help="Jobs: list, get, enqueue, attempts.", no_args_is_help=True)
+
+
+@jobs_app.command("list")
+def list_jobs(
+    ctx: typer.Context,
+    status: str = typer.Option("all", "--status", "-s", metavar="S", help="A status, or all."),
+    limit: int = typer.Option(50, "--limit", "-n", min=1, max=1000, help="Page size (1–1000)."),
+    all_pages: bool = typer.Option(False, "--all-pages", help="Fetch every page."),
+) -> None:
+    """List the workspace's jobs of every agent, newest first.
+
+    \b
+    Example:
+      jobagentctl jobs list --status failure
+    """
+    from jobagentctl.cli import output
+    from jobagentctl.cli.status import status_filter
+    from jobagentctl.client import iter_pages
+
+    state = get_state(ctx)
+    wanted = status_filter(status)
+    with state.client() as client:
+        if all_pages:
+            jobs = list(
+                iter_pages(lambda n, off: client.list_jobs(status=wanted, limit=n, offset=off))
+            )
+        else:
+            jobs = client.list_jobs(status=wanted, limit=limit).items
+    output.emit(state, "job", jobs, title=f"jobs ({status})")
+
+
+@jobs_app.command("get")
+def get_job(
+    ctx: typer.Context,
+    job_id: str = typer.Argument(..., metavar="ID", help="The job."),
+) -> None:
+    """Show one job, with its config, dispatch context and metadata.
+
+    \b
+    Example:
+      jobagentctl jobs get "$JOBAGENTCTL_JOB_ID" --json | jq .jobAgentConfig
+    """
+    from jobagentctl.cli import output
+    from jobagentctl.cli.params import uuid_arg
+
+    state = get_state(ctx)
+    job = uuid_arg(job_id, "ID")
+    with state.client() as client:
+        found = client.get_job(job)
+    output.emit(state, "job", found)
+
+
+@jobs_app.command("enqueue")
+def enqueue(
+    ctx: typer.Context,
+    config: str | None = typer.Option(
+        None, "--config", metavar="JSON|@FILE", help="The job's jobAgentConfig."
+    ),
+    context: str | None = typer.Option(
+        None, "--context", metavar="JSON|@FILE", help="The job's dispatchContext."
+    ),
+    metadata: list[str] = typer.Option(
+        [], "--metadata", metavar="K=V", help="Metadata entry (repeatable)."
+    ),
+) -> None:
+    """Queue a new job for the agent (--agent) and print it.
+
+    \b
+    Example:
+      jobagentctl jobs enqueue --config '{"script": "make deploy"}' --metadata env=prod
+    """
+    from jobagentctl.cli import output
+    from jobagentctl.cli.params import json_object, key_values
+
+    state = get_state(ctx)
+    job_config = json_object(config, "--config")
+    dispatch = json_object(context, "--context")
+    meta = key_values(metadata, "--metadata") or None
+    agent = state.require_agent()
+    with state.client() as client:
+        job = client.create_job(
+            agent, job_agent_config=job_config, dispatch_context=dispatch, metadata=meta
+        )
+    output.emit(state, "job", job)
+
+
+@jobs_app.command("attempts")
+def attempts(
+    ctx: typer.Context,
+    job_id: str = typer.Argument(..., metavar="ID", help="The job."),
+) -> None:
+    """Show every claim of a job: attempt number, claim id, agent, start, end and outcome.
+
+    \b
+    Example:
+      jobagentctl jobs attempts 3f0c…
+    """
+    from jobagentctl.cli import output
+    from jobagentctl.cli.params import uuid_arg
+
+    state = get_state(ctx)
+    job = uuid_arg(job_id, "ID")
+    with state.client() as client:
+        found = client.list_attempts(job)
+    output.emit(state, "attempt", found, title=f"attempts of job {job}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(jobs_app, name="jobs")

@@ -1,0 +1,363 @@
+"""Rendering of command results: Rich tables on a TTY, tsv when piped, JSON, and env lines.
+
+The only module that imports Rich, and only inside the functions that draw, so commands that
+print tsv or JSON never pay for it. Data goes to stdout; conversation goes to stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from jobagentctl.cli.context import AppState, stderr_is_tty
+from jobagentctl.durations import format_duration
+from jobagentctl.errors import UsageError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+    from rich.console import Console, RenderableType
+
+__all__ = [
+    "VIEWS",
+    "Column",
+    "View",
+    "emit",
+    "emit_accepted",
+    "emit_env",
+    "info",
+    "relative",
+    "render_table",
+    "rfc3339",
+    "spinner",
+    "to_jsonable",
+    "warn",
+    "watch",
+]
+
+# States shown in colour on a TTY (never when NO_COLOR / --no-color).
+STATE_STYLES = {
+    "active": "green",
+    "expired": "red",
+    "unleased": "yellow",
+    "stale": "yellow",
+    "successful": "green",
+    "failure": "red",
+    "inProgress": "cyan",
+    "queued": "blue",
+    "cancelled": "magenta",
+}
+
+
+def rfc3339(value: datetime) -> str:
+    """RFC 3339 in UTC with a ``Z``; naive datetimes are taken as UTC."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def relative(value: datetime | None, now: datetime | None = None) -> str:
+    """``3m20s ago`` / ``in 45s`` / ``-`` for a human reading a table."""
+    if value is None:
+        return "-"
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    now = now or datetime.now(UTC)
+    delta = (now - value).total_seconds()
+    if abs(delta) < 1:
+        return "now"
+    return f"{format_duration(delta)} ago" if delta > 0 else f"in {format_duration(-delta)}"
+
+
+def to_jsonable(value: Any) -> Any:
+    """Models, datetimes, UUIDs and enums as JSON values (camelCase keys, RFC 3339 UTC)."""
+    if hasattr(value, "model_dump"):
+        return to_jsonable(value.model_dump(mode="python", by_alias=True))
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return rfc3339(value)
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, Enum):
+        return value.value
+    return value
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: its wire key (json/tsv order), its table header, and how to show it."""
+
+    key: str
+    header: str
+    kind: str = "text"  # text | time (absolute in tsv, relative on a TTY) | age | until
+
+
+@dataclass(frozen=True)
+class View:
+    """The columns of one kind of result; tsv prints them in this order, without a header."""
+
+    columns: tuple[Column, ...]
+
+
+VIEWS: dict[str, View] = {
+    "job": View(
+        (
+            Column("id", "JOB"),
+            Column("status", "STATUS"),
+            Column("jobAgentId", "AGENT"),
+            Column("createdAt", "CREATED", "age"),
+            Column("startedAt", "STARTED", "age"),
+            Column("completedAt", "COMPLETED", "age"),
+            Column("externalId", "EXTERNAL ID"),
+            Column("message", "MESSAGE"),
+        )
+    ),
+    "claimed": View(
+        (
+            Column("id", "JOB"),
+            Column("claimId", "CLAIM"),
+            Column("attempt", "ATTEMPT"),
+            Column("leaseSeconds", "LEASE"),
+            Column("claimExpiresAt", "EXPIRES", "until"),
+            Column("status", "STATUS"),
+        )
+    ),
+    "heartbeat": View(
+        (
+            Column("jobId", "JOB"),
+            Column("claimId", "CLAIM"),
+            Column("attempt", "ATTEMPT"),
+            Column("leaseSeconds", "LEASE"),
+            Column("claimExpiresAt", "EXPIRES", "until"),
+        )
+    ),
+    "accepted": View((Column("id", "ID"), Column("message", "MESSAGE"))),
+    "claim": View(
+        (
+            Column("jobId", "JOB"),
+            Column("state", "STATE"),
+            Column("jobAgentId", "AGENT"),
+            Column("claimId", "CLAIM"),
+            Column("attempt", "ATTEMPT"),
+            Column("leaseSeconds", "LEASE"),
+            Column("claimedAt", "CLAIMED", "age"),
+            Column("lastHeartbeatAt", "LAST HEARTBEAT", "age"),
+            Column("claimExpiresAt", "EXPIRES", "until"),
+        )
+    ),
+    "agent": View((Column("id", "ID"), Column("name", "NAME"), Column("type", "TYPE"))),
+    "attempt": View(
+        (
+            Column("attempt", "ATTEMPT"),
+            Column("outcome", "OUTCOME"),
+            Column("claimId", "CLAIM"),
+            Column("jobAgentId", "AGENT"),
+            Column("claimedAt", "CLAIMED", "age"),
+            Column("endedAt", "ENDED", "age"),
+        )
+    ),
+}
+
+
+def _tsv_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, dict | list):
+        value = json.dumps(value, separators=(",", ":"))
+    text = str(value)
+    # One record per line, one field per tab: escape what would break that, as `gh` does.
+    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def _table_cell(column: Column, value: Any, now: datetime) -> str:
+    if value is None:
+        return "-"
+    if column.kind in ("age", "until", "time") and isinstance(value, str):
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return relative(when, now)
+    if column.key == "leaseSeconds" and isinstance(value, int):
+        return format_duration(value)
+    text = str(value)
+    return text if len(text) <= 80 else text[:79] + "…"
+
+
+def _rows(items: Sequence[Any], overrides: Sequence[Mapping[str, Any]] | None) -> list[Any]:
+    rows = [to_jsonable(item) for item in items]
+    if overrides:
+        for row, extra in zip(rows, overrides, strict=True):
+            row.update(extra)
+    return rows
+
+
+def emit(
+    state: AppState,
+    view: str,
+    data: BaseModel | Sequence[BaseModel],
+    *,
+    overrides: Sequence[Mapping[str, Any]] | None = None,
+    title: str | None = None,
+) -> None:
+    """Print a result (one model or a list) on stdout in the state's output format.
+
+    ``overrides`` replace fields per item (e.g. ``state: stale``) in every format.
+    """
+    many = not hasattr(data, "model_dump")
+    items: Sequence[Any] = data if many else [data]  # type: ignore[assignment]
+    rows = _rows(items, overrides)
+    if state.output == "json":
+        print(json.dumps(rows if many else rows[0], indent=2))
+    elif state.output == "tsv":
+        columns = VIEWS[view].columns
+        for row in rows:
+            print("\t".join(_tsv_cell(row.get(c.key)) for c in columns))
+    elif state.output == "table":
+        if not many:
+            render_table(state, _detail_table(state, VIEWS[view], rows[0]))
+        elif rows or not state.quiet:
+            render_table(state, _list_table(state, VIEWS[view], rows, title=title))
+    else:
+        raise UsageError(f"-o {state.output} is not available for this command")
+
+
+def emit_accepted(state: AppState, accepted: BaseModel, confirmation: str) -> None:
+    """A 202 ``{id, message}``: a confirmation on stderr on a TTY, the object otherwise."""
+    if state.output == "table":
+        info(state, f"{confirmation} ({getattr(accepted, 'message', '')})")
+    else:
+        emit(state, "accepted", accepted)
+
+
+def emit_env(state: AppState, variables: Mapping[str, Any]) -> None:
+    """``export NAME=value`` lines for ``eval``, shell-quoted; ``None`` becomes empty."""
+    for name, value in variables.items():
+        text = "" if value is None else str(value)
+        print(f"export {name}={shlex.quote(text)}")
+
+
+def info(state: AppState, message: str) -> None:
+    """A confirmation or progress note on stderr, unless ``-q``."""
+    if not state.quiet:
+        print(message, file=sys.stderr)
+
+
+def warn(message: str) -> None:
+    """A warning on stderr, even with ``-q``."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
+# --- Rich, imported only from here on ---------------------------------------------------------
+
+
+def _console(state: AppState, *, stderr: bool = False) -> Console:
+    from rich.console import Console
+
+    return Console(
+        file=sys.stderr if stderr else sys.stdout,
+        markup=False,  # server-supplied text must not be read as markup
+        highlight=False,
+        emoji=False,
+        no_color=not state.color,
+        soft_wrap=False,
+    )
+
+
+def _styled(state: AppState, text: str) -> Any:
+    from rich.text import Text
+
+    style = STATE_STYLES.get(text) if state.color else None
+    return Text(text, style=style or "")
+
+
+def _list_table(
+    state: AppState, view: View, rows: Sequence[Mapping[str, Any]], *, title: str | None
+) -> RenderableType:
+    from rich import box
+    from rich.table import Table
+
+    now = datetime.now(UTC)
+    table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False)
+    for column in view.columns:
+        table.add_column(column.header, no_wrap=column.key in ("id", "jobId"))
+    for row in rows:
+        cells = []
+        for column in view.columns:
+            text = _table_cell(column, row.get(column.key), now)
+            cells.append(_styled(state, text) if column.key in ("state", "status") else text)
+        table.add_row(*cells)
+    if not rows:
+        table.caption = "(none)"
+    return table
+
+
+def _detail_table(state: AppState, view: View, row: Mapping[str, Any]) -> RenderableType:
+    from rich import box
+    from rich.table import Table
+
+    now = datetime.now(UTC)
+    table = Table(box=box.SIMPLE, show_header=False, pad_edge=False)
+    table.add_column("field", style="bold" if state.color else "")
+    table.add_column("value")
+    shown = {c.key for c in view.columns}
+    for column in view.columns:
+        value = row.get(column.key)
+        text = _table_cell(column, value, now)
+        if column.kind != "text" and value is not None:
+            text = f"{value} ({text})"
+        table.add_row(column.header.lower(), text)
+    # The rest of the object (config, metadata, …) as compact JSON, so nothing is hidden.
+    for key, value in row.items():
+        if key not in shown and value not in (None, {}, [], ""):
+            text = json.dumps(value) if isinstance(value, dict | list) else str(value)
+            table.add_row(key, text)
+    return table
+
+
+def render_table(state: AppState, renderable: RenderableType) -> None:
+    _console(state).print(renderable)
+
+
+@contextlib.contextmanager
+def spinner(state: AppState, text: str) -> Iterator[None]:
+    """A spinner on stderr while waiting, only on a TTY and without ``-q``."""
+    if state.quiet or not stderr_is_tty():
+        yield
+        return
+    with _console(state, stderr=True).status(text):
+        yield
+
+
+def watch(
+    state: AppState,
+    frame: Callable[[], tuple[RenderableType | None, bool]],
+    *,
+    interval: float,
+    sleep: Callable[[float], None],
+) -> None:
+    """Redraw ``frame()`` live every ``interval`` until it says stop (its second value)."""
+    from rich.live import Live
+
+    renderable, stop = frame()
+    with Live(
+        renderable or "", console=_console(state), auto_refresh=False, transient=False
+    ) as live:
+        while not stop:
+            sleep(interval)
+            renderable, stop = frame()
+            live.update(renderable or "", refresh=True)
+
+
+def claims_table(
+    state: AppState, claims: Sequence[BaseModel], overrides: Sequence[Mapping[str, Any]], title: str
+) -> RenderableType:
+    """The inspect-claims table, for :func:`watch`."""
+    return _list_table(state, VIEWS["claim"], _rows(claims, overrides), title=title)

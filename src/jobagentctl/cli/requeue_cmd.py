@@ -1,0 +1,42 @@
+"""`jobagentctl requeue`: an operator puts a job back in the queue.
+
+Also holds :func:`set_status`, the body `cancel` shares.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from jobagentctl.cli.context import get_state
+
+__all__ = ["register", "set_status"]
+
+
+def requeue(
+    ctx: typer.Context,
+    job_id: str = typer.Argument(..., metavar="JOB_ID", help="The job to put back in the queue."),
+    message: str | None = typer.Option(None, "--message", "-m", metavar="M", help="Why."),
+) -> None:
+    """Put a job back in the queue (status queued); its current claim, if any, ends.
+
+    \b
+    Example:
+      jobagentctl inspect-claims --state expired -o tsv | cut -f1 | xargs -n1 jobagentctl requeue
+    """
+    set_status(ctx, job_id, "queued", message)
+
+
+def set_status(ctx: typer.Context, job_id: str, status: str, message: str | None) -> None:
+    """Set ``status`` on a job as an operator (no claim id) and confirm."""
+    from jobagentctl.cli import output
+    from jobagentctl.cli.params import uuid_arg
+
+    state = get_state(ctx)
+    job = uuid_arg(job_id, "JOB_ID")
+    with state.client() as client:
+        accepted = client.update_status(job, status, message=message)
+    output.emit_accepted(state, accepted, f"job {job}: {status}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("requeue")(requeue)

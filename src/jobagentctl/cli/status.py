@@ -1,0 +1,42 @@
+"""Job status arguments: the wire enum, 'all', and the terminal subset `complete` accepts."""
+
+from __future__ import annotations
+
+from jobagentctl.errors import UsageError
+from jobagentctl.models import TERMINAL_STATUSES, JobStatus
+
+__all__ = ["status_filter", "terminal_status"]
+
+
+def status_filter(value: str) -> str | None:
+    """A status to filter on; ``all`` means no filter."""
+    if value == "all":
+        return None
+    return _status(value, JobStatus).value
+
+
+def terminal_status(value: str) -> JobStatus:
+    """A terminal status for ``complete``; non-terminal ones have their own commands."""
+    status = _status(value, JobStatus)
+    if status not in TERMINAL_STATUSES:
+        raise UsageError(
+            f"--status {value}: not a terminal status (use "
+            f"{', '.join(sorted(s.value for s in TERMINAL_STATUSES))}; requeue and cancel "
+            "are commands)"
+        )
+    return status
+
+
+def _status(value: str, enum: type[JobStatus]) -> JobStatus:
+    try:
+        return enum(value)
+    except ValueError:
+        pass
+    # Accept any spelling of the camelCase names (inprogress, in_progress, IN-PROGRESS).
+    folded = value.replace("_", "").replace("-", "").lower()
+    for status in enum:
+        if status.value.lower() == folded:
+            return status
+    raise UsageError(
+        f"unknown status {value!r}: use one of {', '.join(s.value for s in enum)}"
+    ) from None

@@ -1,0 +1,113 @@
+"""Translation of every httpx error and HTTP status into the project's error tree.
+
+:func:`translate` is the one place it happens; the client raises its result ``from`` the cause.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+from pydantic import ValidationError as PydanticValidationError
+
+from jobagentctl.errors import (
+    JobAgentError,
+    LeaseUnsupported,
+    NotFound,
+    ProtocolError,
+    ServerUnavailable,
+    error_for_code,
+)
+from jobagentctl.models import ErrorBody
+
+__all__ = ["translate"]
+
+# Statuses that mean "try again later" rather than "your request is wrong".
+_RETRY_LATER = frozenset({408, 429})
+_SNIPPET = 200
+
+
+def _error_body(response: httpx.Response) -> tuple[ErrorBody | None, str | None]:
+    """Our error shape, if the body has it, else any human message the body carries.
+
+    ctrlplane itself answers ``{"error": "..."}``; proxies answer HTML.
+    """
+    try:
+        data: Any = response.json()
+    except ValueError:
+        text = response.text.strip()
+        return None, (text[:_SNIPPET] if text and not text.startswith("<") else None)
+    if isinstance(data, dict):
+        try:
+            return ErrorBody.model_validate(data), None
+        except PydanticValidationError:
+            for key in ("error", "message", "detail"):
+                if isinstance(data.get(key), str):
+                    return None, data[key]
+    return None, None
+
+
+def _from_status(response: httpx.Response, *, v2_route: bool) -> JobAgentError:
+    status = response.status_code
+    request = response.request
+    where = f"{request.method} {request.url.path}"
+    body, fallback = _error_body(response)
+    if body is None and v2_route and status in (404, 405):
+        # A 404 that is not our error shape, on a route only V2 servers have: the route itself
+        # is missing, as on ctrlplane, which has no lease endpoints.
+        return LeaseUnsupported(
+            f"server has no lease support ({where} answered {status}): it speaks only the V1 "
+            "pull-agent API; claim jobs by id and skip heartbeats",
+            status=status,
+        )
+    if 300 <= status < 400:
+        location = response.headers.get("location", "?")
+        return ProtocolError(
+            f"unexpected redirect ({status}) from {where} to {location}: check --url",
+            status=status,
+        )
+    cls = error_for_code(body.code if body is not None else None, status)
+    if cls is ProtocolError and status in _RETRY_LATER:
+        cls = ServerUnavailable
+    if body is not None:
+        return cls(body.message, details=body.details, status=status)
+    if cls is NotFound:
+        return NotFound(f"not found: {where}" + (f" ({fallback})" if fallback else ""), status=404)
+    message = fallback or response.reason_phrase or "error"
+    return cls(f"HTTP {status} from {where}: {message}", status=status)
+
+
+def translate(exc: Exception, *, v2_route: bool = False) -> JobAgentError:
+    """The project error for an httpx error, an HTTP error status, or an unreadable body."""
+    if isinstance(exc, JobAgentError):
+        return exc
+    if isinstance(exc, httpx.HTTPStatusError):
+        return _from_status(exc.response, v2_route=v2_route)
+    if isinstance(exc, httpx.TimeoutException):
+        kind = type(exc).__name__.replace("Timeout", " timeout").strip().lower()
+        return ServerUnavailable(f"server did not answer in time ({kind}): {exc.request.url}")
+    if isinstance(exc, httpx.TransportError):
+        where = "the server"
+        if _has_request(exc):
+            url = exc.request.url
+            where = f"the server at {url.scheme}://{url.netloc.decode('ascii', 'replace')}"
+        reason = str(exc) or type(exc).__name__
+        return ServerUnavailable(f"cannot reach {where}: {reason}")
+    if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
+        return ProtocolError(f"malformed JSON from the server: {exc}")
+    if isinstance(exc, PydanticValidationError):
+        first = exc.errors(include_input=False, include_url=False)[:3]
+        where = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in first)
+        return ProtocolError(f"unexpected response shape from the server: {where}")
+    if isinstance(exc, httpx.HTTPError):
+        return ProtocolError(f"HTTP error: {exc}")
+    return ProtocolError(f"unexpected response: {exc}")
+
+
+def _has_request(exc: httpx.TransportError) -> bool:
+    try:
+        exc.request  # noqa: B018 - the property raises when no request is attached
+    except RuntimeError:
+        return False
+    return True

@@ -1,0 +1,291 @@
+"""Client settings: flags, environment, ctrlplane's variables and the config file, merged once.
+
+Every environment variable and config key the client reads is named here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+from uuid import UUID
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic import ValidationError as PydanticValidationError
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from jobagentctl.errors import ConfigError
+
+__all__ = [
+    "ATTEMPT_ENV",
+    "CLAIM_ID_ENV",
+    "CONFIG_ENV",
+    "CTRLPLANE_ENV",
+    "ENV_PREFIX",
+    "JOB_ID_ENV",
+    "LEASE_SECONDS_ENV",
+    "PROFILE_KEYS",
+    "ClientSettings",
+    "config_path",
+    "normalize_url",
+]
+
+ENV_PREFIX = "JOBAGENTCTL_"
+# Where the config file lives when JOBAGENTCTL_CONFIG does not say.
+CONFIG_ENV = "JOBAGENTCTL_CONFIG"
+# ctrlplane's own variables, honoured as fallbacks so existing ctrlplane set-ups just work.
+CTRLPLANE_ENV = {
+    "url": "CTRLPLANE_URL",
+    "api_key": "CTRLPLANE_API_KEY",
+    "workspace": "CTRLPLANE_WORKSPACE",
+}
+# Keys a `[profiles.NAME]` table may hold.
+PROFILE_KEYS = frozenset(
+    {"url", "workspace", "agent", "api_key", "api_key_file", "lease_seconds", "timeout"}
+)
+
+
+def _warn(message: str) -> None:
+    # Settings are only built by the CLI, whose conversation channel is stderr.
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def config_path() -> Path:
+    """The config file: ``$JOBAGENTCTL_CONFIG`` or ``$XDG_CONFIG_HOME/jobagentctl/config.toml``."""
+    explicit = os.environ.get(CONFIG_ENV)
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "jobagentctl" / "config.toml"
+
+
+def normalize_url(value: str) -> str:
+    """The server's base URL without a trailing ``/`` or ``/api`` (the client appends ``/api``)."""
+    url = value.strip().rstrip("/")
+    if url.endswith("/api"):
+        url = url[: -len("/api")]
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"not an http(s) URL: {value!r}")
+    return url
+
+
+def _read_key_file(path: Path, origin: str) -> str:
+    try:
+        key = path.expanduser().read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read the API key file {path} ({origin}): {exc.strerror}"
+        ) from exc
+    if not key:
+        raise ConfigError(f"the API key file {path} ({origin}) is empty")
+    return key
+
+
+def _resolve_key_file(values: dict[str, Any], origin: str, base: Path | None = None) -> None:
+    """Replace ``api_key_file`` by the key it holds; both at one level is ambiguous."""
+    key_file = values.pop("api_key_file", None)
+    if key_file in (None, ""):
+        return
+    if values.get("api_key") not in (None, ""):
+        raise ConfigError(f"{origin} sets both an API key and an API key file: keep one")
+    path = Path(str(key_file)).expanduser()
+    if base is not None and not path.is_absolute():
+        path = base / path
+    values["api_key"] = _read_key_file(path, origin)
+
+
+class _FlagSource(InitSettingsSource):
+    """Command-line flags (passed as init kwargs); ``None`` means "flag not given"."""
+
+    def __call__(self) -> dict[str, Any]:
+        values = {k: v for k, v in super().__call__().items() if v is not None}
+        _resolve_key_file(values, "--api-key-file")
+        return values
+
+
+class _EnvSource(EnvSettingsSource):
+    """``JOBAGENTCTL_*`` variables; ``JOBAGENTCTL_API_KEY_FILE`` is read here."""
+
+    def __call__(self) -> dict[str, Any]:
+        values = super().__call__()
+        _resolve_key_file(values, f"{ENV_PREFIX}API_KEY_FILE")
+        return values
+
+
+class _CtrlplaneEnvSource(PydanticBaseSettingsSource):
+    """ctrlplane's ``CTRLPLANE_URL`` / ``CTRLPLANE_API_KEY`` / ``CTRLPLANE_WORKSPACE``."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        env = CTRLPLANE_ENV.get(field_name)
+        return (os.environ.get(env) or None if env else None), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return {k: v for k, env in CTRLPLANE_ENV.items() if (v := os.environ.get(env))}
+
+
+class _ProfileSource(PydanticBaseSettingsSource):
+    """The chosen ``[profiles.NAME]`` table of the TOML config file."""
+
+    def __init__(self, settings_cls: type[BaseSettings], profile: str | None) -> None:
+        super().__init__(settings_cls)
+        self.profile = profile
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = config_path()
+        if not path.is_file():
+            if self.profile is not None:
+                raise ConfigError(f"profile {self.profile!r} asked for, but {path} does not exist")
+            return {}
+        data = _load_toml(path)
+        name = self.profile
+        if name is None:
+            default = data.get("default_profile")
+            if default is None:
+                return {"profile": None}
+            if not isinstance(default, str):
+                raise ConfigError(f"{path}: default_profile must be a string")
+            name = default
+        profiles = data.get("profiles", {})
+        table = profiles.get(name) if isinstance(profiles, dict) else None
+        if not isinstance(table, dict):
+            known = ", ".join(sorted(profiles)) if isinstance(profiles, dict) else ""
+            raise ConfigError(
+                f"profile {name!r} is not in {path}" + (f" (profiles: {known})" if known else "")
+            )
+        unknown = sorted(set(table) - PROFILE_KEYS)
+        if unknown:
+            _warn(f"{path} [profiles.{name}]: unknown keys ignored: {', '.join(unknown)}")
+        values = {k: v for k, v in table.items() if k in PROFILE_KEYS}
+        _resolve_key_file(values, f"{path} [profiles.{name}]", base=path.parent)
+        values["profile"] = name
+        return values
+
+
+def _load_toml(path: Path) -> dict[str, Any]:
+    try:
+        mode = path.stat().st_mode
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        # The file may hold an API key: say so as ssh does, but keep going.
+        _warn(
+            f"{path} is accessible by group/others (mode {stat.S_IMODE(mode):04o}); "
+            f"run: chmod 600 {path}"
+        )
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+
+
+class ClientSettings(BaseSettings):
+    """What the client needs to reach a server, merged from every source (SPEC §5).
+
+    Highest precedence first: flags (init kwargs), ``JOBAGENTCTL_*``, ``CTRLPLANE_*``, the
+    profile in the config file, defaults. Build it with :meth:`load`, which turns any problem
+    into a :class:`~jobagentctl.errors.ConfigError` (exit 2).
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_ignore_empty=True, extra="ignore", frozen=True
+    )
+
+    url: str | None = None
+    api_key: SecretStr | None = None
+    api_key_file: Path | None = Field(default=None, exclude=True)
+    workspace: UUID | None = None
+    agent: UUID | None = None
+    lease_seconds: int = Field(default=60, ge=0)
+    timeout: float = Field(default=10.0, gt=0)
+    profile: str | None = None
+
+    @field_validator("url", mode="before")
+    @classmethod
+    def _normalize_url(cls, value: Any) -> Any:
+        if value is None or value == "":
+            return None
+        return normalize_url(str(value))
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _strip_key(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return value.strip() or None
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        flags = init_settings.init_kwargs if isinstance(init_settings, InitSettingsSource) else {}
+        profile = flags.get("profile") or os.environ.get(f"{ENV_PREFIX}PROFILE") or None
+        return (
+            _FlagSource(settings_cls, flags),
+            _EnvSource(settings_cls),
+            _CtrlplaneEnvSource(settings_cls),
+            _ProfileSource(settings_cls, profile),
+        )
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        url: str | None = None,
+        workspace: str | UUID | None = None,
+        agent: str | UUID | None = None,
+        profile: str | None = None,
+        api_key_file: str | Path | None = None,
+        lease_seconds: int | None = None,
+        timeout: float | None = None,
+    ) -> ClientSettings:
+        """Settings from flags (``None`` = not given) and the other sources."""
+        flags: dict[str, Any] = {
+            "url": url,
+            "workspace": workspace,
+            "agent": agent,
+            "profile": profile,
+            "api_key_file": api_key_file,
+            "lease_seconds": lease_seconds,
+            "timeout": timeout,
+        }
+        try:
+            return cls(**flags)
+        except PydanticValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+                for err in exc.errors(include_input=False, include_url=False)
+            )
+            raise ConfigError(f"invalid settings: {problems}") from None
+
+    def api_key_value(self) -> str | None:
+        """The API key in clear, for the one place that sends it."""
+        return self.api_key.get_secret_value() if self.api_key is not None else None
+
+
+# The job context a claim hands to the commands that follow it (`eval "$(… claim -o env)"`)
+# and that `run` puts in its child's environment.
+JOB_ID_ENV = f"{ENV_PREFIX}JOB_ID"
+CLAIM_ID_ENV = f"{ENV_PREFIX}CLAIM_ID"
+ATTEMPT_ENV = f"{ENV_PREFIX}ATTEMPT"
+LEASE_SECONDS_ENV = f"{ENV_PREFIX}LEASE_SECONDS"
