@@ -1,0 +1,95 @@
+"""Administration without HTTP: migrate, create workspaces and keys, revoke keys.
+
+The ``jobagentctl server …`` commands call these against the database directly (the server need
+not run). Each function opens the store, does one thing, and closes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from uuid import UUID
+
+from jobagentctl.errors import NotFound
+from jobagentctl.server.auth import generate_key
+from jobagentctl.server.settings import check_database_url
+from jobagentctl.server.store.base import Store
+
+__all__ = [
+    "CreatedKey",
+    "create_key",
+    "create_workspace",
+    "init",
+    "migrate",
+    "opened_store",
+    "revoke_key",
+]
+
+DEFAULT_WORKSPACE = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedKey:
+    id: UUID
+    api_key: str  # the full key: shown once, never stored
+    workspace_id: UUID
+    job_agent_id: UUID | None
+
+
+@asynccontextmanager
+async def opened_store(database_url: str, *, migrate: bool = False) -> AsyncIterator[Store]:
+    from jobagentctl.server.store import open_store
+
+    store = open_store(check_database_url(database_url))
+    await store.open()
+    try:
+        if migrate:
+            await store.migrate()
+        yield store
+    finally:
+        await store.close()
+
+
+async def _new_key(store: Store, workspace_id: UUID, agent_id: UUID | None) -> CreatedKey:
+    key = generate_key()
+    key_id = await store.create_api_key(workspace_id, agent_id, key.prefix, key.secret_hash)
+    return CreatedKey(
+        id=key_id, api_key=key.value, workspace_id=workspace_id, job_agent_id=agent_id
+    )
+
+
+async def migrate(database_url: str) -> list[int]:
+    async with opened_store(database_url) as store:
+        return await store.migrate()
+
+
+async def init(database_url: str, workspace_name: str = DEFAULT_WORKSPACE) -> CreatedKey:
+    """Migrate, then create a workspace and its first (workspace-scoped) key."""
+    async with opened_store(database_url, migrate=True) as store:
+        workspace_id = await store.create_workspace(workspace_name)
+        return await _new_key(store, workspace_id, None)
+
+
+async def create_workspace(database_url: str, name: str) -> CreatedKey:
+    async with opened_store(database_url) as store:
+        workspace_id = await store.create_workspace(name)
+        return await _new_key(store, workspace_id, None)
+
+
+async def create_key(database_url: str, workspace_id: UUID, agent_id: UUID | None) -> CreatedKey:
+    """A workspace key, or an agent key when ``agent_id`` is given (the agent must exist)."""
+    async with opened_store(database_url) as store:
+        if not await store.workspace_exists(workspace_id):
+            raise NotFound("workspace not found", details={"workspaceId": str(workspace_id)})
+        if agent_id is not None and await store.get_agent(workspace_id, agent_id) is None:
+            raise NotFound(
+                "job agent not found in that workspace", details={"jobAgentId": str(agent_id)}
+            )
+        return await _new_key(store, workspace_id, agent_id)
+
+
+async def revoke_key(database_url: str, key_id: UUID) -> None:
+    async with opened_store(database_url) as store:
+        if not await store.revoke_api_key(key_id):
+            raise NotFound("API key not found", details={"id": str(key_id)})

@@ -1,0 +1,133 @@
+"""API keys: generation, hashing, and verifying the ``X-API-Key`` header into a ``Principal``.
+
+A key is ``<prefix>.<secret>``; the database keeps the prefix (to find the row) and the SHA-256
+of the secret. The secret has 256 bits of entropy, so a fast hash is right (no password KDF).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import string
+import time
+from dataclasses import dataclass
+from uuid import UUID
+
+from jobagentctl.errors import AuthError
+from jobagentctl.server.store.base import Store
+
+__all__ = [
+    "KEY_PREFIX",
+    "Authenticator",
+    "GeneratedKey",
+    "Principal",
+    "generate_key",
+    "hash_secret",
+    "split_key",
+]
+
+KEY_PREFIX = "jac_"
+_PREFIX_ALPHABET = string.ascii_lowercase + string.digits
+_PREFIX_RANDOM_CHARS = 12
+_SECRET_BYTES = 32  # token_urlsafe(32) → 43 characters from [A-Za-z0-9_-]
+_MAX_KEY_LENGTH = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: a workspace key (``agent_id`` None) or an agent key."""
+
+    key_id: UUID
+    workspace_id: UUID
+    agent_id: UUID | None
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratedKey:
+    prefix: str
+    secret: str
+
+    @property
+    def value(self) -> str:
+        """The full key as the client sends it; shown once, never stored."""
+        return f"{self.prefix}.{self.secret}"
+
+    @property
+    def secret_hash(self) -> str:
+        return hash_secret(self.secret)
+
+
+def generate_key() -> GeneratedKey:
+    """A fresh key: ``jac_`` + 12 random lowercase/digit characters, ``.``, a 43-char secret."""
+    prefix = KEY_PREFIX + "".join(
+        secrets.choice(_PREFIX_ALPHABET) for _ in range(_PREFIX_RANDOM_CHARS)
+    )
+    return GeneratedKey(prefix=prefix, secret=secrets.token_urlsafe(_SECRET_BYTES))
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def split_key(raw: str | None) -> tuple[str, str]:
+    """``(prefix, secret)`` of a header value, or ``AuthError`` when it cannot be a key."""
+    if not raw:
+        raise AuthError("missing API key: send the X-API-Key header")
+    raw = raw.strip()
+    prefix, sep, secret = raw.partition(".")
+    if not sep or not prefix or not secret or len(raw) > _MAX_KEY_LENGTH:
+        raise AuthError("invalid API key")
+    return prefix, secret
+
+
+class Authenticator:
+    """Verifies keys against the store, with a small TTL cache of verified keys.
+
+    The cache maps prefix → (secret hash, principal, expiry). A cache hit still compares the
+    secret's hash, so a wrong secret with a known prefix is refused. Revocation is seen at the
+    latest ``ttl`` seconds later (``key_cache_seconds``); ``ttl`` 0 disables the cache.
+    """
+
+    def __init__(self, store: Store, ttl: float = 2.0, max_entries: int = 10_000) -> None:
+        self._store = store
+        self._ttl = ttl
+        self._max_entries = max_entries
+        self._cache: dict[str, tuple[str, Principal, float]] = {}
+
+    async def authenticate(self, raw: str | None) -> Principal:
+        prefix, secret = split_key(raw)
+        digest = hash_secret(secret)
+        now = time.monotonic()
+        cached = self._cache.get(prefix)
+        if cached is not None and cached[2] > now:
+            if hmac.compare_digest(cached[0], digest):
+                return cached[1]
+            raise AuthError("invalid API key")
+        record = await self._store.get_api_key(prefix)
+        if (
+            record is None
+            or record.revoked_at is not None
+            or not hmac.compare_digest(record.secret_hash, digest)
+        ):
+            self._cache.pop(prefix, None)
+            raise AuthError("invalid API key")
+        principal = Principal(
+            key_id=record.id, workspace_id=record.workspace_id, agent_id=record.job_agent_id
+        )
+        if self._ttl > 0:
+            if len(self._cache) >= self._max_entries:
+                # Crude but bounded: an attacker cannot grow the cache, and a reset only costs
+                # one database lookup per live key.
+                self._cache.clear()
+            self._cache[prefix] = (record.secret_hash, principal, now + self._ttl)
+        return principal
+
+    def forget(self, key_id: UUID | None = None) -> None:
+        """Drop cached keys (all, or the one with ``key_id``): used after a local revocation."""
+        if key_id is None:
+            self._cache.clear()
+            return
+        for prefix, (_, principal, _) in list(self._cache.items()):
+            if principal.key_id == key_id:
+                del self._cache[prefix]

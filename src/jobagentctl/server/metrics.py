@@ -1,0 +1,102 @@
+"""Prometheus metrics of one server app, on a registry of its own (never the global one).
+
+Counters are bumped by the service and the reaper; claim gauges are read from the database at
+scrape time, so every replica reports the same shared claim table.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from jobagentctl.server.store.base import Store
+
+__all__ = ["CONTENT_TYPE", "Metrics"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# Request latency buckets: the API answers in milliseconds; long-polls take up to 30 s.
+_LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.claims = Counter(
+            "jobagentctl_claims",
+            "Jobs claimed, by endpoint and lease.",
+            ["kind", "leased"],
+            registry=r,
+        )
+        self.heartbeats = Counter("jobagentctl_heartbeats", "Accepted heartbeats.", registry=r)
+        self.reaped = Counter(
+            "jobagentctl_reaped",
+            "Expired claims reaped, by outcome (requeued or failed by maxReclaims).",
+            ["outcome"],
+            registry=r,
+        )
+        self.lease_lost = Counter(
+            "jobagentctl_lease_lost_rejections",
+            "Heartbeats and status updates refused with 409 CLAIM_LOST or CLAIM_MISMATCH.",
+            ["code"],
+            registry=r,
+        )
+        self.reaper_errors = Counter(
+            "jobagentctl_reaper_errors",
+            "Reaper passes that failed (retried next tick).",
+            registry=r,
+        )
+        self.long_polls = Gauge(
+            "jobagentctl_long_polls_waiting", "Claim-next requests waiting for a job.", registry=r
+        )
+        self.active_claims = Gauge(
+            "jobagentctl_active_claims", "Claims whose lease has not expired.", registry=r
+        )
+        self.expired_claims = Gauge(
+            "jobagentctl_expired_claims", "Claims past their lease, not yet reaped.", registry=r
+        )
+        self.oldest_claim_age = Gauge(
+            "jobagentctl_oldest_claim_age_seconds", "Age of the oldest claim row.", registry=r
+        )
+        self.scrape_errors = Counter(
+            "jobagentctl_metrics_scrape_errors",
+            "Scrapes that could not read claim statistics from the database.",
+            registry=r,
+        )
+        self.request_latency = Histogram(
+            "jobagentctl_http_request_duration_seconds",
+            "HTTP request latency by method, route template and status.",
+            ["method", "route", "status"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+
+    async def render(self, store: Store) -> bytes:
+        """The exposition text, with the claim gauges refreshed from the database."""
+        try:
+            stats = await store.claim_stats()
+        except Exception:
+            # A scrape must still answer (counters stay useful) when the database is down.
+            self.scrape_errors.inc()
+        else:
+            self.active_claims.set(stats.get("active", 0.0))
+            self.expired_claims.set(stats.get("expired", 0.0))
+            self.oldest_claim_age.set(stats.get("oldest_age_seconds", 0.0))
+        data: bytes = generate_latest(self.registry)
+        return data

@@ -1,0 +1,130 @@
+"""Run the server in this process: migrate, serve with uvicorn, drain on SIGTERM/SIGINT.
+
+Shutdown order: stop accepting, wake long-polls (they answer 204), let in-flight requests
+finish, stop the reaper, close the store. The ready line on stderr is what tests wait for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import sys
+from typing import Any
+
+import uvicorn
+
+from jobagentctl.errors import JobAgentError
+from jobagentctl.server.app import create_app
+from jobagentctl.server.service import JobService
+from jobagentctl.server.settings import ServerSettings, redact_url
+from jobagentctl.server.store.base import Store
+
+__all__ = ["READY_LINE", "configure_logging", "run_server", "serve"]
+
+READY_LINE = "jobagentctl server listening on"
+
+logger = logging.getLogger("jobagentctl.server")
+
+
+def configure_logging(level: str) -> None:
+    """Plain lines on stderr; uvicorn's loggers share the handler. No secrets are logged:
+    the API key header is never read into a log record and the database URL is redacted."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        uv = logging.getLogger(name)
+        uv.handlers[:] = []
+        uv.propagate = True
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server with two changes: long-polls are woken before the drain starts (so a
+    30 s wait does not hold shutdown), and a handled SIGTERM/SIGINT ends with exit status 0
+    rather than being re-raised after the graceful shutdown."""
+
+    def __init__(self, config: uvicorn.Config, service: JobService) -> None:
+        super().__init__(config)
+        self._service = service
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        super().handle_exit(sig, frame)
+        self._captured_signals.clear()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            host, port = self._bound_address()
+            shown = f"[{host}]" if ":" in host else host
+            print(f"{READY_LINE} http://{shown}:{port}", file=sys.stderr, flush=True)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._service.begin_shutdown()
+        await super().shutdown(sockets)
+
+    def _bound_address(self) -> tuple[str, int]:
+        for server in getattr(self, "servers", []):
+            for sock in server.sockets or ():
+                name = sock.getsockname()
+                return str(name[0]), int(name[1])
+        return self.config.host, self.config.port
+
+
+async def serve(settings: ServerSettings, store: Store | None = None) -> None:
+    """Serve until a signal asks to stop. The store (opened and migrated here when not given)
+    is closed by the app's lifespan."""
+    if store is None:
+        from jobagentctl.server.store import open_store
+
+        store = open_store(settings.database)
+    await store.open()
+    try:
+        applied = await store.migrate()
+    except BaseException:
+        await store.close()
+        raise
+    if applied:
+        logger.info("applied migrations %s", ", ".join(str(v) for v in applied))
+    app = create_app(settings, store=store)
+
+    # The app was handed an opened store, so its lifespan does not close it: serve() does.
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        lifespan="on",
+        log_config=None,
+        access_log=settings.access_log,
+        timeout_graceful_shutdown=settings.shutdown_timeout,
+        server_header=False,
+        proxy_headers=False,
+    )
+    server = _Server(config, app.state.service)
+    logger.info(
+        "starting: database %s (%s), lease %ss in [%s, %s], reap every %ss",
+        redact_url(settings.database),
+        store.dialect,
+        settings.default_lease,
+        settings.min_lease_seconds,
+        settings.max_lease_seconds,
+        settings.reap_interval,
+    )
+    try:
+        await server.serve()
+    except SystemExit as exc:
+        # uvicorn exits the interpreter when it cannot bind; it has logged why.
+        raise JobAgentError(
+            f"could not listen on {settings.host}:{settings.port} (see the log above)"
+        ) from exc
+    finally:
+        await store.close()
+    logger.info("stopped")
+
+
+def run_server(settings: ServerSettings) -> None:
+    """Blocking entry point of ``jobagentctl server start``."""
+    configure_logging(settings.log_level)
+    asyncio.run(serve(settings))

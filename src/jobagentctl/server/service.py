@@ -1,0 +1,339 @@
+"""The lease logic above the store: key scopes, lease resolution, long-poll, 409 accounting.
+
+No SQL and no HTTP here: the app turns requests into these calls and the results into JSON;
+the store does every state change in one statement or transaction with the database clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+from uuid import UUID
+
+from jobagentctl.errors import ClaimLost, ClaimMismatch, NotFound
+from jobagentctl.models import (
+    AcceptedResponse,
+    ClaimedJob,
+    ClaimNextRequest,
+    ClaimRequest,
+    CreateJobRequest,
+    Heartbeat,
+    HeartbeatRequest,
+    Job,
+    JobAgent,
+    JobAttempt,
+    JobClaim,
+    JobStatus,
+    UpdateJobStatusRequest,
+    UpsertJobAgentRequest,
+)
+from jobagentctl.server.auth import Principal
+from jobagentctl.server.metrics import Metrics
+from jobagentctl.server.settings import ServerSettings
+from jobagentctl.server.store.base import Store
+
+__all__ = ["CLAIM_STATES", "JobService", "resolve_lease"]
+
+CLAIM_STATES = ("active", "expired", "unleased", "all")
+
+# A long-poll re-checks the queue at least this often even without a wake-up signal, so a
+# signal lost between "nothing queued" and "start waiting" costs at most this delay.
+_WAIT_SLICE_SECONDS = 2.0
+
+
+def resolve_lease(
+    settings: ServerSettings,
+    requested: int | None,
+    agent_config: dict[str, Any] | None,
+    *,
+    claim_next: bool,
+) -> int | None:
+    """The granted lease in seconds, or None for an unleased (V1) claim (SPEC §3, opt-in).
+
+    The request wins (``0`` = explicitly unleased); then the agent's ``config.leaseSeconds``;
+    then the server default on claim-next, and no lease on a V1 claim by id. Granted values are
+    clamped into ``[min_lease_seconds, max_lease_seconds]``.
+    """
+    if requested is not None:
+        return settings.clamp_lease(requested) if requested > 0 else None
+    configured = (agent_config or {}).get("leaseSeconds")
+    # bool is an int subclass: `true` in a config is not a lease length.
+    if isinstance(configured, int | float) and not isinstance(configured, bool) and configured > 0:
+        return settings.clamp_lease(int(configured))
+    return settings.default_lease if claim_next else None
+
+
+class JobService:
+    """One per app. Every method takes the caller's ``Principal`` and the path's workspace.
+
+    Scopes: a workspace key may do everything in its workspace. An agent key may read its own
+    agent, list/claim its jobs, heartbeat, set status, and read a job and its attempts; every
+    other call — and anything of another agent or workspace — is ``NotFound`` (404, never 403:
+    a key must not learn what exists outside its scope).
+    """
+
+    def __init__(self, store: Store, settings: ServerSettings, metrics: Metrics) -> None:
+        self.store = store
+        self.settings = settings
+        self.metrics = metrics
+        self._stopping = asyncio.Event()
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def begin_shutdown(self) -> None:
+        """Wake every long-poll: they answer 204 at once instead of holding the drain."""
+        self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    # --- scopes ------------------------------------------------------------------------------
+    @staticmethod
+    def _workspace(principal: Principal, ws: UUID) -> None:
+        if principal.workspace_id != ws:
+            raise NotFound("workspace not found", details={"workspaceId": str(ws)})
+
+    @staticmethod
+    def _workspace_key_only(principal: Principal) -> None:
+        if principal.agent_id is not None:
+            raise NotFound("not found")
+
+    @staticmethod
+    def _own_agent(principal: Principal, agent_id: UUID) -> None:
+        if principal.agent_id is not None and principal.agent_id != agent_id:
+            raise NotFound("job agent not found", details={"jobAgentId": str(agent_id)})
+
+    async def _agent_or_404(self, ws: UUID, agent_id: UUID) -> JobAgent:
+        agent = await self.store.get_agent(ws, agent_id)
+        if agent is None:
+            raise NotFound("job agent not found", details={"jobAgentId": str(agent_id)})
+        return agent
+
+    # --- agents ------------------------------------------------------------------------------
+    async def upsert_agent(
+        self, principal: Principal, ws: UUID, agent_id: UUID, body: UpsertJobAgentRequest
+    ) -> AcceptedResponse:
+        self._workspace(principal, ws)
+        self._workspace_key_only(principal)
+        await self.store.upsert_agent(
+            ws, agent_id, body.name, body.type, body.config, body.metadata
+        )
+        return AcceptedResponse(id=agent_id, message="Job agent upserted")
+
+    async def list_agents(
+        self, principal: Principal, ws: UUID, limit: int, offset: int
+    ) -> tuple[list[JobAgent], int]:
+        self._workspace(principal, ws)
+        self._workspace_key_only(principal)
+        return await self.store.list_agents(ws, limit, offset)
+
+    async def get_agent(self, principal: Principal, ws: UUID, agent_id: UUID) -> JobAgent:
+        self._workspace(principal, ws)
+        self._own_agent(principal, agent_id)
+        return await self._agent_or_404(ws, agent_id)
+
+    async def delete_agent(
+        self, principal: Principal, ws: UUID, agent_id: UUID
+    ) -> AcceptedResponse:
+        self._workspace(principal, ws)
+        self._workspace_key_only(principal)
+        if not await self.store.delete_agent(ws, agent_id):
+            raise NotFound("job agent not found", details={"jobAgentId": str(agent_id)})
+        return AcceptedResponse(id=agent_id, message="Job agent deleted")
+
+    # --- jobs --------------------------------------------------------------------------------
+    async def list_agent_jobs(
+        self,
+        principal: Principal,
+        ws: UUID,
+        agent_id: UUID,
+        *,
+        statuses: list[JobStatus] | None,
+        include_dispatch_context: bool,
+        limit: int,
+        offset: int,
+    ) -> tuple[list[Job], int]:
+        self._workspace(principal, ws)
+        self._own_agent(principal, agent_id)
+        items, total = await self.store.list_jobs(
+            ws,
+            agent_id=agent_id,
+            statuses=statuses,
+            include_dispatch_context=include_dispatch_context,
+            limit=limit,
+            offset=offset,
+        )
+        if total == 0:
+            # Only an empty answer can hide an unknown agent; a hit proves it exists here.
+            await self._agent_or_404(ws, agent_id)
+        return items, total
+
+    async def list_jobs(
+        self,
+        principal: Principal,
+        ws: UUID,
+        *,
+        statuses: list[JobStatus] | None,
+        limit: int,
+        offset: int,
+    ) -> tuple[list[Job], int]:
+        self._workspace(principal, ws)
+        # An agent key sees the workspace list narrowed to its own agent's jobs.
+        return await self.store.list_jobs(
+            ws,
+            agent_id=principal.agent_id,
+            statuses=statuses,
+            include_dispatch_context=False,
+            limit=limit,
+            offset=offset,
+        )
+
+    async def get_job(self, principal: Principal, ws: UUID, job_id: UUID) -> Job:
+        self._workspace(principal, ws)
+        job = await self.store.get_job(ws, job_id, principal.agent_id)
+        if job is None:
+            raise NotFound("job not found", details={"jobId": str(job_id)})
+        return job
+
+    async def create_job(
+        self, principal: Principal, ws: UUID, agent_id: UUID, body: CreateJobRequest
+    ) -> Job:
+        self._workspace(principal, ws)
+        self._workspace_key_only(principal)
+        return await self.store.create_job(
+            ws, agent_id, body.job_agent_config, body.dispatch_context, body.metadata
+        )
+
+    async def list_attempts(self, principal: Principal, ws: UUID, job_id: UUID) -> list[JobAttempt]:
+        self._workspace(principal, ws)
+        return await self.store.list_attempts(ws, job_id, principal.agent_id)
+
+    # --- leases ------------------------------------------------------------------------------
+    async def _lease_for(
+        self, ws: UUID, agent_id: UUID, requested: int | None, *, claim_next: bool
+    ) -> int | None:
+        if requested is not None:
+            # The common path (the CLI always sends leaseSeconds): no agent lookup.
+            return resolve_lease(self.settings, requested, None, claim_next=claim_next)
+        agent = await self._agent_or_404(ws, agent_id)
+        return resolve_lease(self.settings, None, agent.config, claim_next=claim_next)
+
+    async def claim_job(
+        self,
+        principal: Principal,
+        ws: UUID,
+        agent_id: UUID,
+        job_id: UUID,
+        body: ClaimRequest | None,
+    ) -> ClaimedJob:
+        self._workspace(principal, ws)
+        self._own_agent(principal, agent_id)
+        requested = body.lease_seconds if body is not None else None
+        lease = await self._lease_for(ws, agent_id, requested, claim_next=False)
+        job = await self.store.claim_job(ws, agent_id, job_id, lease)
+        self.metrics.claims.labels("byId", "true" if lease else "false").inc()
+        return job
+
+    async def claim_next(
+        self, principal: Principal, ws: UUID, agent_id: UUID, body: ClaimNextRequest | None
+    ) -> ClaimedJob | None:
+        """The oldest queued job of the agent, waiting up to ``waitSeconds`` (capped by
+        ``max_wait_seconds``) for one to be queued; None → 204."""
+        self._workspace(principal, ws)
+        self._own_agent(principal, agent_id)
+        requested = body.lease_seconds if body is not None else None
+        wait = body.wait_seconds if body is not None and body.wait_seconds is not None else 0.0
+        wait = min(wait, self.settings.max_wait_seconds)
+        lease = await self._lease_for(ws, agent_id, requested, claim_next=True)
+        deadline = time.monotonic() + wait
+        checked_agent = requested is None  # _lease_for already proved the agent exists
+        while True:
+            job = await self.store.claim_next(ws, agent_id, lease)
+            if job is not None:
+                self.metrics.claims.labels("next", "true" if lease else "false").inc()
+                return job
+            if not checked_agent:
+                # An unknown agent must be a 404, not an endless 204.
+                await self._agent_or_404(ws, agent_id)
+                checked_agent = True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._stopping.is_set():
+                return None
+            await self._wait_for_job(agent_id, min(remaining, _WAIT_SLICE_SECONDS))
+
+    async def _wait_for_job(self, agent_id: UUID, timeout: float) -> None:
+        """Wait for a "job queued" signal, the timeout, or server shutdown, whichever first."""
+        self.metrics.long_polls.inc()
+        waiter = asyncio.ensure_future(self.store.wait_for_job(agent_id, timeout))
+        stopper = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait((waiter, stopper), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.metrics.long_polls.dec()
+            for task in (waiter, stopper):
+                if not task.done():
+                    task.cancel()
+            for task in (waiter, stopper):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is not None:
+                # A failing wait (database gone) must not become a busy loop of claims.
+                raise waiter.exception()  # type: ignore[misc]
+
+    async def heartbeat(
+        self, principal: Principal, ws: UUID, job_id: UUID, body: HeartbeatRequest | None
+    ) -> Heartbeat:
+        self._workspace(principal, ws)
+        claim_id = body.claim_id if body is not None else None
+        requested = body.lease_seconds if body is not None else None
+        # 0 or absent keeps the claim's current lease: a heartbeat cannot unlease a job.
+        lease = self.settings.clamp_lease(requested) if requested else None
+        try:
+            beat = await self.store.heartbeat(ws, job_id, claim_id, lease, principal.agent_id)
+        except (ClaimLost, ClaimMismatch) as exc:
+            self.metrics.lease_lost.labels(exc.code).inc()
+            raise
+        self.metrics.heartbeats.inc()
+        return beat
+
+    async def update_status(
+        self, principal: Principal, ws: UUID, job_id: UUID, body: UpdateJobStatusRequest
+    ) -> AcceptedResponse:
+        self._workspace(principal, ws)
+        try:
+            await self.store.update_status(
+                ws,
+                job_id,
+                body.status,
+                claim_id=body.claim_id,
+                message=body.message,
+                external_id=body.external_id,
+                metadata=body.metadata,
+                agent_scope=principal.agent_id,
+                require_claim_id=self.settings.require_claim_id,
+            )
+        except (ClaimLost, ClaimMismatch) as exc:
+            self.metrics.lease_lost.labels(exc.code).inc()
+            raise
+        return AcceptedResponse(id=job_id, message="Job status updated")
+
+    async def list_claims(
+        self,
+        principal: Principal,
+        ws: UUID,
+        *,
+        agent_id: UUID | None,
+        state: str,
+        limit: int,
+        offset: int,
+    ) -> tuple[list[JobClaim], int]:
+        self._workspace(principal, ws)
+        if principal.agent_id is not None:
+            if agent_id is not None and agent_id != principal.agent_id:
+                raise NotFound("job agent not found", details={"jobAgentId": str(agent_id)})
+            agent_id = principal.agent_id
+        return await self.store.list_claims(
+            ws, agent_id=agent_id, state=state, limit=limit, offset=offset
+        )

@@ -1,0 +1,132 @@
+"""Server settings: one pydantic-settings object, one ``JOBAGENTCTL_SERVER_*`` variable per flag.
+
+Flags of ``jobagentctl server start`` override the environment; the environment overrides the
+defaults below. The database URL is never logged with a password (see :func:`redact_url`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from jobagentctl.errors import ConfigError
+
+__all__ = [
+    "ENV_PREFIX",
+    "ServerSettings",
+    "check_database_url",
+    "default_database_url",
+    "redact_url",
+]
+
+ENV_PREFIX = "JOBAGENTCTL_SERVER_"
+MIB = 1024 * 1024
+
+
+def default_database_url() -> str:
+    """``sqlite:///$XDG_DATA_HOME/jobagentctl/jobagent.db`` (XDG default ``~/.local/share``)."""
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return f"sqlite:///{Path(data_home) / 'jobagentctl' / 'jobagent.db'}"
+
+
+def check_database_url(url: str) -> str:
+    """Reject a URL no store can open, early and with a message that names the accepted forms."""
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme == "sqlite":
+        if not url.startswith("sqlite://"):
+            raise ConfigError(
+                "bad database URL: SQLite URLs look like sqlite:///path/to/file.db",
+                details={"database": redact_url(url)},
+            )
+        return url
+    if scheme in ("postgresql", "postgres"):
+        if not urlsplit(url).hostname and "host=" not in url:
+            raise ConfigError(
+                "bad database URL: PostgreSQL URLs look like postgresql://user@host:5432/db",
+                details={"database": redact_url(url)},
+            )
+        return url
+    raise ConfigError(
+        "bad database URL: expected sqlite:///PATH or postgresql://user@host:port/db",
+        details={"database": redact_url(url)},
+    )
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ``***`` (safe for logs and error messages)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    netloc = f"{parts.username or ''}:***@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+class ServerSettings(BaseSettings):
+    """Every knob of the server. Lease times are seconds; the database clock applies them."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    database: str = Field(default_factory=default_database_url)
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    lease_seconds: int = Field(default=60, ge=1)
+    min_lease_seconds: int = Field(default=5, ge=1)
+    max_lease_seconds: int = Field(default=3600, ge=1)
+    reap_interval: float = Field(default=5.0, ge=0)
+    reap_batch_size: int = Field(default=500, ge=1, le=100_000)
+    max_reclaims: int = Field(default=0, ge=0)
+    require_claim_id: bool = False
+    max_wait_seconds: float = Field(default=30.0, ge=0)
+    max_body_bytes: int = Field(default=MIB, ge=1024)
+    # How long a verified API key is trusted without asking the database again: bounds how late
+    # a revocation (possibly done by another replica or by `server revoke-key`) takes effect.
+    key_cache_seconds: float = Field(default=2.0, ge=0)
+    # Seconds uvicorn waits for in-flight requests on SIGTERM before cancelling them.
+    shutdown_timeout: int = Field(default=30, ge=0)
+    log_level: str = "info"
+    access_log: bool = False
+
+    @field_validator("database")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        return value.strip()
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        value = value.strip().lower()
+        if value not in ("critical", "error", "warning", "info", "debug"):
+            raise ValueError("log_level must be one of critical, error, warning, info, debug")
+        return value
+
+    @model_validator(mode="after")
+    def _lease_bounds(self) -> ServerSettings:
+        if self.min_lease_seconds > self.max_lease_seconds:
+            raise ValueError("min_lease_seconds must not exceed max_lease_seconds")
+        return self
+
+    def clamp_lease(self, seconds: int) -> int:
+        """``seconds`` clamped into ``[min_lease_seconds, max_lease_seconds]``."""
+        return max(self.min_lease_seconds, min(self.max_lease_seconds, seconds))
+
+    @property
+    def default_lease(self) -> int:
+        """The server default lease, clamped into the bounds (a default outside them is moot)."""
+        return self.clamp_lease(self.lease_seconds)
+
+    def public_dict(self) -> dict[str, Any]:
+        """Settings safe to log: the database password is redacted."""
+        data = self.model_dump()
+        data["database"] = redact_url(self.database)
+        return data
