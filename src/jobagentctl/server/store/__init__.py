@@ -41,8 +41,9 @@ def open_store(database_url: str, **options: Any) -> Store:
 
         return SqliteStore(sqlite_path(database_url), **options)
     if scheme in ("postgresql", "postgres"):
-        # TEMPORARY: the PostgreSQL store lands in the next commit.
-        raise ConfigError("the PostgreSQL store is not available yet")
+        from jobagentctl.server.store.postgres import PostgresStore
+
+        return PostgresStore(database_url, **options)
     shown = f"{scheme}://…" if scheme else "a URL without a scheme"
     raise ConfigError(
         f"unsupported database URL ({shown}): use sqlite:///path or postgresql://user@host/db"

@@ -1,0 +1,386 @@
+-- Named statements of the PostgreSQL store. A block runs from its "-- name: x" line to the next.
+-- Every lease time is now(): the database clock, one value per statement (autocommit) or per
+-- transaction. Nullable parameters carry casts so PostgreSQL never has to guess their type.
+
+-- name: migrate_lock
+-- Replicas starting together migrate one after the other; the lock ends with the transaction.
+SELECT pg_advisory_xact_lock(7236501981004)
+
+-- name: migrations_table
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version     integer PRIMARY KEY,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+)
+
+-- name: applied_versions
+SELECT version FROM schema_migrations ORDER BY version
+
+-- name: record_migration
+INSERT INTO schema_migrations (version, applied_at) VALUES (%(version)s, now())
+
+-- name: listen
+LISTEN jobagentctl_job_queued
+
+-- name: ping
+SELECT 1 AS ok
+
+-- name: create_workspace
+INSERT INTO workspace (id, name, created_at) VALUES (%(id)s, %(name)s, now())
+
+-- name: workspace_exists
+SELECT 1 AS found FROM workspace WHERE id = %(id)s
+
+-- name: create_api_key
+INSERT INTO api_key (id, workspace_id, job_agent_id, prefix, secret_hash, created_at)
+SELECT %(id)s, w.id, %(job_agent_id)s::uuid, %(prefix)s, %(secret_hash)s, now()
+FROM workspace AS w
+WHERE w.id = %(workspace_id)s
+  AND (%(job_agent_id)s::uuid IS NULL OR EXISTS (
+        SELECT 1 FROM job_agent AS a
+        WHERE a.id = %(job_agent_id)s::uuid AND a.workspace_id = w.id))
+RETURNING id
+
+-- name: get_api_key
+SELECT id, workspace_id, job_agent_id, prefix, secret_hash, created_at, revoked_at
+FROM api_key
+WHERE prefix = %(prefix)s
+
+-- name: revoke_api_key
+UPDATE api_key SET revoked_at = now()
+WHERE id = %(id)s AND revoked_at IS NULL
+RETURNING id
+
+-- name: upsert_agent
+-- The WHERE of DO UPDATE keeps an id of another workspace untouched (no row comes back).
+INSERT INTO job_agent (id, workspace_id, name, type, config, metadata, created_at, updated_at)
+VALUES (%(id)s, %(workspace_id)s, %(name)s, %(type)s, %(config)s::jsonb,
+        COALESCE(%(metadata)s::jsonb, '{}'::jsonb), now(), now())
+ON CONFLICT (id) DO UPDATE
+SET name = excluded.name,
+    type = excluded.type,
+    config = excluded.config,
+    metadata = COALESCE(%(metadata)s::jsonb, job_agent.metadata),
+    updated_at = excluded.updated_at
+WHERE job_agent.workspace_id = excluded.workspace_id
+RETURNING *
+
+-- name: get_agent
+SELECT * FROM job_agent WHERE id = %(id)s AND workspace_id = %(workspace_id)s
+
+-- name: list_agents
+SELECT *, count(*) OVER () AS total
+FROM job_agent
+WHERE workspace_id = %(workspace_id)s
+ORDER BY created_at, id
+LIMIT %(limit)s OFFSET %(offset)s
+
+-- name: delete_agent
+DELETE FROM job_agent WHERE id = %(id)s AND workspace_id = %(workspace_id)s RETURNING id
+
+-- name: create_job
+-- Inserts and wakes the agent's long-polls on every replica (delivered at commit).
+WITH created AS (
+    INSERT INTO job (id, job_agent_id, status, job_agent_config, dispatch_context, metadata,
+                     created_at, updated_at)
+    SELECT gen_random_uuid(), a.id, 'queued', COALESCE(%(job_agent_config)s::jsonb, a.config),
+           %(dispatch_context)s::jsonb, %(metadata)s::jsonb, now(), now()
+    FROM job_agent AS a
+    WHERE a.id = %(agent_id)s AND a.workspace_id = %(workspace_id)s
+    RETURNING *
+),
+woken AS (
+    SELECT pg_notify('jobagentctl_job_queued', c.job_agent_id::text) FROM created AS c
+)
+SELECT c.*, (SELECT count(*) FROM woken) AS woken FROM created AS c
+
+-- name: get_job
+SELECT j.*
+FROM job AS j JOIN job_agent AS a ON a.id = j.job_agent_id
+WHERE j.id = %(job_id)s AND a.workspace_id = %(workspace_id)s
+  AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid)
+
+-- name: list_jobs
+SELECT j.*, count(*) OVER () AS total
+FROM job AS j JOIN job_agent AS a ON a.id = j.job_agent_id
+WHERE a.workspace_id = %(workspace_id)s
+  AND (%(agent_id)s::uuid IS NULL OR j.job_agent_id = %(agent_id)s::uuid)
+  AND (%(statuses)s::text[] IS NULL OR j.status = ANY (%(statuses)s::text[]))
+ORDER BY j.created_at DESC, j.id DESC
+LIMIT %(limit)s OFFSET %(offset)s
+
+-- name: job_claim_state
+-- The failure paths: does the job exist in scope, what is its status, who holds the claim.
+SELECT j.status, c.claim_id, c.attempt
+FROM job AS j
+JOIN job_agent AS a ON a.id = j.job_agent_id
+LEFT JOIN job_claim AS c ON c.job_id = j.id
+WHERE j.id = %(job_id)s AND a.workspace_id = %(workspace_id)s
+  AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid)
+
+-- name: queued_exists
+SELECT 1 AS found FROM job
+WHERE job_agent_id = %(agent_id)s AND status = 'queued'
+LIMIT 1
+
+-- name: claim_job
+-- One statement: flip the job (only if still queued), open the attempt, record the lease.
+-- A concurrent claimer waits on the row lock, then sees status <> 'queued' and gets no row.
+WITH claimed AS (
+    UPDATE job AS j
+    SET status = 'inProgress', started_at = now(), updated_at = now()
+    WHERE j.id = %(job_id)s AND j.job_agent_id = %(agent_id)s AND j.status = 'queued'
+      AND EXISTS (SELECT 1 FROM job_agent AS a
+                  WHERE a.id = %(agent_id)s AND a.workspace_id = %(workspace_id)s)
+    RETURNING j.*
+),
+attempt AS (
+    INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
+    SELECT c.id,
+           COALESCE((SELECT max(t.attempt) FROM job_attempt AS t WHERE t.job_id = c.id), 0) + 1,
+           CASE WHEN %(lease_seconds)s::integer IS NULL THEN NULL ELSE gen_random_uuid() END,
+           c.job_agent_id,
+           now()
+    FROM claimed AS c
+    RETURNING job_id, attempt, claim_id, claimed_at
+),
+lease AS (
+    INSERT INTO job_claim (job_id, job_agent_id, claimed_at, claim_expires_at, claim_id,
+                           lease_seconds, attempt)
+    SELECT t.job_id, c.job_agent_id, t.claimed_at,
+           t.claimed_at + make_interval(secs => %(lease_seconds)s::integer),
+           t.claim_id, %(lease_seconds)s::integer, t.attempt
+    FROM attempt AS t JOIN claimed AS c ON c.id = t.job_id
+    WHERE %(lease_seconds)s::integer IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+    SET job_agent_id = excluded.job_agent_id,
+        claimed_at = excluded.claimed_at,
+        claim_expires_at = excluded.claim_expires_at,
+        claim_id = excluded.claim_id,
+        lease_seconds = excluded.lease_seconds,
+        attempt = excluded.attempt
+    RETURNING job_id, claim_expires_at, lease_seconds
+)
+SELECT c.*, t.attempt, t.claim_id, t.claimed_at, l.claim_expires_at, l.lease_seconds
+FROM claimed AS c
+JOIN attempt AS t ON t.job_id = c.id
+LEFT JOIN lease AS l ON l.job_id = c.id
+
+-- name: claim_next
+-- As claim_job, for the agent's oldest queued job; SKIP LOCKED lets concurrent claimers take
+-- the next rows instead of queueing behind each other.
+WITH picked AS (
+    SELECT j.id
+    FROM job AS j
+    WHERE j.job_agent_id = %(agent_id)s AND j.status = 'queued'
+      AND EXISTS (SELECT 1 FROM job_agent AS a
+                  WHERE a.id = %(agent_id)s AND a.workspace_id = %(workspace_id)s)
+    ORDER BY j.created_at, j.id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE job AS j
+    SET status = 'inProgress', started_at = now(), updated_at = now()
+    FROM picked AS p
+    WHERE j.id = p.id
+    RETURNING j.*
+),
+attempt AS (
+    INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
+    SELECT c.id,
+           COALESCE((SELECT max(t.attempt) FROM job_attempt AS t WHERE t.job_id = c.id), 0) + 1,
+           CASE WHEN %(lease_seconds)s::integer IS NULL THEN NULL ELSE gen_random_uuid() END,
+           c.job_agent_id,
+           now()
+    FROM claimed AS c
+    RETURNING job_id, attempt, claim_id, claimed_at
+),
+lease AS (
+    INSERT INTO job_claim (job_id, job_agent_id, claimed_at, claim_expires_at, claim_id,
+                           lease_seconds, attempt)
+    SELECT t.job_id, c.job_agent_id, t.claimed_at,
+           t.claimed_at + make_interval(secs => %(lease_seconds)s::integer),
+           t.claim_id, %(lease_seconds)s::integer, t.attempt
+    FROM attempt AS t JOIN claimed AS c ON c.id = t.job_id
+    WHERE %(lease_seconds)s::integer IS NOT NULL
+    ON CONFLICT (job_id) DO UPDATE
+    SET job_agent_id = excluded.job_agent_id,
+        claimed_at = excluded.claimed_at,
+        claim_expires_at = excluded.claim_expires_at,
+        claim_id = excluded.claim_id,
+        lease_seconds = excluded.lease_seconds,
+        attempt = excluded.attempt
+    RETURNING job_id, claim_expires_at, lease_seconds
+)
+SELECT c.*, t.attempt, t.claim_id, t.claimed_at, l.claim_expires_at, l.lease_seconds
+FROM claimed AS c
+JOIN attempt AS t ON t.job_id = c.id
+LEFT JOIN lease AS l ON l.job_id = c.id
+
+-- name: heartbeat
+-- Touches job_claim only (an unindexed column: a HOT update); revives an expired row that the
+-- reaper has not taken yet.
+UPDATE job_claim AS c
+SET lease_seconds = COALESCE(%(lease_seconds)s::integer, c.lease_seconds),
+    claim_expires_at = now()
+        + make_interval(secs => COALESCE(%(lease_seconds)s::integer, c.lease_seconds))
+WHERE c.job_id = %(job_id)s
+  AND (%(claim_id)s::uuid IS NULL OR c.claim_id = %(claim_id)s::uuid)
+  AND (%(agent_scope)s::uuid IS NULL OR c.job_agent_id = %(agent_scope)s::uuid)
+  AND EXISTS (SELECT 1 FROM job_agent AS a
+              WHERE a.id = c.job_agent_id AND a.workspace_id = %(workspace_id)s)
+RETURNING c.job_id, c.claim_id, c.attempt, c.lease_seconds, c.claim_expires_at
+
+-- name: lock_job
+-- update_status locks the job row first, in its own statement, so that status_context (a new
+-- snapshot) reads the claim row as it is now: every writer of job_claim rows holds this lock.
+SELECT j.id FROM job AS j WHERE j.id = %(job_id)s FOR UPDATE
+
+-- name: status_context
+SELECT j.*,
+       c.claim_id AS current_claim_id,
+       c.attempt AS current_attempt,
+       (SELECT t.outcome FROM job_attempt AS t
+        WHERE t.job_id = j.id AND t.claim_id = %(claim_id)s::uuid) AS given_claim_outcome
+FROM job AS j
+JOIN job_agent AS a ON a.id = j.job_agent_id
+LEFT JOIN job_claim AS c ON c.job_id = j.id
+WHERE j.id = %(job_id)s AND a.workspace_id = %(workspace_id)s
+  AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid)
+
+-- name: apply_status
+-- Write the status; away from inProgress also end the lease and the attempt; wake long-polls
+-- when the job is queued again.
+WITH updated AS (
+    UPDATE job AS j
+    SET status = %(status)s::text,
+        updated_at = now(),
+        message = COALESCE(%(message)s::text, j.message),
+        external_id = COALESCE(%(external_id)s::text, j.external_id),
+        metadata = j.metadata || COALESCE(%(metadata)s::jsonb, '{}'::jsonb),
+        started_at = CASE WHEN %(status)s::text = 'inProgress' AND j.status <> 'inProgress'
+                          THEN now() ELSE j.started_at END,
+        completed_at = CASE WHEN %(terminal)s::boolean THEN now() ELSE j.completed_at END
+    WHERE j.id = %(job_id)s
+    RETURNING j.*
+),
+released AS (
+    DELETE FROM job_claim AS c
+    WHERE c.job_id = %(job_id)s AND %(status)s::text <> 'inProgress'
+    RETURNING c.job_id
+),
+closed AS (
+    UPDATE job_attempt AS t
+    SET ended_at = now(), outcome = %(outcome)s::text
+    WHERE t.job_id = %(job_id)s AND t.ended_at IS NULL AND %(status)s::text <> 'inProgress'
+    RETURNING t.attempt
+),
+woken AS (
+    SELECT pg_notify('jobagentctl_job_queued', u.job_agent_id::text)
+    FROM updated AS u
+    WHERE u.status = 'queued'
+)
+SELECT u.*, (SELECT count(*) FROM woken) AS woken FROM updated AS u
+
+-- name: reap
+-- One batch in one statement. The expired claims AND their jobs are locked with SKIP LOCKED:
+-- concurrent reapers split the rows instead of reaping one twice, and a row whose job is held
+-- by an update_status (which locks job, then claim) is left for the next pass instead of
+-- deadlocking. The N-th expiry with N >= max_reclaims fails the job instead of requeueing it.
+WITH expired AS (
+    SELECT c.job_id
+    FROM job_claim AS c
+    JOIN job AS j ON j.id = c.job_id
+    WHERE c.claim_expires_at < now()
+    LIMIT %(batch_size)s
+    FOR UPDATE OF c, j SKIP LOCKED
+),
+deleted AS (
+    DELETE FROM job_claim AS c
+    USING expired AS e
+    WHERE c.job_id = e.job_id
+    RETURNING c.job_id, c.attempt, c.job_agent_id
+),
+attempts AS (
+    UPDATE job_attempt AS t
+    SET outcome = 'expired', ended_at = now()
+    FROM deleted AS d
+    WHERE t.job_id = d.job_id AND t.attempt = d.attempt
+    RETURNING t.job_id
+),
+counted AS (
+    -- The statement's snapshot does not see the attempt closed above: count it by hand.
+    SELECT d.job_id,
+           1 + (SELECT count(*) FROM job_attempt AS t
+                WHERE t.job_id = d.job_id AND t.outcome = 'expired') AS expiries
+    FROM deleted AS d
+),
+flipped AS (
+    UPDATE job AS j
+    SET status = CASE WHEN %(max_reclaims)s::integer > 0 AND n.expiries >= %(max_reclaims)s::integer
+                      THEN 'failure' ELSE 'queued' END,
+        message = CASE WHEN %(max_reclaims)s::integer > 0 AND n.expiries >= %(max_reclaims)s::integer
+                       THEN 'lease expired ' || n.expiries || ' times' ELSE j.message END,
+        completed_at = CASE WHEN %(max_reclaims)s::integer > 0
+                                 AND n.expiries >= %(max_reclaims)s::integer
+                            THEN now() ELSE j.completed_at END,
+        updated_at = now()
+    FROM counted AS n
+    WHERE j.id = n.job_id AND j.status = 'inProgress'
+    RETURNING j.id, j.status, j.job_agent_id
+),
+woken AS (
+    SELECT pg_notify('jobagentctl_job_queued', q.job_agent_id::text)
+    FROM (SELECT DISTINCT f.job_agent_id FROM flipped AS f WHERE f.status = 'queued') AS q
+)
+SELECT (SELECT count(*) FROM deleted) AS reaped,
+       (SELECT count(*) FROM attempts) AS closed,
+       (SELECT count(*) FROM flipped WHERE status = 'queued') AS requeued,
+       (SELECT count(*) FROM flipped WHERE status = 'failure') AS failed,
+       (SELECT count(*) FROM woken) AS woken
+
+-- name: list_claims
+-- inProgress jobs with their claim row (active/expired) or without one (unleased).
+SELECT *, count(*) OVER () AS total
+FROM (
+    SELECT j.id AS job_id,
+           j.job_agent_id,
+           c.claim_id,
+           COALESCE(c.attempt, t.attempt) AS attempt,
+           COALESCE(c.claimed_at, t.claimed_at, j.started_at) AS claimed_at,
+           c.claim_expires_at,
+           c.lease_seconds,
+           CASE WHEN c.job_id IS NULL THEN 'unleased'
+                WHEN c.claim_expires_at < now() THEN 'expired'
+                ELSE 'active' END AS state
+    FROM job AS j
+    JOIN job_agent AS a ON a.id = j.job_agent_id
+    LEFT JOIN job_claim AS c ON c.job_id = j.id
+    LEFT JOIN job_attempt AS t ON t.job_id = j.id AND t.ended_at IS NULL
+    WHERE j.status = 'inProgress'
+      AND a.workspace_id = %(workspace_id)s
+      AND (%(agent_id)s::uuid IS NULL OR j.job_agent_id = %(agent_id)s::uuid)
+) AS claims
+WHERE %(state)s::text = 'all' OR state = %(state)s::text
+ORDER BY claimed_at, job_id
+LIMIT %(limit)s OFFSET %(offset)s
+
+-- name: list_attempts
+-- One row with NULL attempt when the job exists but was never claimed; none when unknown.
+SELECT t.attempt, t.claim_id, t.job_agent_id, t.claimed_at, t.ended_at, t.outcome
+FROM job AS j
+JOIN job_agent AS a ON a.id = j.job_agent_id
+LEFT JOIN job_attempt AS t ON t.job_id = j.id
+WHERE j.id = %(job_id)s AND a.workspace_id = %(workspace_id)s
+  AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid)
+ORDER BY t.attempt
+
+-- name: claim_stats
+SELECT
+    (SELECT count(*) FROM job_claim WHERE claim_expires_at >= now()) AS active,
+    (SELECT count(*) FROM job_claim WHERE claim_expires_at < now()) AS expired,
+    (SELECT count(*) FROM job AS j
+     WHERE j.status = 'inProgress'
+       AND NOT EXISTS (SELECT 1 FROM job_claim AS c WHERE c.job_id = j.id)) AS unleased,
+    COALESCE((SELECT extract(epoch FROM now() - min(claimed_at)) FROM job_claim), 0)
+        AS oldest_age_seconds
