@@ -1,1 +1,37 @@
-"""supervisor package."""
+"""The supervisor behind `jobagentctl run -- CMD`: claim, heartbeat, child process, report.
+
+Imports only the standard library, :mod:`jobagentctl.models` and :mod:`jobagentctl.errors`.
+"""
+
+from __future__ import annotations
+
+from jobagentctl.supervisor.options import (
+    EXIT_CANCELLED,
+    EXIT_FAILED,
+    EXIT_LEASE_LOST,
+    EXIT_NO_JOB,
+    EXIT_NOT_EXECUTABLE,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_TIMEOUT,
+    RunOptions,
+)
+from jobagentctl.supervisor.protocol import SupervisorClient
+from jobagentctl.supervisor.record import JobRecord
+from jobagentctl.supervisor.runner import Log, Supervisor
+
+__all__ = [
+    "EXIT_CANCELLED",
+    "EXIT_FAILED",
+    "EXIT_LEASE_LOST",
+    "EXIT_NOT_EXECUTABLE",
+    "EXIT_NOT_FOUND",
+    "EXIT_NO_JOB",
+    "EXIT_OK",
+    "EXIT_TIMEOUT",
+    "JobRecord",
+    "Log",
+    "RunOptions",
+    "Supervisor",
+    "SupervisorClient",
+]

@@ -1,0 +1,65 @@
+"""The seam between the supervisor and the API: the client methods `run` uses, as a Protocol.
+
+The real :class:`jobagentctl.client.Client` satisfies it; unit tests inject a fake.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+from uuid import UUID
+
+from jobagentctl.errors import JobAgentError, ServerError, ServerUnavailable
+from jobagentctl.models import ClaimedJob, Heartbeat, JobStatus
+
+__all__ = ["SupervisorClient", "is_transient"]
+
+
+class SupervisorClient(Protocol):
+    """What the supervisor asks of the API. Return values it does not read are ``object``."""
+
+    def claim_job(self, agent_id: UUID, job_id: UUID, *, lease_seconds: int | None) -> ClaimedJob:
+        """Claim one job by id; ``NotClaimable`` when it is not queued."""
+        ...
+
+    def claim_next(
+        self, agent_id: UUID, *, lease_seconds: int | None, wait_seconds: float | None
+    ) -> ClaimedJob:
+        """Claim the oldest queued job, long-polling; ``NoJob`` when none came."""
+        ...
+
+    def heartbeat(
+        self, job_id: UUID, *, claim_id: UUID | None, lease_seconds: int | None = None
+    ) -> Heartbeat:
+        """Extend the lease; ``ClaimLost``/``ClaimMismatch`` when it is no longer ours."""
+        ...
+
+    def update_status(
+        self,
+        job_id: UUID,
+        status: JobStatus,
+        *,
+        claim_id: UUID | None = None,
+        message: str | None = None,
+    ) -> object:
+        """Report a status (the terminal one, at the end of a run)."""
+        ...
+
+    def release(self, job_id: UUID, *, claim_id: UUID | None) -> object:
+        """Give the job back to the queue (status ``queued``)."""
+        ...
+
+    def close(self) -> None:
+        """Free the connections."""
+        ...
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc`` is worth retrying: connect errors, timeouts, 408, 429, 5xx.
+
+    The client maps connect errors, timeouts, 408, 429 and 502–504 to ``ServerUnavailable``
+    and other 5xx to ``ServerError``; the status check keeps 408/429 transient even if that
+    mapping moves. Malformed responses (``ProtocolError``) are not retried: they do not heal.
+    """
+    if isinstance(exc, ServerUnavailable | ServerError):
+        return True
+    return isinstance(exc, JobAgentError) and exc.status in (408, 429)

@@ -1,0 +1,82 @@
+"""The per-job record `run --report PATH` writes: one JSON object per job, one line each.
+
+Field names are camelCase like the rest of the wire; timestamps are RFC 3339 UTC.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from uuid import UUID
+
+__all__ = ["JobRecord", "utc_now", "write_record"]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _rfc3339(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class JobRecord:
+    """What happened to one claimed job.
+
+    ``status`` is the job status this run left the job in, as far as it knows: the terminal
+    status it reported, ``queued`` after a release, ``cancelled``, or None when the lease was
+    lost or the report failed. ``exitCode`` is the child's exit status (None when a signal
+    killed it, 126/127 when it could not start); ``signal`` the number of the signal that
+    killed it; ``reason`` why the run stopped it (``lease_lost``, ``cancelled``, ``timeout``,
+    ``interrupted``) or None when it ended on its own.
+    """
+
+    job_id: UUID
+    claim_id: UUID | None
+    attempt: int | None
+    started_at: datetime
+    status: str | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str | None = None
+    finished_at: datetime | None = None
+    duration_seconds: float = 0.0
+    heartbeats: int = 0
+    heartbeat_failures: int = 0
+    reported: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "jobId": str(self.job_id),
+                "claimId": str(self.claim_id) if self.claim_id else None,
+                "attempt": self.attempt,
+                "status": self.status,
+                "exitCode": self.exit_code,
+                "signal": self.signal,
+                "reason": self.reason,
+                "startedAt": _rfc3339(self.started_at),
+                "finishedAt": _rfc3339(self.finished_at),
+                "durationSeconds": round(self.duration_seconds, 3),
+                "heartbeats": self.heartbeats,
+                "heartbeatFailures": self.heartbeat_failures,
+                "reported": self.reported,
+            }
+        )
+
+
+def write_record(path: Path, record: JobRecord, *, append: bool) -> None:
+    """Write ``record`` as one line; ``append`` adds to the file (``--loop``)."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+    # One write() of a whole line, so concurrent appenders never interleave inside a record.
+    fd = os.open(path, flags, 0o644)
+    try:
+        os.write(fd, (record.to_json() + "\n").encode())
+    finally:
+        os.close(fd)
