@@ -587,6 +587,8 @@ class _Watch:
                 # A background process may hold the pipes: wait at most --grace for EOF.
                 self.kill_at = now + self.opts.grace
             self._check_deadlines(now, exited)
+            if exited and not self._pipes_open():
+                return  # the pipes were just abandoned
             wake = now + TICK_SECONDS
             if not exited and self.kill_at is None:
                 wake = min(wake, self.timeout_at)

@@ -66,8 +66,11 @@ class OutputTail:
             return
         size = len(piece.encode("utf-8", errors="surrogatepass"))
         if size > self.limit:
+            # The new output alone fills the tail: everything older goes.
             piece = truncate_utf8(piece, self.limit)
             size = len(piece.encode("utf-8", errors="surrogatepass"))
+            self._pieces.clear()
+            self._size = 0
         self._pieces.append((piece, size))
         self._size += size
         while self._size > self.limit:

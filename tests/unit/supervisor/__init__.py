@@ -1,0 +1,1 @@
+"""Unit tests of the run supervisor (fake API client, real child processes)."""

@@ -1,0 +1,124 @@
+"""A scripted, thread-safe stand-in for the API client the supervisor uses."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from jobagentctl.errors import NoJob
+from jobagentctl.models import ClaimedJob, Heartbeat, JobStatus
+
+__all__ = ["Call", "FakeClient", "claimed_job"]
+
+
+def claimed_job(
+    *, lease_seconds: int | None = 60, attempt: int = 1, leased: bool = True
+) -> ClaimedJob:
+    now = datetime.now(UTC)
+    return ClaimedJob(
+        id=uuid.uuid4(),
+        job_agent_id=uuid.uuid4(),
+        status=JobStatus.IN_PROGRESS,
+        created_at=now,
+        updated_at=now,
+        job_agent_config={"script": "demo"},
+        claim_id=uuid.uuid4() if leased else None,
+        lease_seconds=lease_seconds if leased else None,
+        claimed_at=now,
+        attempt=attempt,
+    )
+
+
+@dataclass
+class Call:
+    name: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+@dataclass
+class FakeClient:
+    """Queued jobs are handed out by ``claim_next``; other answers come from hooks.
+
+    A hook (``on_heartbeat``, ``on_update_status``, …) returns a value or raises; by default
+    heartbeats and status updates succeed.
+    """
+
+    jobs: list[ClaimedJob] = field(default_factory=list)
+    on_claim: Callable[[], ClaimedJob] | None = None
+    on_heartbeat: Callable[[int], None] | None = None
+    on_update_status: Callable[[int], None] | None = None
+    on_release: Callable[[int], None] | None = None
+    calls: list[Call] = field(default_factory=list)
+    closed: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _record(self, name: str, *args: Any, **kwargs: Any) -> int:
+        with self._lock:
+            self.calls.append(Call(name, args, kwargs))
+            return sum(1 for call in self.calls if call.name == name)
+
+    def named(self, name: str) -> list[Call]:
+        with self._lock:
+            return [call for call in self.calls if call.name == name]
+
+    def claim_next(
+        self, agent_id: UUID, *, lease_seconds: int | None, wait_seconds: float | None
+    ) -> ClaimedJob:
+        self._record("claim_next", agent_id, lease_seconds=lease_seconds, wait=wait_seconds)
+        if self.on_claim is not None:
+            return self.on_claim()
+        with self._lock:
+            if self.jobs:
+                return self.jobs.pop(0)
+        raise NoJob("no job queued for this agent", status=204)
+
+    def claim_job(self, agent_id: UUID, job_id: UUID, *, lease_seconds: int | None) -> ClaimedJob:
+        self._record("claim_job", agent_id, job_id, lease_seconds=lease_seconds)
+        if self.on_claim is not None:
+            return self.on_claim()
+        with self._lock:
+            return self.jobs.pop(0)
+
+    def heartbeat(
+        self, job_id: UUID, *, claim_id: UUID | None, lease_seconds: int | None = None
+    ) -> Heartbeat:
+        n = self._record("heartbeat", job_id, claim_id=claim_id)
+        if self.on_heartbeat is not None:
+            self.on_heartbeat(n)
+        lease = 3
+        return Heartbeat(
+            job_id=job_id,
+            claim_id=claim_id or uuid.uuid4(),
+            attempt=1,
+            lease_seconds=lease,
+            claim_expires_at=datetime.now(UTC) + timedelta(seconds=lease),
+        )
+
+    def update_status(
+        self,
+        job_id: UUID,
+        status: JobStatus,
+        *,
+        claim_id: UUID | None = None,
+        message: str | None = None,
+    ) -> object:
+        n = self._record("update_status", job_id, status, claim_id=claim_id, message=message)
+        if self.on_update_status is not None:
+            self.on_update_status(n)
+        return {"id": str(job_id), "message": "ok"}
+
+    def release(self, job_id: UUID, *, claim_id: UUID | None) -> object:
+        n = self._record("release", job_id, claim_id=claim_id)
+        if self.on_release is not None:
+            self.on_release(n)
+        return {"id": str(job_id), "message": "ok"}
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed += 1
