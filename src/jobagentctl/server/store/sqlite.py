@@ -585,6 +585,7 @@ class SqliteStore:
                 updated: Row = conn.execute(Q["apply_status"], apply).fetchone()
                 if status != JobStatus.IN_PROGRESS:
                     # Any status away from inProgress ends the lease and the attempt.
+                    apply["now"] = updated["updated_at"]
                     conn.execute(Q["apply_status_release_claim"], apply)
                     conn.execute(Q["apply_status_close_attempt"], apply)
                 return updated
@@ -604,6 +605,7 @@ class SqliteStore:
                 step = {
                     "expired": json.dumps([[r["job_id"], r["attempt"]] for r in expired]),
                     "max_reclaims": max_reclaims,
+                    "now": expired[0]["now"],
                 }
                 conn.execute(Q["reap_close_attempts"], step)
                 flipped: list[Row] = conn.execute(Q["reap_flip_jobs"], step).fetchall()

@@ -200,8 +200,9 @@ RETURNING *
 DELETE FROM job_claim WHERE job_id = :job_id
 
 -- name: apply_status_close_attempt
+-- :now is the updated_at apply_status just wrote, so the job and its attempt agree to the ms.
 UPDATE job_attempt
-SET ended_at = (julianday('now') - 2440587.5) * 86400.0, outcome = :outcome
+SET ended_at = :now, outcome = :outcome
 WHERE job_id = :job_id AND ended_at IS NULL
 
 -- name: reap
@@ -211,11 +212,12 @@ DELETE FROM job_claim
 WHERE job_id IN (SELECT c.job_id FROM job_claim AS c
                  WHERE c.claim_expires_at < (julianday('now') - 2440587.5) * 86400.0
                  LIMIT :batch_size)
-RETURNING job_id, attempt, job_agent_id
+RETURNING job_id, attempt, job_agent_id, (julianday('now') - 2440587.5) * 86400.0 AS now
 
 -- name: reap_close_attempts
+-- :now is the batch's clock reading from the step above (one time per batch, as on PostgreSQL).
 UPDATE job_attempt
-SET outcome = 'expired', ended_at = (julianday('now') - 2440587.5) * 86400.0
+SET outcome = 'expired', ended_at = :now
 WHERE (job_id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
                             FROM json_each(:expired))
 
@@ -225,9 +227,8 @@ UPDATE job
 SET status = CASE WHEN x.give_up THEN 'failure' ELSE 'queued' END,
     message = CASE WHEN x.give_up THEN 'lease expired ' || x.expiries || ' times'
                    ELSE job.message END,
-    completed_at = CASE WHEN x.give_up THEN (julianday('now') - 2440587.5) * 86400.0
-                        ELSE job.completed_at END,
-    updated_at = (julianday('now') - 2440587.5) * 86400.0
+    completed_at = CASE WHEN x.give_up THEN :now ELSE job.completed_at END,
+    updated_at = :now
 FROM (SELECT t.job_id,
              COUNT(*) AS expiries,
              :max_reclaims > 0 AND COUNT(*) >= :max_reclaims AS give_up

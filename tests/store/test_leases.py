@@ -1,0 +1,469 @@
+"""Lease semantics of SPEC §3 on both databases: claim, heartbeat, fencing, cancel, release,
+reap, inspect-claims and the attempt trail."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from uuid import uuid4
+
+import pytest
+
+from jobagentctl.errors import (
+    ClaimLost,
+    ClaimMismatch,
+    JobTerminal,
+    NotClaimable,
+    NotFound,
+    ValidationError,
+)
+from jobagentctl.models import ClaimedJob, Job, JobStatus
+from tests.fixtures.databases import expire_claims, sql
+from tests.store.conftest import Env
+
+pytestmark = pytest.mark.anyio
+
+
+async def _status(env: Env, job: Job, status: JobStatus, **kw: object) -> Job:
+    args: dict[str, object] = {
+        "claim_id": None,
+        "message": None,
+        "external_id": None,
+        "metadata": None,
+    }
+    args.update(kw)
+    return await env.store.update_status(env.ws, job.id, status, **args)  # type: ignore[arg-type]
+
+
+def _claim_rows(env: Env) -> int:
+    return int(sql(env.url, "SELECT count(*) FROM job_claim")[0][0])
+
+
+# --- claim -------------------------------------------------------------------------------------
+
+
+async def test_claim_flips_to_in_progress_with_lease_and_attempt(env: Env) -> None:
+    job = await env.job()
+    claimed = await env.store.claim_job(env.ws, env.agent, job.id, 30)
+    assert isinstance(claimed, ClaimedJob)
+    assert claimed.id == job.id and claimed.status == JobStatus.IN_PROGRESS
+    assert claimed.started_at is not None and claimed.claimed_at == claimed.started_at
+    assert claimed.attempt == 1 and claimed.lease_seconds == 30 and claimed.claim_id is not None
+    assert claimed.claim_expires_at == claimed.claimed_at + timedelta(seconds=30)
+    assert claimed.dispatch_context == {}
+
+    attempts = await env.store.list_attempts(env.ws, job.id)
+    assert len(attempts) == 1
+    first = attempts[0]
+    assert (first.attempt, first.claim_id, first.outcome, first.ended_at) == (
+        1,
+        claimed.claim_id,
+        None,
+        None,
+    )
+    assert first.job_agent_id == env.agent and first.claimed_at == claimed.claimed_at
+    stored = await env.store.get_job(env.ws, job.id)
+    assert stored is not None and stored.status == JobStatus.IN_PROGRESS
+
+    with pytest.raises(NotClaimable) as again:
+        await env.store.claim_job(env.ws, env.agent, job.id, 30)
+    assert again.value.details == {"jobStatus": "inProgress"}
+
+
+async def test_claim_of_unknown_or_foreign_jobs_is_not_found(env: Env) -> None:
+    job = await env.job()
+    with pytest.raises(NotFound):
+        await env.store.claim_job(env.ws, env.agent, uuid4(), 30)
+    with pytest.raises(NotFound):  # another agent's job
+        await env.store.claim_job(env.ws, env.other_agent, job.id, 30)
+    with pytest.raises(NotFound):  # another workspace
+        await env.store.claim_job(await env.store.create_workspace("o"), env.agent, job.id, 30)
+    with pytest.raises(ValidationError):
+        await env.store.claim_job(env.ws, env.agent, job.id, 0)
+    stored = await env.store.get_job(env.ws, job.id)
+    assert stored is not None and stored.status == JobStatus.QUEUED
+
+
+async def test_unleased_claim_records_no_claim_row_but_an_attempt(env: Env) -> None:
+    job = await env.job()
+    claimed = await env.store.claim_job(env.ws, env.agent, job.id, None)
+    assert claimed.claim_id is None and claimed.lease_seconds is None
+    assert claimed.claim_expires_at is None
+    assert claimed.attempt == 1 and claimed.claimed_at is not None
+    assert _claim_rows(env) == 0
+    attempts = await env.store.list_attempts(env.ws, job.id)
+    assert [(a.attempt, a.claim_id) for a in attempts] == [(1, None)]
+    with pytest.raises(ClaimLost) as lost:  # nothing to heartbeat
+        await env.store.heartbeat(env.ws, job.id, None, None)
+    assert lost.value.details == {"jobStatus": "inProgress"}
+    done = await _status(env, job, JobStatus.SUCCESSFUL)
+    assert done.status == JobStatus.SUCCESSFUL
+    assert (await env.store.list_attempts(env.ws, job.id))[0].outcome == "completed"
+
+
+async def test_claim_next_takes_the_oldest_queued_job_of_the_agent(env: Env) -> None:
+    await env.job(agent=env.other_agent)
+    jobs = [await env.job() for _ in range(5)]
+    await env.store.claim_job(env.ws, env.agent, jobs[0].id, None)
+    got = [await env.store.claim_next(env.ws, env.agent, 60) for _ in range(4)]
+    assert [c.id for c in got if c is not None] == [j.id for j in jobs[1:]]
+    assert all(c is not None and c.lease_seconds == 60 and c.attempt == 1 for c in got)
+    assert await env.store.claim_next(env.ws, env.agent, 60) is None
+    # Another workspace sees nothing of this agent.
+    other_ws = await env.store.create_workspace("o")
+    assert await env.store.claim_next(other_ws, env.other_agent, 5) is None
+
+
+async def test_claim_next_unleased(env: Env) -> None:
+    job = await env.job()
+    claimed = await env.store.claim_next(env.ws, env.agent, None)
+    assert claimed is not None and claimed.id == job.id
+    assert claimed.claim_id is None and claimed.claim_expires_at is None and claimed.attempt == 1
+
+
+# --- heartbeat ---------------------------------------------------------------------------------
+
+
+async def test_heartbeat_extends_the_claim_only(env: Env) -> None:
+    job = await env.job()
+    claimed = await env.store.claim_job(env.ws, env.agent, job.id, 30)
+    assert claimed.claim_expires_at is not None
+    beat = await env.store.heartbeat(env.ws, job.id, claimed.claim_id, 120, agent_scope=env.agent)
+    assert (beat.job_id, beat.claim_id, beat.attempt, beat.lease_seconds) == (
+        job.id,
+        claimed.claim_id,
+        1,
+        120,
+    )
+    assert beat.claim_expires_at > claimed.claim_expires_at
+    # No claim_id and no new lease: keeps the lease length.
+    again = await env.store.heartbeat(env.ws, job.id, None, None)
+    assert again.lease_seconds == 120 and again.claim_expires_at >= beat.claim_expires_at
+    # Write locality: the job row is untouched by heartbeats.
+    stored = await env.store.get_job(env.ws, job.id)
+    assert stored is not None and stored.updated_at == claimed.updated_at
+
+
+async def test_heartbeat_revives_an_expired_claim_not_yet_reaped(env: Env) -> None:
+    job = await env.job()
+    claimed = await env.store.claim_job(env.ws, env.agent, job.id, 30)
+    assert expire_claims(env.url, [job.id]) == 1
+    claims, _ = await env.store.list_claims(
+        env.ws, agent_id=None, state="expired", limit=10, offset=0
+    )
+    assert [c.job_id for c in claims] == [job.id]
+    beat = await env.store.heartbeat(env.ws, job.id, claimed.claim_id, None)
+    assert beat.attempt == 1
+    active, _ = await env.store.list_claims(
+        env.ws, agent_id=None, state="active", limit=10, offset=0
+    )
+    assert [c.job_id for c in active] == [job.id]
+    assert await env.store.reap(500, 0) == (await env.store.reap(500, 0))  # nothing to reap
+    assert (await env.store.reap(500, 0)).total == 0
+
+
+async def test_heartbeat_errors_carry_details(env: Env) -> None:
+    job = await env.job()
+    claimed = await env.store.claim_job(env.ws, env.agent, job.id, 30)
+    with pytest.raises(ClaimMismatch) as mismatch:
+        await env.store.heartbeat(env.ws, job.id, uuid4(), None)
+    assert mismatch.value.details == {"jobStatus": "inProgress", "attempt": 1}
+    with pytest.raises(NotFound):
+        await env.store.heartbeat(env.ws, uuid4(), None, None)
+    with pytest.raises(NotFound):
+        await env.store.heartbeat(env.ws, job.id, claimed.claim_id, None, env.other_agent)
+    with pytest.raises(NotFound):
+        await env.store.heartbeat(await env.store.create_workspace("o"), job.id, None, None)
+    with pytest.raises(ValidationError):
+        await env.store.heartbeat(env.ws, job.id, claimed.claim_id, 0)
+
+    await _status(env, job, JobStatus.SUCCESSFUL, claim_id=claimed.claim_id)
+    with pytest.raises(ClaimLost) as lost:
+        await env.store.heartbeat(env.ws, job.id, claimed.claim_id, None)
+    assert lost.value.details == {"jobStatus": "successful"}
+    assert lost.value.job_status == "successful"
+
+
+# --- status updates and fencing ----------------------------------------------------------------
+
+
+async def test_complete_with_claim_id_and_idempotent_repeat(env: Env) -> None:
+    job = await env.job(metadata={"keep": 1, "over": 1})
+    claimed = await env.store.claim_job(env.ws, env.agent, job.id, 30)
+    done = await _status(
+        env,
+        job,
+        JobStatus.SUCCESSFUL,
+        claim_id=claimed.claim_id,
+        message="ok",
+        external_id="run-7",
+        metadata={"over": 2, "new": {"a": 1}},
+        agent_scope=env.agent,
+        require_claim_id=True,
+    )
+    assert done.status == JobStatus.SUCCESSFUL and done.message == "ok"
+    assert done.external_id == "run-7"
+    assert done.metadata == {"keep": 1, "over": 2, "new": {"a": 1}}
+    assert done.completed_at is not None and done.completed_at >= done.started_at  # type: ignore[operator]
+    assert _claim_rows(env) == 0
+    attempt = (await env.store.list_attempts(env.ws, job.id))[0]
+    assert attempt.outcome == "completed" and attempt.ended_at == done.completed_at
+
+    # A retried complete (same claim, same status) is a success that changes nothing.
+    repeat = await _status(
+        env, job, JobStatus.SUCCESSFUL, claim_id=claimed.claim_id, message="retry"
+    )
+    assert repeat == done
+    with pytest.raises(ClaimLost) as lost:
+        await _status(env, job, JobStatus.FAILURE, claim_id=claimed.claim_id)
+    assert lost.value.details == {"jobStatus": "successful"}
+    # Without a claim id: same terminal status is fine, another one is refused.
+    assert (await _status(env, job, JobStatus.SUCCESSFUL)).status == JobStatus.SUCCESSFUL
+    with pytest.raises(JobTerminal):
+        await _status(env, job, JobStatus.QUEUED)
+    stored = await env.store.get_job(env.ws, job.id)
+    assert stored == done
+
+
+async def test_wrong_claim_id_changes_nothing(env: Env) -> None:
+    job = await env.job()
+    claimed = await env.store.claim_job(env.ws, env.agent, job.id, 30)
+    with pytest.raises(ClaimMismatch) as mismatch:
+        await _status(env, job, JobStatus.FAILURE, claim_id=uuid4(), message="x")
+    assert mismatch.value.details == {"jobStatus": "inProgress", "attempt": 1}
+    stored = await env.store.get_job(env.ws, job.id)
+    assert stored is not None and stored.status == JobStatus.IN_PROGRESS and stored.message is None
+    assert _claim_rows(env) == 1
+    with pytest.raises(NotFound):
+        await _status(env, job, JobStatus.FAILURE, claim_id=claimed.claim_id, agent_scope=uuid4())
+    with pytest.raises(NotFound):
+        await env.store.update_status(
+            env.ws,
+            uuid4(),
+            JobStatus.FAILURE,
+            claim_id=None,
+            message=None,
+            external_id=None,
+            metadata=None,
+        )
+
+
+async def test_require_claim_id_binds_agent_keys_on_leased_jobs(env: Env) -> None:
+    job = await env.job()
+    await env.store.claim_job(env.ws, env.agent, job.id, 30)
+    with pytest.raises(ValidationError):
+        await _status(env, job, JobStatus.SUCCESSFUL, agent_scope=env.agent, require_claim_id=True)
+    # An operator (workspace key) may still act without it.
+    done = await _status(env, job, JobStatus.SUCCESSFUL, require_claim_id=True)
+    assert done.status == JobStatus.SUCCESSFUL
+
+
+async def test_cancel_closes_the_attempt_and_the_next_heartbeat_learns_it(env: Env) -> None:
+    job = await env.job()
+    claimed = await env.store.claim_job(env.ws, env.agent, job.id, 30)
+    cancelled = await _status(env, job, JobStatus.CANCELLED, message="operator")
+    assert cancelled.status == JobStatus.CANCELLED and cancelled.completed_at is not None
+    assert (await env.store.list_attempts(env.ws, job.id))[0].outcome == "cancelled"
+    with pytest.raises(ClaimLost) as lost:
+        await env.store.heartbeat(env.ws, job.id, claimed.claim_id, None)
+    assert lost.value.job_status == "cancelled"
+    # The agent's late "cancelled" ack with its claim id is an idempotent success.
+    ack = await _status(env, job, JobStatus.CANCELLED, claim_id=claimed.claim_id)
+    assert ack.status == JobStatus.CANCELLED
+
+
+async def test_release_requeues_at_once_and_opens_a_new_attempt(env: Env) -> None:
+    job = await env.job()
+    first = await env.store.claim_job(env.ws, env.agent, job.id, 30)
+    released = await _status(env, job, JobStatus.QUEUED, claim_id=first.claim_id)
+    assert released.status == JobStatus.QUEUED
+    assert _claim_rows(env) == 0
+    second = await env.store.claim_next(env.ws, env.agent, 30)
+    assert second is not None and second.id == job.id and second.attempt == 2
+    assert second.claim_id != first.claim_id
+    attempts = await env.store.list_attempts(env.ws, job.id)
+    assert [(a.attempt, a.outcome) for a in attempts] == [(1, "released"), (2, None)]
+    # The first attempt's claim id is fenced off now.
+    with pytest.raises(ClaimMismatch):
+        await _status(env, job, JobStatus.SUCCESSFUL, claim_id=first.claim_id)
+    with pytest.raises(ClaimMismatch):
+        await env.store.heartbeat(env.ws, job.id, first.claim_id, None)
+
+
+async def test_operator_requeue_without_claim_id(env: Env) -> None:
+    job = await env.job()
+    await env.store.claim_job(env.ws, env.agent, job.id, 30)
+    await _status(env, job, JobStatus.QUEUED)
+    assert (await env.store.list_attempts(env.ws, job.id))[0].outcome == "released"
+    claimed = await env.store.claim_job(env.ws, env.agent, job.id, 30)
+    assert claimed.attempt == 2
+
+
+async def test_in_progress_status_sets_started_at(env: Env) -> None:
+    job = await env.job()
+    moved = await _status(env, job, JobStatus.IN_PROGRESS)
+    assert moved.status == JobStatus.IN_PROGRESS and moved.started_at is not None
+    claims, total = await env.store.list_claims(
+        env.ws, agent_id=None, state="unleased", limit=10, offset=0
+    )
+    assert total == 1 and claims[0].attempt is None and claims[0].claimed_at == moved.started_at
+
+
+# --- reaper ------------------------------------------------------------------------------------
+
+
+async def test_reap_requeues_expired_leases_only(env: Env) -> None:
+    e, h, u = [await env.job() for _ in range(3)]
+    a = await env.store.claim_job(env.ws, env.agent, e.id, 30)
+    await env.store.claim_job(env.ws, env.agent, h.id, 30)
+    await env.store.claim_job(env.ws, env.agent, u.id, None)
+    expire_claims(env.url, [e.id])
+    # Even a long-stale unleased V1 job is never reaped: it has no claim row.
+    sql(
+        env.url,
+        "UPDATE job SET started_at = started_at - 86400 WHERE id = ?"
+        if env.url.startswith("sqlite")
+        else "UPDATE job SET started_at = started_at - interval '1 day' WHERE id = %s",
+        [str(u.id)],
+    )
+
+    result = await env.store.reap(500, 0)
+    assert (result.requeued, result.failed, result.total) == (1, 0, 1)
+    requeued = await env.store.get_job(env.ws, e.id)
+    assert requeued is not None and requeued.status == JobStatus.QUEUED
+    for other in (h, u):
+        still = await env.store.get_job(env.ws, other.id)
+        assert still is not None and still.status == JobStatus.IN_PROGRESS
+    attempts = await env.store.list_attempts(env.ws, e.id)
+    assert [(x.outcome, x.ended_at is not None) for x in attempts] == [("expired", True)]
+    with pytest.raises(ClaimLost) as lost:
+        await env.store.heartbeat(env.ws, e.id, a.claim_id, None)
+    assert lost.value.job_status == "queued"
+    with pytest.raises(ClaimLost):
+        await _status(env, e, JobStatus.SUCCESSFUL, claim_id=a.claim_id)
+    assert (await env.store.reap(500, 0)).total == 0
+
+
+async def test_reap_in_batches_until_nothing_is_left(env: Env) -> None:
+    jobs = [await env.job() for _ in range(7)]
+    for job in jobs:
+        await env.store.claim_job(env.ws, env.agent, job.id, 30)
+    expire_claims(env.url)
+    result = await env.store.reap(3, 0)
+    assert result.requeued == 7
+    assert _claim_rows(env) == 0
+
+
+async def test_max_reclaims_fails_the_job(env: Env) -> None:
+    job = await env.job()
+    for _ in range(2):
+        await env.store.claim_next(env.ws, env.agent, 30)
+        expire_claims(env.url)
+        assert (await env.store.reap(500, 3)).requeued == 1
+    await env.store.claim_next(env.ws, env.agent, 30)
+    expire_claims(env.url)
+    result = await env.store.reap(500, 3)
+    assert (result.requeued, result.failed) == (0, 1)
+    failed = await env.store.get_job(env.ws, job.id)
+    assert failed is not None and failed.status == JobStatus.FAILURE
+    assert failed.message == "lease expired 3 times" and failed.completed_at is not None
+    outcomes = [a.outcome for a in await env.store.list_attempts(env.ws, job.id)]
+    assert outcomes == ["expired", "expired", "expired"]
+    assert await env.store.claim_next(env.ws, env.agent, 30) is None
+
+
+async def test_max_reclaims_one_fails_at_the_first_expiry(env: Env) -> None:
+    job = await env.job()
+    await env.store.claim_next(env.ws, env.agent, 30)
+    expire_claims(env.url)
+    assert (await env.store.reap(500, 1)).failed == 1
+    failed = await env.store.get_job(env.ws, job.id)
+    assert failed is not None and failed.message == "lease expired 1 times"
+
+
+# --- inspect-claims, attempts, stats ----------------------------------------------------------
+
+
+async def test_list_claims_states_filters_and_paging(env: Env) -> None:
+    active = await env.store.claim_job(env.ws, env.agent, (await env.job()).id, 40)
+    expired = await env.store.claim_job(env.ws, env.agent, (await env.job()).id, 40)
+    unleased = await env.store.claim_job(env.ws, env.agent, (await env.job()).id, None)
+    foreign = await env.store.claim_job(
+        env.ws, env.other_agent, (await env.job(agent=env.other_agent)).id, 40
+    )
+    await env.job()  # queued: not a claim
+    expire_claims(env.url, [expired.id])
+
+    everything, total = await env.store.list_claims(
+        env.ws, agent_id=None, state="all", limit=50, offset=0
+    )
+    assert total == 4
+    assert [c.job_id for c in everything] == [active.id, expired.id, unleased.id, foreign.id]
+    by_id = {c.job_id: c for c in everything}
+    assert [by_id[j.id].state for j in (active, expired, unleased, foreign)] == [
+        "active",
+        "expired",
+        "unleased",
+        "active",
+    ]
+    a = by_id[active.id]
+    assert (a.claim_id, a.attempt, a.lease_seconds, a.claimed_at) == (
+        active.claim_id,
+        1,
+        40,
+        active.claimed_at,
+    )
+    assert a.claim_expires_at is not None and a.last_heartbeat_at == a.claim_expires_at - timedelta(
+        seconds=40
+    )
+    u = by_id[unleased.id]
+    assert (u.claim_id, u.claim_expires_at, u.lease_seconds, u.last_heartbeat_at) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    assert u.attempt == 1 and u.claimed_at == unleased.claimed_at
+
+    for state, expected in (
+        ("active", [active.id, foreign.id]),
+        ("expired", [expired.id]),
+        ("unleased", [unleased.id]),
+    ):
+        rows, total = await env.store.list_claims(
+            env.ws, agent_id=None, state=state, limit=50, offset=0
+        )
+        assert [c.job_id for c in rows] == expected and total == len(expected), state
+    mine, total = await env.store.list_claims(
+        env.ws, agent_id=env.agent, state="all", limit=1, offset=1
+    )
+    assert total == 3 and [c.job_id for c in mine] == [expired.id]
+    assert await env.store.list_claims(env.ws, agent_id=None, state="all", limit=10, offset=10) == (
+        [],
+        4,
+    )
+    with pytest.raises(ValidationError):
+        await env.store.list_claims(env.ws, agent_id=None, state="stuck", limit=1, offset=0)
+
+    stats = await env.store.claim_stats()
+    assert (stats["active"], stats["expired"], stats["unleased"]) == (2, 1, 1)
+    assert stats["oldest_age_seconds"] >= 0
+
+
+async def test_list_attempts_scopes(env: Env) -> None:
+    job = await env.job()
+    assert await env.store.list_attempts(env.ws, job.id) == []
+    await env.store.claim_job(env.ws, env.agent, job.id, 30)
+    assert len(await env.store.list_attempts(env.ws, job.id, agent_scope=env.agent)) == 1
+    with pytest.raises(NotFound):
+        await env.store.list_attempts(env.ws, job.id, agent_scope=env.other_agent)
+    with pytest.raises(NotFound):
+        await env.store.list_attempts(env.ws, uuid4())
+
+
+async def test_claim_stats_on_an_empty_database(env: Env) -> None:
+    assert await env.store.claim_stats() == {
+        "active": 0.0,
+        "expired": 0.0,
+        "unleased": 0.0,
+        "oldest_age_seconds": 0.0,
+    }

@@ -1,0 +1,135 @@
+"""Migrations (versioned, idempotent, safe when replicas race) and schema details, on both
+databases."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from jobagentctl.errors import ServerUnavailable
+from jobagentctl.server.store import open_store
+from jobagentctl.server.store._sql import migrations
+from tests.fixtures.databases import (
+    _create,
+    _drop,
+    postgres_url,
+    skip_or_fail_without_postgres,
+    sql,
+    with_database,
+)
+from tests.store.conftest import stores
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty_url(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[str]:
+    """A database with nothing in it (not cloned from the migrated template)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/empty.db"
+        return
+    skip_or_fail_without_postgres()
+    name = f"jat_empty_{uuid.uuid4().hex[:12]}"
+    _create(name)
+    try:
+        yield with_database(postgres_url(), name)
+    finally:
+        _drop(name)
+
+
+def _all_versions(url: str) -> list[int]:
+    dialect = "sqlite" if url.startswith("sqlite") else "postgres"
+    return [version for version, _ in migrations(dialect)]
+
+
+async def test_migrate_applies_each_version_once(empty_url: str) -> None:
+    store = open_store(empty_url)
+    await store.open()
+    try:
+        assert await store.schema_current() is False
+        assert await store.migrate() == _all_versions(empty_url)
+        assert await store.migrate() == []
+        assert await store.schema_current() is True
+    finally:
+        await store.close()
+    rows = sql(empty_url, "SELECT version FROM schema_migrations ORDER BY version")
+    assert [r[0] for r in rows] == _all_versions(empty_url)
+    applied_at = sql(empty_url, "SELECT applied_at FROM schema_migrations")
+    assert all(r[0] is not None for r in applied_at)
+
+
+async def test_racing_replicas_migrate_exactly_once(empty_url: str) -> None:
+    async with stores(empty_url, 4) as replicas:
+        results = await asyncio.gather(*(r.migrate() for r in replicas))
+        assert sorted(v for applied in results for v in applied) == _all_versions(empty_url)
+        assert all(await asyncio.gather(*(r.schema_current() for r in replicas)))
+
+
+async def test_template_database_is_current(database_url: str) -> None:
+    store = open_store(database_url)
+    await store.open()
+    try:
+        await store.migrate()
+        assert await store.schema_current() is True
+    finally:
+        await store.close()
+
+
+async def test_sqlite_pragmas(tmp_path: object) -> None:
+    url = f"sqlite:///{tmp_path}/p.db"
+    store = open_store(url)
+    await store.open()
+    try:
+        await store.migrate()
+        assert sql(url, "PRAGMA journal_mode") == [("wal",)]
+    finally:
+        await store.close()
+
+
+async def test_sqlite_unopenable_file_is_unavailable(tmp_path: object) -> None:
+    blocker = f"{tmp_path}/file"
+    with open(blocker, "w"):
+        pass
+    store = open_store(f"sqlite:///{blocker}/sub/db.sqlite")
+    with pytest.raises(ServerUnavailable):
+        await store.open()
+
+
+async def test_postgres_unreachable_is_unavailable_without_the_password() -> None:
+    store = open_store(
+        "postgresql://someone:s3cret-pw@127.0.0.1:1/nowhere", pool_timeout=1.0, listen=False
+    )
+    with pytest.raises(ServerUnavailable) as caught:
+        await store.open()
+    chain: BaseException | None = caught.value
+    while chain is not None:
+        assert "s3cret-pw" not in str(chain)
+        chain = chain.__cause__
+    assert "s3cret-pw" not in caught.value.message
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_postgres_job_claim_is_built_for_hot_heartbeats(database_url: str) -> None:
+    indexes = sql(database_url, "SELECT indexdef FROM pg_indexes WHERE tablename = 'job_claim'")
+    assert len(indexes) == 1 and "job_claim_pkey" in indexes[0][0], indexes
+    options = dict(
+        sql(
+            database_url,
+            "SELECT relname, array_to_string(reloptions, ',') FROM pg_class"
+            " WHERE relname IN ('job', 'job_claim')",
+        )
+    )
+    assert "fillfactor=70" in options["job_claim"]
+    assert "autovacuum_vacuum_scale_factor=0.02" in options["job"]
+    columns = dict(
+        sql(
+            database_url,
+            "SELECT column_name, data_type FROM information_schema.columns"
+            " WHERE table_name = 'job_claim'",
+        )
+    )
+    assert columns["claim_expires_at"] == "timestamp with time zone"
+    assert columns["claim_id"] == "uuid"

@@ -1,0 +1,228 @@
+"""The SQL files and the pure helpers shared by both stores (no database needed)."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from uuid import uuid4
+
+import pytest
+
+from jobagentctl.errors import ClaimLost, ClaimMismatch, ConfigError, JobTerminal, ValidationError
+from jobagentctl.models import JobStatus
+from jobagentctl.server.store import open_store, sqlite_path
+from jobagentctl.server.store._sql import (
+    NOTIFY_CHANNEL,
+    StatusContext,
+    attempt_outcome_for,
+    decide_status_change,
+    dump_json,
+    load_queries,
+    merge_metadata,
+    migrations,
+)
+from jobagentctl.server.store.base import Store
+from jobagentctl.server.store.postgres import PostgresStore
+from jobagentctl.server.store.sqlite import SqliteStore
+
+# Where PostgreSQL does an operation in one CTE, SQLite runs named steps inside one
+# transaction; LISTEN/ping exist only for the PostgreSQL listener connection.
+SQLITE_ONLY = {
+    "claim_attempt",
+    "claim_lease",
+    "apply_status_release_claim",
+    "apply_status_close_attempt",
+    "reap_close_attempts",
+    "reap_flip_jobs",
+}
+POSTGRES_ONLY = {"listen", "ping"}
+
+
+def test_both_dialects_name_the_same_operations() -> None:
+    sqlite, postgres = set(load_queries("sqlite")), set(load_queries("postgres"))
+    assert sqlite - postgres == SQLITE_ONLY
+    assert postgres - sqlite == POSTGRES_ONLY
+    assert all(text.strip() for text in load_queries("sqlite").values())
+    assert all(text.strip() for text in load_queries("postgres").values())
+
+
+def test_postgres_notifies_on_the_listened_channel() -> None:
+    queries = load_queries("postgres")
+    assert queries["listen"] == f"LISTEN {NOTIFY_CHANNEL}"
+    for name in ("create_job", "apply_status", "reap"):
+        assert f"pg_notify('{NOTIFY_CHANNEL}'" in queries[name], name
+
+
+def test_claim_next_and_reap_skip_locked_rows_on_postgres() -> None:
+    queries = load_queries("postgres")
+    assert "FOR UPDATE SKIP LOCKED" in queries["claim_next"]
+    assert "SKIP LOCKED" in queries["reap"]
+    # One statement each: no statement separator inside the block.
+    for name in ("claim_job", "claim_next", "heartbeat", "reap", "apply_status"):
+        code = re.sub(r"--[^\n]*", "", queries[name])
+        assert ";" not in code, name
+
+
+def test_migrations_are_numbered_and_agree_on_tables() -> None:
+    for dialect in ("sqlite", "postgres"):
+        versions = [version for version, _ in migrations(dialect)]
+        assert versions == list(range(1, len(versions) + 1))
+    tables = {
+        dialect: set(
+            re.findall(r"CREATE TABLE (\w+)", "\n".join(s for _, s in migrations(dialect)))
+        )
+        for dialect in ("sqlite", "postgres")
+    }
+    assert (
+        tables["sqlite"]
+        == tables["postgres"]
+        == {
+            "workspace",
+            "job_agent",
+            "job",
+            "job_claim",
+            "job_attempt",
+            "api_key",
+        }
+    )
+
+
+def test_no_index_on_claim_expiry_in_postgres() -> None:
+    script = "\n".join(s for _, s in migrations("postgres"))
+    assert not re.search(r"CREATE INDEX[^;]*ON job_claim", script)
+    assert "fillfactor = 70" in script
+
+
+def test_stores_implement_every_protocol_method_with_its_signature() -> None:
+    members = [
+        name
+        for name, value in inspect.getmembers(Store)
+        if inspect.iscoroutinefunction(value) or (callable(value) and not name.startswith("_"))
+    ]
+    assert "claim_next" in members
+    for cls in (SqliteStore, PostgresStore):
+        for name in members:
+            expected = inspect.signature(getattr(Store, name))
+            actual = inspect.signature(getattr(cls, name))
+            assert list(actual.parameters) == list(expected.parameters), (cls, name)
+            assert [p.default for p in actual.parameters.values()] == [
+                p.default for p in expected.parameters.values()
+            ], (cls, name)
+            assert inspect.iscoroutinefunction(getattr(cls, name)), (cls, name)
+
+
+@pytest.mark.parametrize(
+    ("url", "path"),
+    [
+        ("sqlite:///jobagent.db", "jobagent.db"),
+        ("sqlite:////var/lib/x/jobagent.db", "/var/lib/x/jobagent.db"),
+        ("sqlite:///dir%20with%20space/a.db", "dir with space/a.db"),
+        ("sqlite:///:memory:", ":memory:"),
+    ],
+)
+def test_sqlite_urls(url: str, path: str) -> None:
+    assert sqlite_path(url) == path
+    store = open_store(url)
+    assert isinstance(store, SqliteStore)
+    assert store.path == path
+
+
+@pytest.mark.parametrize(
+    "url", ["mysql://u@h/db", "jobagent.db", "sqlite://relative.db", "sqlite:///", ""]
+)
+def test_unknown_database_urls_are_config_errors(url: str) -> None:
+    with pytest.raises(ConfigError):
+        open_store(url)
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
+def test_postgres_urls(scheme: str) -> None:
+    store = open_store(f"{scheme}://user:pw@host:5432/db", max_size=4)
+    assert isinstance(store, PostgresStore)
+    assert store.dialect == "postgres"
+
+
+def test_dump_json_refuses_nan_and_objects() -> None:
+    assert dump_json({"a": [1, "x", None]}) == '{"a":[1,"x",null]}'
+    with pytest.raises(ValidationError):
+        dump_json({"a": float("nan")})
+    with pytest.raises(ValidationError):
+        dump_json({"a": object()})
+
+
+def test_metadata_merges_key_by_key() -> None:
+    assert merge_metadata('{"a": 1, "b": {"x": 1}}', {"b": {"y": 2}, "c": 3}) == {
+        "a": 1,
+        "b": {"y": 2},
+        "c": 3,
+    }
+    assert merge_metadata({"a": 1}, None) == {"a": 1}
+
+
+def _ctx(
+    status: JobStatus,
+    current: object = None,
+    attempt: int | None = None,
+    outcome: str | None = None,
+) -> StatusContext:
+    return StatusContext(status, current, attempt, outcome)  # type: ignore[arg-type]
+
+
+def test_fencing_decisions() -> None:
+    mine, other = uuid4(), uuid4()
+    decide = decide_status_change
+    done = JobStatus.SUCCESSFUL
+    kw = {"agent_scope": None, "require_claim_id": False}
+    assert decide(_ctx(JobStatus.IN_PROGRESS, mine, 1), done, claim_id=mine, **kw) == "apply"
+    with pytest.raises(ClaimMismatch) as mismatch:
+        decide(_ctx(JobStatus.IN_PROGRESS, other, 2), done, claim_id=mine, **kw)
+    assert mismatch.value.details == {"jobStatus": "inProgress", "attempt": 2}
+    # Retried complete: same claim, same status → nothing to do; another status → lost.
+    assert decide(_ctx(done, None, None, "completed"), done, claim_id=mine, **kw) == "noop"
+    with pytest.raises(ClaimLost) as lost:
+        decide(_ctx(done, None, None, "completed"), JobStatus.FAILURE, claim_id=mine, **kw)
+    assert lost.value.details == {"jobStatus": "successful"}
+    with pytest.raises(ClaimLost):  # reaped: the attempt ended "expired"
+        decide(_ctx(JobStatus.QUEUED, None, None, "expired"), done, claim_id=mine, **kw)
+    # Without a claim id (operators, V1 agents).
+    assert decide(_ctx(JobStatus.IN_PROGRESS, mine, 1), done, claim_id=None, **kw) == "apply"
+    assert decide(_ctx(done), done, claim_id=None, **kw) == "noop"
+    with pytest.raises(JobTerminal):
+        decide(_ctx(done), JobStatus.QUEUED, claim_id=None, **kw)
+    with pytest.raises(ValidationError):
+        decide(
+            _ctx(JobStatus.IN_PROGRESS, mine, 1),
+            done,
+            claim_id=None,
+            agent_scope=uuid4(),
+            require_claim_id=True,
+        )
+    # require_claim_id binds agent keys only, and only leased jobs.
+    assert (
+        decide(
+            _ctx(JobStatus.IN_PROGRESS, mine, 1),
+            done,
+            claim_id=None,
+            agent_scope=None,
+            require_claim_id=True,
+        )
+        == "apply"
+    )
+    assert (
+        decide(
+            _ctx(JobStatus.IN_PROGRESS),
+            done,
+            claim_id=None,
+            agent_scope=uuid4(),
+            require_claim_id=True,
+        )
+        == "apply"
+    )
+
+
+def test_attempt_outcomes() -> None:
+    assert attempt_outcome_for(JobStatus.SUCCESSFUL) == "completed"
+    assert attempt_outcome_for(JobStatus.FAILURE) == "completed"
+    assert attempt_outcome_for(JobStatus.CANCELLED) == "cancelled"
+    assert attempt_outcome_for(JobStatus.QUEUED) == "released"
+    assert attempt_outcome_for(JobStatus.ACTION_REQUIRED) == "released"
