@@ -1,0 +1,222 @@
+"""Shared plumbing for the benchmarks: databases, a real server process, CPU accounting.
+
+Everything measured runs as real processes on this machine; CPU figures come from /proc.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from benchmarks.httpclient import Connection
+
+PG_URL = os.environ.get(
+    "JOBAGENTCTL_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """utime + stime of one live process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU of every live PostgreSQL process (backends come and go; we keep connections open)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        if comm.startswith("postgres"):
+            total += proc_cpu_seconds(int(entry.name))
+    return total
+
+
+def self_cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def with_database(url: str, dbname: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + dbname))
+
+
+def psql(url: str, sql: str) -> str:
+    out = subprocess.run(
+        ["psql", url, "-v", "ON_ERROR_STOP=1", "-qtAc", sql],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.strip()
+
+
+@contextlib.contextmanager
+def postgres_database(prefix: str = "jab") -> Iterator[str]:
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    psql(PG_URL, f"CREATE DATABASE {name}")
+    try:
+        yield with_database(PG_URL, name)
+    finally:
+        psql(PG_URL, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@contextlib.contextmanager
+def database(kind: str) -> Iterator[str]:
+    if kind == "postgres":
+        with postgres_database() as url:
+            yield url
+    else:
+        with tempfile.TemporaryDirectory(prefix="jab-") as tmp:
+            yield f"sqlite:///{tmp}/bench.db"
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "jobagentctl", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    return out.stdout
+
+
+@dataclass
+class Server:
+    """A real `jobagentctl server start` process with a workspace, a key and one agent."""
+
+    database_url: str
+    settings: dict[str, str] = field(default_factory=dict)
+    url: str = ""
+    workspace: str = ""
+    api_key: str = ""
+    agent: str = ""
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Server:
+        init = json.loads(cli("server", "init", "--database", self.database_url, "-o", "json"))
+        self.workspace, self.api_key = init["workspaceId"], init["apiKey"]
+        port = free_port()
+        env = {
+            **os.environ,
+            "JOBAGENTCTL_SERVER_DATABASE": self.database_url,
+            "JOBAGENTCTL_SERVER_PORT": str(port),
+            "JOBAGENTCTL_SERVER_HOST": "127.0.0.1",
+            **{f"JOBAGENTCTL_SERVER_{k.upper()}": v for k, v in self.settings.items()},
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jobagentctl", "server", "start"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            time.sleep(0.05)
+        else:
+            raise RuntimeError("server did not start")
+        self.agent = str(uuid.uuid4())
+        status, _ = asyncio.run(
+            self.call("PUT", f"/job-agents/{self.agent}", {"name": "bench", "type": "bench"})
+        )
+        if status != 202:
+            raise RuntimeError(f"agent registration failed: {status}")
+        return self
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"X-API-Key": self.api_key}
+
+    def path(self, rest: str) -> str:
+        return f"/api/v1/workspaces/{self.workspace}{rest}"
+
+    async def call(self, method: str, rest: str, body: Any = None) -> tuple[int, bytes]:
+        conn = await Connection.open(self.url)
+        try:
+            return await conn.request(method, self.path(rest), body=body, headers=self.headers)
+        finally:
+            await conn.close()
+
+    def cpu(self) -> float:
+        return proc_cpu_seconds(self.proc.pid) if self.proc else 0.0
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+async def enqueue(server: Server, count: int, concurrency: int = 8) -> None:
+    """Queue ``count`` no-op jobs through the API (not timed)."""
+    left = count
+
+    async def worker() -> None:
+        nonlocal left
+        conn = await Connection.open(server.url)
+        try:
+            while left > 0:
+                left -= 1
+                status, body = await conn.request(
+                    "POST",
+                    server.path(f"/job-agents/{server.agent}/jobs"),
+                    body={"jobAgentConfig": {}},
+                    headers=server.headers,
+                )
+                if status != 201:
+                    raise RuntimeError(f"enqueue failed: {status} {body[:200]!r}")
+        finally:
+            await conn.close()
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+def percentile(values: list[float], pct: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
+    return ordered[index]
