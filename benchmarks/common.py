@@ -143,9 +143,11 @@ class Server:
         self.url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            with contextlib.suppress(OSError):
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", port), timeout=0.2),
+            ):
+                break
             time.sleep(0.05)
         else:
             raise RuntimeError("server did not start")

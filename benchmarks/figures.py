@@ -43,7 +43,7 @@ def _verdict(ok: bool | None) -> str:
     return "—" if ok is None else ("yes" if ok else "**no**")
 
 
-# --- claim + complete cycles through the HTTP API ----------------------------------------------
+# --- claim + complete cycles through the HTTP API ------------------------------------------------
 
 
 @dataclass
@@ -249,7 +249,7 @@ async def _wait_queued(server: Server) -> float:
         await conn.close()
 
 
-# --- CLI start-up ----------------------------------------------------------------------------------
+# --- CLI start-up --------------------------------------------------------------------------------
 
 
 def _time_process(argv: list[str], runs: int, env: dict[str, str] | None = None) -> float:
@@ -275,11 +275,11 @@ def cli_startup(runs: int) -> dict[str, float]:
         "--version": _time_process([py, "-m", "jobagentctl", "--version"], runs),
     }
     with database("sqlite") as url, Server(url) as server:
-        status, body = asyncio.run(
+        _, body = asyncio.run(
             server.call("POST", f"/job-agents/{server.agent}/jobs", {"jobAgentConfig": {}})
         )
         job = json.loads(body)
-        status, body = asyncio.run(
+        _status, body = asyncio.run(
             server.call(
                 "POST", f"/job-agents/{server.agent}/jobs/{job['id']}/claim", {"leaseSeconds": 3600}
             )
@@ -308,7 +308,7 @@ def cli_startup(runs: int) -> dict[str, float]:
     return figures
 
 
-# --- supervision overhead ----------------------------------------------------------------------------
+# --- supervision overhead ------------------------------------------------------------------------
 
 
 def supervision(seconds: float) -> tuple[float, float, float]:

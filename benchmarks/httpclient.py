@@ -8,6 +8,7 @@ one request at a time per connection, Content-Length bodies, no redirects, no TL
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 from urllib.parse import urlsplit
@@ -86,7 +87,5 @@ class Connection:
 
     async def close(self) -> None:
         self._writer.close()
-        try:
+        with contextlib.suppress(ConnectionError, OSError):
             await self._writer.wait_closed()
-        except (ConnectionError, OSError):
-            pass

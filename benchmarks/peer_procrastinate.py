@@ -1,7 +1,8 @@
 """The peer: procrastinate running no-op jobs on the same PostgreSQL, as a separate process.
 
 Usage: python -m benchmarks.peer_procrastinate DATABASE_URL JOBS CONCURRENCY
-Prints `deferred`, waits for a line on stdin, runs the worker, then prints one JSON line: {"jobs", "seconds", "workerCpu"}; run it on an empty database.
+Prints `deferred`, waits for a line on stdin, runs the worker, then prints one JSON line
+{"jobs", "seconds", "workerCpu"}. Run it on an empty database.
 """
 
 from __future__ import annotations

@@ -213,7 +213,8 @@ def section_cli(quick: bool) -> list[Row]:
         Row(
             "CLI round trip: `jobagentctl heartbeat` (whole process)",
             _fmt(1000 * f["heartbeat"], " ms"),
-            f"bare `import typer, httpx, pydantic_settings` + one request {_fmt(1000 * bare, ' ms')}",
+            f"bare `import typer, httpx, pydantic_settings` + one request "
+            f"{_fmt(1000 * bare, ' ms')}",
             f"{f['heartbeat'] / bare:.2f}×",
             "≤ 1.0×",
             _verdict(f["heartbeat"] <= bare),
