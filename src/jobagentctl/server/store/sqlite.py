@@ -70,6 +70,21 @@ def _dict_row(cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> Row:
     return {column[0]: value for column, value in zip(cursor.description, values, strict=True)}
 
 
+def _one(conn: sqlite3.Connection, query: str, params: dict[str, Any] | None = None) -> Row | None:
+    """The first row. Reads every row so the statement is finished (and its implicit
+    transaction, if any, committed) before we go on: a half-read RETURNING keeps the lock."""
+    rows: list[Row] = conn.execute(query, params or {}).fetchall()
+    return rows[0] if rows else None
+
+
+def _the(conn: sqlite3.Connection, query: str, params: dict[str, Any] | None = None) -> Row:
+    """The one row a statement always returns (an aggregate, a write to a row we hold)."""
+    row = _one(conn, query, params)
+    if row is None:
+        raise ServerError("a statement returned no row where one was certain")
+    return row
+
+
 def _id(value: UUID | None) -> str | None:
     return None if value is None else str(value)
 
@@ -241,18 +256,14 @@ class SqliteStore:
         workspace_id = uuid4()
 
         def run(conn: sqlite3.Connection) -> None:
-            with self._write(conn):
-                conn.execute(Q["create_workspace"], {"id": str(workspace_id), "name": name})
+            conn.execute(Q["create_workspace"], {"id": str(workspace_id), "name": name})
 
         await self._run(run)
         return workspace_id
 
     async def workspace_exists(self, workspace_id: UUID) -> bool:
         def run(conn: sqlite3.Connection) -> bool:
-            return (
-                conn.execute(Q["workspace_exists"], {"id": str(workspace_id)}).fetchone()
-                is not None
-            )
+            return _one(conn, Q["workspace_exists"], {"id": str(workspace_id)}) is not None
 
         return await self._run(run)
 
@@ -269,29 +280,22 @@ class SqliteStore:
         }
 
         def run(conn: sqlite3.Connection) -> Row | None:
-            with self._write(conn):
-                try:
-                    row: Row | None = conn.execute(Q["create_api_key"], params).fetchone()
-                except sqlite3.IntegrityError as exc:
-                    raise Conflict("an API key with this prefix already exists") from exc
-                return row
+            try:
+                return _one(conn, Q["create_api_key"], params)
+            except sqlite3.IntegrityError as exc:
+                raise Conflict("an API key with this prefix already exists") from exc
 
         if await self._run(run) is None:
             raise NotFound("workspace or job agent not found")
         return key_id
 
     async def get_api_key(self, prefix: str) -> ApiKeyRecord | None:
-        def run(conn: sqlite3.Connection) -> Row | None:
-            row: Row | None = conn.execute(Q["get_api_key"], {"prefix": prefix}).fetchone()
-            return row
-
-        row = await self._run(run)
+        row = await self._run(lambda conn: _one(conn, Q["get_api_key"], {"prefix": prefix}))
         return None if row is None else api_key_from_row(row)
 
     async def revoke_api_key(self, key_id: UUID) -> bool:
         def run(conn: sqlite3.Connection) -> bool:
-            with self._write(conn):
-                return conn.execute(Q["revoke_api_key"], {"id": str(key_id)}).fetchone() is not None
+            return _one(conn, Q["revoke_api_key"], {"id": str(key_id)}) is not None
 
         return await self._run(run)
 
@@ -316,12 +320,10 @@ class SqliteStore:
         }
 
         def run(conn: sqlite3.Connection) -> Row | None:
-            with self._write(conn):
-                try:
-                    row: Row | None = conn.execute(Q["upsert_agent"], params).fetchone()
-                except sqlite3.IntegrityError as exc:  # unknown workspace (foreign key)
-                    raise NotFound("workspace not found") from exc
-                return row
+            try:
+                return _one(conn, Q["upsert_agent"], params)
+            except sqlite3.IntegrityError as exc:  # unknown workspace (foreign key)
+                raise NotFound("workspace not found") from exc
 
         row = await self._run(run)
         if row is None:
@@ -331,11 +333,7 @@ class SqliteStore:
     async def get_agent(self, workspace_id: UUID, agent_id: UUID) -> JobAgent | None:
         params = {"id": str(agent_id), "workspace_id": str(workspace_id)}
 
-        def run(conn: sqlite3.Connection) -> Row | None:
-            row: Row | None = conn.execute(Q["get_agent"], params).fetchone()
-            return row
-
-        row = await self._run(run)
+        row = await self._run(lambda conn: _one(conn, Q["get_agent"], params))
         return None if row is None else agent_from_row(row)
 
     async def list_agents(
@@ -349,8 +347,7 @@ class SqliteStore:
         params = {"id": str(agent_id), "workspace_id": str(workspace_id)}
 
         def run(conn: sqlite3.Connection) -> bool:
-            with self._write(conn):
-                return conn.execute(Q["delete_agent"], params).fetchone() is not None
+            return _one(conn, Q["delete_agent"], params) is not None
 
         return await self._run(run)
 
@@ -373,12 +370,7 @@ class SqliteStore:
             "metadata": dump_json(metadata or {}),
         }
 
-        def run(conn: sqlite3.Connection) -> Row | None:
-            with self._write(conn):
-                row: Row | None = conn.execute(Q["create_job"], params).fetchone()
-                return row
-
-        row = await self._run(run)
+        row = await self._run(lambda conn: _one(conn, Q["create_job"], params))
         if row is None:
             raise NotFound("job agent not found")
         self._waiters.notify(agent_id)
@@ -393,11 +385,7 @@ class SqliteStore:
             "agent_scope": _id(agent_scope),
         }
 
-        def run(conn: sqlite3.Connection) -> Row | None:
-            row: Row | None = conn.execute(Q["get_job"], params).fetchone()
-            return row
-
-        row = await self._run(run)
+        row = await self._run(lambda conn: _one(conn, Q["get_job"], params))
         return None if row is None else job_from_row(row)
 
     async def list_jobs(
@@ -428,7 +416,7 @@ class SqliteStore:
     ) -> Row | None:
         """The claim transaction: flip the job, open the attempt, record the lease."""
         with SqliteStore._write(conn):
-            row: Row | None = conn.execute(query, params).fetchone()
+            row = _one(conn, query, params)
             if row is None:
                 return None
             step = {
@@ -438,7 +426,7 @@ class SqliteStore:
                 "claim_id": None if lease_seconds is None else str(uuid4()),
                 "lease_seconds": lease_seconds,
             }
-            attempt: Row = conn.execute(Q["claim_attempt"], step).fetchone()
+            attempt = _the(conn, Q["claim_attempt"], step)
             claimed = {
                 **row,
                 "attempt": attempt["attempt"],
@@ -448,9 +436,7 @@ class SqliteStore:
                 "claim_expires_at": None,
             }
             if lease_seconds is not None:
-                lease: Row = conn.execute(
-                    Q["claim_lease"], {**step, "attempt": attempt["attempt"]}
-                ).fetchone()
+                lease = _the(conn, Q["claim_lease"], {**step, "attempt": attempt["attempt"]})
                 claimed["claim_expires_at"] = lease["claim_expires_at"]
             return claimed
 
@@ -469,7 +455,7 @@ class SqliteStore:
             claimed = self._claim(conn, Q["claim_job"], params, lease_seconds)
             if claimed is not None:
                 return claimed
-            state: Row | None = conn.execute(Q["job_claim_state"], params).fetchone()
+            state: Row | None = _one(conn, Q["job_claim_state"], params)
             if state is None:
                 raise NotFound("job not found")
             raise NotClaimable(
@@ -495,7 +481,7 @@ class SqliteStore:
         params = {"agent_id": str(agent_id)}
 
         def queued(conn: sqlite3.Connection) -> bool:
-            return conn.execute(Q["queued_exists"], params).fetchone() is not None
+            return _one(conn, Q["queued_exists"], params) is not None
 
         try:
             while True:
@@ -529,12 +515,11 @@ class SqliteStore:
         }
 
         def run(conn: sqlite3.Connection) -> Row:
-            with self._write(conn):
-                row: Row | None = conn.execute(Q["heartbeat"], params).fetchone()
-                if row is not None:
-                    return row
-                state: Row | None = conn.execute(Q["job_claim_state"], params).fetchone()
-            raise heartbeat_failure(state)
+            # One UPDATE, its own transaction; the lookup runs only when it touched nothing.
+            row = _one(conn, Q["heartbeat"], params)
+            if row is not None:
+                return row
+            raise heartbeat_failure(_one(conn, Q["job_claim_state"], params))
 
         return heartbeat_from_row(await self._run(run))
 
@@ -560,7 +545,7 @@ class SqliteStore:
 
         def run(conn: sqlite3.Connection) -> Row:
             with self._write(conn, Q["lock_job"]):
-                row: Row | None = conn.execute(Q["status_context"], params).fetchone()
+                row: Row | None = _one(conn, Q["status_context"], params)
                 if row is None:
                     raise NotFound("job not found")
                 verdict = decide_status_change(
@@ -582,7 +567,7 @@ class SqliteStore:
                     "terminal": status in TERMINAL_STATUSES,
                     "outcome": attempt_outcome_for(status),
                 }
-                updated: Row = conn.execute(Q["apply_status"], apply).fetchone()
+                updated = _the(conn, Q["apply_status"], apply)
                 if status != JobStatus.IN_PROGRESS:
                     # Any status away from inProgress ends the lease and the attempt.
                     apply["now"] = updated["updated_at"]
@@ -665,8 +650,7 @@ class SqliteStore:
 
     async def claim_stats(self) -> dict[str, float]:
         def run(conn: sqlite3.Connection) -> Row:
-            row: Row = conn.execute(Q["claim_stats"]).fetchone()
-            return row
+            return _the(conn, Q["claim_stats"])
 
         row = await self._run(run)
         return {key: float(value or 0) for key, value in row.items()}
