@@ -5,13 +5,15 @@ Also the stuck-claim check for monitoring (`--fail-if-stuck`, exit 6) and a live
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import typer
 
-from jobagentctl.cli.context import get_state, stdout_is_tty
+from jobagentctl.cli import context
+from jobagentctl.cli.context import get_state
 from jobagentctl.errors import StuckClaims, UsageError
 
 if TYPE_CHECKING:
@@ -21,6 +23,8 @@ __all__ = ["STATES", "display_states", "register"]
 
 STATES = ("active", "expired", "unleased", "all")
 STUCK = frozenset({"expired", "unleased", "stale"})
+# The pause between --watch redraws (tests replace it).
+sleep = time.sleep
 
 
 def display_states(
@@ -76,8 +80,6 @@ def inspect_claims(
       jobagentctl inspect-claims --stale-after 2m
       jobagentctl inspect-claims --fail-if-stuck -q >/dev/null || alert "stuck jobs"
     """
-    import time
-
     from jobagentctl.cli import output
     from jobagentctl.client import iter_pages
     from jobagentctl.durations import parse_duration
@@ -87,7 +89,7 @@ def inspect_claims(
         raise UsageError(f"--state {state_filter}: use one of {', '.join(STATES)}")
     stale = parse_duration(stale_after, name="--stale-after") if stale_after else None
     every = parse_duration(interval, name="--interval")
-    if watch and (state.output != "table" or not stdout_is_tty()):
+    if watch and (state.output != "table" or not context.stdout_is_tty()):
         raise UsageError("--watch draws a live table: it needs a terminal and -o table")
     if watch and not 0 < every < float("inf"):
         raise UsageError("--interval must be a finite duration above 0")
@@ -118,7 +120,7 @@ def inspect_claims(
                 table = output.claims_table(state, claims, overrides, title)
                 return table, fail_if_stuck and seen_stuck > 0
 
-            output.watch(state, frame, interval=every, sleep=time.sleep)
+            output.watch(state, frame, interval=every, sleep=sleep)
             stuck = seen_stuck
         else:
             claims, overrides, stuck = snapshot()

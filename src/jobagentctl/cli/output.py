@@ -17,7 +17,8 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from jobagentctl.cli.context import AppState, stderr_is_tty
+from jobagentctl.cli import context
+from jobagentctl.cli.context import AppState
 from jobagentctl.durations import format_duration
 from jobagentctl.errors import UsageError
 
@@ -329,7 +330,7 @@ def render_table(state: AppState, renderable: RenderableType) -> None:
 @contextlib.contextmanager
 def spinner(state: AppState, text: str) -> Iterator[None]:
     """A spinner on stderr while waiting, only on a TTY and without ``-q``."""
-    if state.quiet or not stderr_is_tty():
+    if state.quiet or not context.stderr_is_tty():
         yield
         return
     with _console(state, stderr=True).status(text):

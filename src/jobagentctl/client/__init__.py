@@ -6,7 +6,15 @@ The only package that imports httpx; every transport error and HTTP status becom
 
 from __future__ import annotations
 
-from jobagentctl.client._client import USER_AGENT, Client, iter_pages
-from jobagentctl.client._errors import translate
+import sys
+import types
+
+# httpx imports its own command-line client (click, rich, pygments: ~100 ms) at import time
+# whenever those happen to be installed. We never use it; an empty placeholder makes httpx
+# take its documented fallback, so client commands start fast and Rich stays unloaded.
+sys.modules.setdefault("httpx._main", types.ModuleType("httpx._main"))
+
+from jobagentctl.client._client import USER_AGENT, Client, iter_pages  # noqa: E402
+from jobagentctl.client._errors import translate  # noqa: E402
 
 __all__ = ["USER_AGENT", "Client", "iter_pages", "translate"]

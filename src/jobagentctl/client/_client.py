@@ -290,6 +290,7 @@ class Client:
         while True:
             remaining = deadline - clock()
             ask = 0.0 if remaining <= 0 else (3600.0 if math.isinf(remaining) else remaining)
+            ask = round(ask, 3)  # milliseconds are plenty; keeps request bodies readable
             started = clock()
             try:
                 return self.claim_next(agent_id, lease_seconds=lease_seconds, wait_seconds=ask)
@@ -297,7 +298,7 @@ class Client:
                 left = deadline - clock()
                 if left <= 0:
                     raise
-                if clock() - started < MIN_POLL_INTERVAL and ask >= MIN_POLL_INTERVAL:
+                if clock() - started < min(ask, MIN_POLL_INTERVAL):
                     sleep(min(MIN_POLL_INTERVAL, left))
 
     def heartbeat(

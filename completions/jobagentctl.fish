@@ -1,0 +1,1 @@
+complete --command jobagentctl --no-files --arguments "(env _JOBAGENTCTL_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) jobagentctl)" --condition "env _JOBAGENTCTL_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) jobagentctl"

@@ -1,0 +1,28 @@
+"""Unit-test isolation: no real config file, no inherited JOBAGENTCTL_*/CTRLPLANE_* variables."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .clirun import Cli
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith(("JOBAGENTCTL_", "CTRLPLANE_")) or name in ("NO_COLOR", "COLUMNS"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    # Wide enough that Rich tables keep full ids on one line.
+    monkeypatch.setenv("COLUMNS", "250")
+    yield
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch) -> Cli:
+    return Cli(monkeypatch)

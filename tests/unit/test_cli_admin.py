@@ -1,0 +1,365 @@
+"""CliRunner tests of inspect-claims, requeue, cancel, agents, jobs, completion and --debug."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from uuid import NAMESPACE_URL, uuid5
+
+import pytest
+import respx
+
+from jobagentctl import __version__
+from jobagentctl.cli import output
+
+from . import wire
+from .clirun import Cli
+from .wire import AGENT, JOB, WORKSPACE, WS
+
+
+@pytest.fixture
+def api() -> Iterator[respx.MockRouter]:
+    with respx.mock(assert_all_called=False) as router:
+        yield router
+
+
+def ago(seconds: float) -> str:
+    return output.rfc3339(datetime.now(UTC) - timedelta(seconds=seconds))
+
+
+def body(route: respx.Route) -> object:
+    return json.loads(route.calls.last.request.content)
+
+
+# --- inspect-claims ---------------------------------------------------------------------------
+
+FRESH = wire.claim_row("active", jobId="aaaaaaaa-0000-4000-8000-000000000001")
+EXPIRED = wire.claim_row("expired", jobId="aaaaaaaa-0000-4000-8000-000000000002")
+UNLEASED = wire.claim_row("unleased", jobId="aaaaaaaa-0000-4000-8000-000000000003")
+
+
+def test_inspect_claims_piped(cli: Cli, api: respx.MockRouter) -> None:
+    route = api.get(f"{WS}/job-claims").respond(200, json=wire.page([FRESH, EXPIRED, UNLEASED]))
+    result = cli("inspect-claims")
+    assert result.exit_code == 0
+    rows = [line.split("\t") for line in result.stdout.splitlines()]
+    assert [(r[0], r[1]) for r in rows] == [
+        (FRESH["jobId"], "active"),
+        (EXPIRED["jobId"], "expired"),
+        (UNLEASED["jobId"], "unleased"),
+    ]
+    assert len(rows[0]) == 9
+    assert rows[2][3] == ""  # an unleased claim has no claim id
+    params = route.calls.last.request.url.params
+    assert params["state"] == "all"
+    assert params["jobAgentId"] == str(AGENT)  # --agent / JOBAGENTCTL_AGENT filters
+
+
+def test_inspect_claims_all_agents_without_agent(cli: Cli, api: respx.MockRouter) -> None:
+    route = api.get(f"{WS}/job-claims").respond(200, json=wire.page([]))
+    result = cli("inspect-claims", "--state", "expired", env={"JOBAGENTCTL_AGENT": None})
+    assert (result.exit_code, result.stdout) == (0, "")
+    assert "jobAgentId" not in route.calls.last.request.url.params
+    assert route.calls.last.request.url.params["state"] == "expired"
+
+
+def test_inspect_claims_stale_after(cli: Cli, api: respx.MockRouter) -> None:
+    quiet_one = wire.claim_row("active", lastHeartbeatAt=ago(600), claimExpiresAt=ago(-30))
+    lively = wire.claim_row("active", lastHeartbeatAt=ago(5), claimExpiresAt=ago(-55))
+    api.get(f"{WS}/job-claims").respond(200, json=wire.page([quiet_one, lively]))
+    result = cli("inspect-claims", "--stale-after", "2m", "--json")
+    assert result.exit_code == 0
+    states = [c["state"] for c in json.loads(result.stdout)]
+    assert states == ["stale", "active"]
+    stuck = cli("inspect-claims", "--stale-after", "2m", "--fail-if-stuck")
+    assert stuck.exit_code == 6
+    assert "1 stuck claim" in stuck.stderr
+    # Without --stale-after the same claims are not stuck.
+    assert cli("inspect-claims", "--fail-if-stuck").exit_code == 0
+
+
+@pytest.mark.parametrize("claim", [EXPIRED, UNLEASED], ids=["expired", "unleased"])
+def test_fail_if_stuck(cli: Cli, api: respx.MockRouter, claim: dict[str, object]) -> None:
+    api.get(f"{WS}/job-claims").respond(200, json=wire.page([FRESH, claim]))
+    result = cli("inspect-claims", "--fail-if-stuck")
+    assert result.exit_code == 6
+    assert len(result.stdout.splitlines()) == 2  # the data is still printed
+
+
+def test_inspect_claims_table_on_tty(cli: Cli, api: respx.MockRouter) -> None:
+    api.get(f"{WS}/job-claims").respond(200, json=wire.page([FRESH, EXPIRED, UNLEASED]))
+    result = cli("inspect-claims", tty=True)
+    assert result.exit_code == 0
+    header = next(line for line in result.stdout.splitlines() if "STATE" in line)
+    assert header.split()[:3] == ["JOB", "STATE", "AGENT"]
+    assert "LAST HEARTBEAT" in header
+    for state in ("active", "expired", "unleased"):
+        assert state in result.stdout
+    assert " ago" in result.stdout
+
+
+def test_watch_needs_a_terminal(cli: Cli) -> None:
+    result = cli("inspect-claims", "--watch")
+    assert result.exit_code == 2
+    assert "needs a terminal" in result.stderr
+
+
+def test_watch_redraws_until_stuck(cli: Cli, api: respx.MockRouter) -> None:
+    route = api.get(f"{WS}/job-claims")
+    route.side_effect = [
+        respx.MockResponse(200, json=wire.page([FRESH])),
+        respx.MockResponse(200, json=wire.page([FRESH, EXPIRED])),
+    ]
+    result = cli("inspect-claims", "--watch", "--interval", "0.01", "--fail-if-stuck", tty=True)
+    assert result.exit_code == 6
+    assert route.call_count == 2
+    assert EXPIRED["jobId"] in result.stdout
+
+
+def test_watch_ends_on_ctrl_c(
+    cli: Cli, api: respx.MockRouter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api.get(f"{WS}/job-claims").respond(200, json=wire.page([FRESH]))
+
+    def interrupt(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("jobagentctl.cli.inspect_claims_cmd.sleep", interrupt)
+    result = cli("inspect-claims", "--watch", tty=True)
+    assert result.exit_code == 130
+    assert FRESH["jobId"] in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args", [["--state", "stuck"], ["--stale-after", "soon"], ["--watch", "--interval", "0"]]
+)
+def test_inspect_claims_usage_errors(cli: Cli, args: list[str]) -> None:
+    assert cli("inspect-claims", *args, tty=True).exit_code == 2
+
+
+def test_inspect_claims_v1_server(cli: Cli, api: respx.MockRouter) -> None:
+    api.get(f"{WS}/job-claims").respond(404, text="<html>Not Found</html>")
+    result = cli("inspect-claims")
+    assert result.exit_code == 1
+    assert "server has no lease support" in result.stderr
+
+
+# --- requeue, cancel --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("command", "status"), [("requeue", "queued"), ("cancel", "cancelled")])
+def test_operator_overrides(cli: Cli, api: respx.MockRouter, command: str, status: str) -> None:
+    route = api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted("updated"))
+    result = cli(command, str(JOB), "-m", "operator")
+    assert result.exit_code == 0
+    assert body(route) == {"status": status, "message": "operator"}
+    assert result.stdout == f"{JOB}\tupdated\n"
+    tty = cli(command, str(JOB), tty=True)
+    assert tty.stdout == ""
+    assert f"job {JOB}: {status}" in tty.stderr
+
+
+def test_requeue_unknown_job_is_5(cli: Cli, api: respx.MockRouter) -> None:
+    api.put(f"{WS}/jobs/{JOB}/status").respond(404, json=wire.error("NOT_FOUND", "job not found"))
+    result = cli("requeue", str(JOB))
+    assert result.exit_code == 5
+    assert result.stderr == "error: job not found\n"
+
+
+# --- agents -----------------------------------------------------------------------------------
+
+
+def test_agents_list(cli: Cli, api: respx.MockRouter) -> None:
+    api.get(f"{WS}/job-agents").respond(200, json=wire.page([wire.agent()]))
+    assert cli("agents", "list").stdout == f"{AGENT}\tbuilder\tshell\n"
+    assert json.loads(cli("agents", "list", "--json").stdout)[0]["name"] == "builder"
+    assert "builder" in cli("agents", "list", tty=True).stdout
+
+
+def test_agents_get_defaults_to_the_configured_agent(cli: Cli, api: respx.MockRouter) -> None:
+    api.get(f"{WS}/job-agents/{AGENT}").respond(200, json=wire.agent(config={"leaseSeconds": 5}))
+    result = cli("agents", "get", "--json")
+    assert json.loads(result.stdout)["config"] == {"leaseSeconds": 5}
+    tty = cli("agents", "get", tty=True)
+    assert '{"leaseSeconds": 5}' in tty.stdout
+
+
+def test_agents_register_derives_a_stable_id(cli: Cli, api: respx.MockRouter) -> None:
+    derived = uuid5(NAMESPACE_URL, f"jobagentctl:agent/{WORKSPACE}/builder")
+    put = api.put(f"{WS}/job-agents/{derived}").respond(202, json=wire.accepted())
+    api.get(f"{WS}/job-agents/{derived}").respond(200, json=wire.agent(id=str(derived)))
+    result = cli("agents", "register", "builder", "--config", '{"leaseSeconds": 30}', "--json")
+    assert result.exit_code == 0, result.stderr
+    assert body(put) == {"name": "builder", "type": "jobagentctl", "config": {"leaseSeconds": 30}}
+    assert json.loads(result.stdout)["id"] == str(derived)
+    assert f"export JOBAGENTCTL_AGENT={derived}" in result.stderr
+
+
+def test_agents_register_with_id_and_config_file(
+    cli: Cli, api: respx.MockRouter, tmp_path: Path
+) -> None:
+    put = api.put(f"{WS}/job-agents/{AGENT}").respond(202, json=wire.accepted())
+    api.get(f"{WS}/job-agents/{AGENT}").respond(200, json=wire.agent())
+    config = tmp_path / "agent.json"
+    config.write_text('{"region": "eu"}')
+    result = cli(
+        "agents", "register", "x", "--id", str(AGENT), "--type", "k8s", "--config", f"@{config}"
+    )
+    assert result.exit_code == 0
+    assert body(put) == {"name": "x", "type": "k8s", "config": {"region": "eu"}}
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ("[1]", "expected a JSON object"),
+        ("{oops", "invalid JSON"),
+        ("@/nonexistent", "cannot read"),
+    ],
+)
+def test_agents_register_bad_config(cli: Cli, config: str, message: str) -> None:
+    result = cli("agents", "register", "x", "--config", config)
+    assert result.exit_code == 2
+    assert message in result.stderr
+
+
+def test_agents_delete(cli: Cli, api: respx.MockRouter) -> None:
+    api.delete(f"{WS}/job-agents/{AGENT}").respond(202, json=wire.accepted("deleted"))
+    result = cli("agents", "delete", str(AGENT), "--json")
+    assert json.loads(result.stdout)["message"] == "deleted"
+
+
+# --- jobs -------------------------------------------------------------------------------------
+
+
+def test_jobs_get(cli: Cli, api: respx.MockRouter) -> None:
+    api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job(dispatchContext={"release": "v1"}))
+    result = cli("jobs", "get", str(JOB), "--json")
+    assert json.loads(result.stdout)["dispatchContext"] == {"release": "v1"}
+    assert cli("jobs", "get", str(JOB)).stdout.startswith(f"{JOB}\tqueued\t")
+
+
+def test_jobs_enqueue(cli: Cli, api: respx.MockRouter, tmp_path: Path) -> None:
+    route = api.post(f"{WS}/job-agents/{AGENT}/jobs").respond(201, json=wire.job())
+    context = tmp_path / "ctx.json"
+    context.write_text('{"environment": "prod"}')
+    result = cli(
+        "jobs",
+        "enqueue",
+        "--config",
+        '{"script": "make"}',
+        "--context",
+        f"@{context}",
+        "--metadata",
+        "team=infra",
+        "--metadata",
+        "ticket=OPS-1=2",
+    )
+    assert result.exit_code == 0
+    assert body(route) == {
+        "jobAgentConfig": {"script": "make"},
+        "dispatchContext": {"environment": "prod"},
+        "metadata": {"team": "infra", "ticket": "OPS-1=2"},
+    }
+    assert result.stdout.startswith(str(JOB))
+
+
+def test_jobs_enqueue_from_stdin(
+    cli: Cli, api: respx.MockRouter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    route = api.post(f"{WS}/job-agents/{AGENT}/jobs").respond(201, json=wire.job())
+    from typer.testing import CliRunner
+
+    from jobagentctl.cli.app import app
+
+    result = CliRunner().invoke(
+        app, ["jobs", "enqueue", "--config", "@-"], input='{"a": 1}', env=cli.env
+    )
+    assert result.exit_code == 0, result.stderr
+    assert body(route) == {"jobAgentConfig": {"a": 1}}
+
+
+def test_jobs_attempts(cli: Cli, api: respx.MockRouter) -> None:
+    api.get(f"{WS}/jobs/{JOB}/attempts").respond(
+        200, json=[wire.attempt(1, "expired"), wire.attempt(2, None)]
+    )
+    rows = [line.split("\t") for line in cli("jobs", "attempts", str(JOB)).stdout.splitlines()]
+    assert [(r[0], r[1]) for r in rows] == [("1", "expired"), ("2", "")]
+    assert "ATTEMPT" in cli("jobs", "attempts", str(JOB), tty=True).stdout
+
+
+def test_jobs_list(cli: Cli, api: respx.MockRouter) -> None:
+    route = api.get(f"{WS}/jobs").respond(200, json=wire.page([wire.job()]))
+    assert cli("jobs", "list", "--status", "queued").exit_code == 0
+    assert route.calls.last.request.url.params["status"] == "queued"
+
+
+# --- env output only where it means something, misc -------------------------------------------
+
+
+def test_env_output_is_only_for_claim(cli: Cli, api: respx.MockRouter) -> None:
+    api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job())
+    result = cli("jobs", "get", str(JOB), "-o", "env")
+    assert result.exit_code == 2
+    assert "not available" in result.stderr
+
+
+def test_version_and_help_need_no_settings(cli: Cli, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[[[")
+    env = {"JOBAGENTCTL_CONFIG": str(broken)}
+    version = cli("--version", env=env)
+    assert (version.exit_code, version.stdout) == (0, f"jobagentctl {__version__}\n")
+    assert cli("heartbeat", "--help", env=env).exit_code == 0
+    assert cli("completion", "bash", env=env).exit_code == 0
+    assert cli("list", env=env).exit_code == 2  # a command that needs settings reads it
+
+
+def test_debug_trace_on_stderr_without_key(cli: Cli, api: respx.MockRouter) -> None:
+    api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job())
+    result = cli("--debug", "jobs", "get", str(JOB))
+    assert result.exit_code == 0
+    assert "[http] > GET" in result.stderr
+    assert "<redacted>" in result.stderr
+    assert "[http]" not in result.stdout
+
+
+def test_global_options_after_the_command_are_hoisted() -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from jobagentctl.cli.app import RootGroup
+
+    demo = typer.Typer(cls=RootGroup)
+    seen: dict[str, object] = {}
+
+    @demo.callback()
+    def root(
+        workspace: str = typer.Option("", "--workspace"),
+        quiet: bool = typer.Option(False, "-q"),
+        output: str = typer.Option("", "-o"),
+    ) -> None:
+        seen.update(root_workspace=workspace, quiet=quiet, output=output)
+
+    @demo.command("create-key")
+    def create_key(workspace: str = typer.Option("", "--workspace")) -> None:
+        seen["own_workspace"] = workspace
+
+    @demo.command("exec", context_settings={"allow_interspersed_args": False})
+    def exec_(args: list[str] = typer.Argument(None)) -> None:
+        seen["args"] = args
+
+    runner = CliRunner()
+    # An option the command defines itself stays with the command.
+    assert runner.invoke(demo, ["create-key", "--workspace", "W", "-q", "-ojson"]).exit_code == 0
+    assert seen == {"root_workspace": "", "quiet": True, "output": "json", "own_workspace": "W"}
+    seen.clear()
+    assert runner.invoke(demo, ["exec", "-q", "cmd", "-o", "x", "--workspace", "V"]).exit_code == 0
+    assert seen == {
+        "root_workspace": "",
+        "quiet": True,
+        "output": "",
+        "args": ["cmd", "-o", "x", "--workspace", "V"],
+    }

@@ -1,0 +1,351 @@
+"""CliRunner tests of list, claim, heartbeat and complete: piped, on a TTY, json, env."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import respx
+
+from . import wire
+from .clirun import Cli
+from .wire import AGENT, CLAIM, JOB, WS
+
+
+@pytest.fixture
+def api() -> Iterator[respx.MockRouter]:
+    with respx.mock(assert_all_called=False) as router:
+        yield router
+
+
+def body(route: respx.Route) -> object:
+    return json.loads(route.calls.last.request.content)
+
+
+# --- list -------------------------------------------------------------------------------------
+
+
+def test_list_piped_is_tsv_without_header(cli: Cli, api: respx.MockRouter) -> None:
+    route = api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(
+        200, json=wire.page([wire.job(message="line1\nline2\tx")])
+    )
+    result = cli("list")
+    assert result.exit_code == 0
+    assert result.stdout == (
+        f"{JOB}\tqueued\t{AGENT}\t2024-05-01T12:00:00Z\t\t\t\tline1\\nline2\\tx\n"
+    )
+    assert result.stderr == ""
+    assert route.calls.last.request.url.params["status"] == "queued"
+
+
+def test_list_on_a_tty_is_a_table(cli: Cli, api: respx.MockRouter) -> None:
+    api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(200, json=wire.page([wire.job()], total=3))
+    result = cli("list", tty=True)
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    header = next(line for line in lines if "STATUS" in line)
+    assert header.split()[:3] == ["JOB", "STATUS", "AGENT"]
+    row = next(line for line in lines if str(JOB) in line)
+    assert "queued" in row and " ago" in row
+    assert "showing 1 of 3; use --all-pages" in result.stderr
+
+
+def test_list_json_and_option_after_command(cli: Cli, api: respx.MockRouter) -> None:
+    api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(200, json=wire.page([wire.job()]))
+    before = cli("--json", "list")
+    after = cli("list", "--json")
+    assert before.exit_code == after.exit_code == 0
+    assert before.stdout == after.stdout
+    data = json.loads(after.stdout)
+    assert isinstance(data, list)
+    assert data[0]["id"] == str(JOB)
+    assert data[0]["createdAt"] == "2024-05-01T12:00:00Z"
+    assert data[0]["jobAgentId"] == str(AGENT)
+
+
+def test_list_empty_is_success(cli: Cli, api: respx.MockRouter) -> None:
+    api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(200, json=wire.page([]))
+    piped = cli("list")
+    assert (piped.exit_code, piped.stdout, piped.stderr) == (0, "", "")
+    tty = cli("list", tty=True)
+    assert tty.exit_code == 0
+    assert "(none)" in tty.stdout
+    assert json.loads(cli("list", "-o", "json").stdout) == []
+
+
+def test_list_all_statuses_and_pages(cli: Cli, api: respx.MockRouter) -> None:
+    jobs = [wire.job(id=str(i) * 8 + "-1111-4111-8111-111111111111") for i in range(1, 4)]
+
+    def server(request: httpx.Request) -> httpx.Response:
+        offset = int(request.url.params["offset"])
+        assert "status" not in request.url.params
+        return httpx.Response(200, json=wire.page(jobs[offset : offset + 2], total=3))
+
+    api.get(f"{WS}/job-agents/{AGENT}/jobs").mock(side_effect=server)
+    result = cli("list", "--status", "all", "--all-pages")
+    assert result.exit_code == 0
+    assert len(result.stdout.splitlines()) == 3
+
+
+def test_list_status_is_validated(cli: Cli) -> None:
+    result = cli("list", "--status", "done")
+    assert result.exit_code == 2
+    assert "unknown status 'done'" in result.stderr
+
+
+def test_list_status_spelling_is_folded(cli: Cli, api: respx.MockRouter) -> None:
+    route = api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(200, json=wire.page([]))
+    assert cli("list", "--status", "in_progress").exit_code == 0
+    assert route.calls.last.request.url.params["status"] == "inProgress"
+
+
+def test_list_needs_an_agent(cli: Cli) -> None:
+    result = cli("list", env={"JOBAGENTCTL_AGENT": None})
+    assert result.exit_code == 2
+    assert "no job agent" in result.stderr
+
+
+# --- claim ------------------------------------------------------------------------------------
+
+
+def test_claim_by_id_piped(cli: Cli, api: respx.MockRouter) -> None:
+    route = api.post(f"{WS}/job-agents/{AGENT}/jobs/{JOB}/claim").respond(200, json=wire.claimed())
+    result = cli("claim", str(JOB), "--lease-seconds", "90")
+    assert result.exit_code == 0
+    assert result.stdout == f"{JOB}\t{CLAIM}\t1\t60\t2024-05-01T12:01:00Z\tinProgress\n"
+    assert body(route) == {"leaseSeconds": 90}
+
+
+def test_claim_env_output_evals(cli: Cli, api: respx.MockRouter) -> None:
+    route = api.post(f"{WS}/job-agents/{AGENT}/claim").respond(200, json=wire.claimed())
+    result = cli("claim", "-o", "env", env={"JOBAGENTCTL_LEASE_SECONDS": "45"})
+    assert result.exit_code == 0
+    assert body(route) == {"leaseSeconds": 45, "waitSeconds": 0.0}
+    assert result.stdout.splitlines() == [
+        f"export JOBAGENTCTL_JOB_ID={JOB}",
+        f"export JOBAGENTCTL_CLAIM_ID={CLAIM}",
+        "export JOBAGENTCTL_LEASE_SECONDS=60",
+        "export JOBAGENTCTL_ATTEMPT=1",
+    ]
+    for line in result.stdout.splitlines():
+        assert shlex.split(line)[0] == "export"
+
+
+def test_claim_nothing_queued_is_7(cli: Cli, api: respx.MockRouter) -> None:
+    api.post(f"{WS}/job-agents/{AGENT}/claim").respond(204)
+    result = cli("claim")
+    assert result.exit_code == 7
+    assert result.stdout == ""
+    assert "no job queued" in result.stderr
+
+
+def test_claim_wait_long_polls(cli: Cli, api: respx.MockRouter) -> None:
+    route = api.post(f"{WS}/job-agents/{AGENT}/claim").respond(200, json=wire.claimed())
+    result = cli("claim", "--wait", "2m", "--json")
+    assert result.exit_code == 0
+    assert body(route) == {"leaseSeconds": 60, "waitSeconds": pytest.approx(120, abs=1)}
+    claimed = json.loads(result.stdout)
+    assert claimed["claimId"] == str(CLAIM)
+    assert route.calls.last.request.extensions["timeout"]["read"] > 120
+
+
+def test_claim_v1_server_without_claim_id(cli: Cli, api: respx.MockRouter) -> None:
+    api.post(f"{WS}/job-agents/{AGENT}/jobs/{JOB}/claim").respond(
+        200, json=wire.job(status="inProgress")
+    )
+    result = cli("claim", str(JOB), "-o", "env")
+    assert result.exit_code == 0
+    assert "export JOBAGENTCTL_CLAIM_ID=''" in result.stdout.splitlines()
+    assert "export JOBAGENTCTL_LEASE_SECONDS=''" in result.stdout.splitlines()
+    assert "granted no lease" in result.stderr
+
+
+def test_claim_unleased_on_purpose_does_not_warn(cli: Cli, api: respx.MockRouter) -> None:
+    route = api.post(f"{WS}/job-agents/{AGENT}/jobs/{JOB}/claim").respond(
+        200, json=wire.claimed(claimId=None, leaseSeconds=None)
+    )
+    result = cli("claim", str(JOB), "--lease-seconds", "0")
+    assert result.exit_code == 0
+    assert body(route) == {"leaseSeconds": 0}
+    assert result.stderr == ""
+
+
+def test_claim_on_a_tty_shows_the_job(cli: Cli, api: respx.MockRouter) -> None:
+    api.post(f"{WS}/job-agents/{AGENT}/jobs/{JOB}/claim").respond(200, json=wire.claimed())
+    result = cli("claim", str(JOB), tty=True)
+    assert result.exit_code == 0
+    assert str(CLAIM) in result.stdout
+    assert "jobAgentConfig" in result.stdout  # the rest of the object is shown too
+
+
+def test_claim_not_claimable_is_6(cli: Cli, api: respx.MockRouter) -> None:
+    api.post(f"{WS}/job-agents/{AGENT}/jobs/{JOB}/claim").respond(
+        409, json=wire.error("NOT_CLAIMABLE", "job is inProgress")
+    )
+    result = cli("claim", str(JOB))
+    assert result.exit_code == 6
+    assert result.stderr == "error: job is inProgress\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["claim", str(JOB), "--wait", "5s"], "--wait applies only"),
+        (["claim", "not-a-uuid"], "JOB_ID: not a UUID"),
+        (["claim", "--wait", "5 minutes"], "invalid --wait"),
+    ],
+)
+def test_claim_usage_errors(cli: Cli, args: list[str], message: str) -> None:
+    result = cli(*args)
+    assert result.exit_code == 2
+    assert message in result.stderr
+
+
+# --- heartbeat --------------------------------------------------------------------------------
+
+
+def test_heartbeat_from_claim_environment(cli: Cli, api: respx.MockRouter) -> None:
+    route = api.post(f"{WS}/jobs/{JOB}/heartbeat").respond(200, json=wire.heartbeat())
+    env = {"JOBAGENTCTL_JOB_ID": str(JOB), "JOBAGENTCTL_CLAIM_ID": str(CLAIM)}
+    result = cli("heartbeat", env=env)
+    assert result.exit_code == 0
+    assert body(route) == {"claimId": str(CLAIM)}
+    assert result.stdout == f"{JOB}\t{CLAIM}\t1\t60\t2024-05-01T12:02:00Z\n"
+    as_json = json.loads(cli("heartbeat", "--json", env=env).stdout)
+    assert as_json["claimExpiresAt"] == "2024-05-01T12:02:00Z"
+
+
+def test_heartbeat_arguments_beat_environment(cli: Cli, api: respx.MockRouter) -> None:
+    other = "55555555-5555-4555-8555-555555555555"
+    route = api.post(f"{WS}/jobs/{other}/heartbeat").respond(200, json=wire.heartbeat())
+    env = {"JOBAGENTCTL_JOB_ID": str(JOB), "JOBAGENTCTL_CLAIM_ID": str(CLAIM)}
+    result = cli("heartbeat", other, "--claim-id", other, "--lease-seconds", "300", env=env)
+    assert result.exit_code == 0
+    assert body(route) == {"claimId": other, "leaseSeconds": 300}
+
+
+def test_heartbeat_needs_a_job(cli: Cli) -> None:
+    result = cli("heartbeat")
+    assert result.exit_code == 2
+    assert "JOBAGENTCTL_JOB_ID" in result.stderr
+
+
+def test_heartbeat_claim_lost_is_6(cli: Cli, api: respx.MockRouter) -> None:
+    api.post(f"{WS}/jobs/{JOB}/heartbeat").respond(
+        409, json=wire.error("CLAIM_LOST", "claim expired and was reaped", {"jobStatus": "queued"})
+    )
+    result = cli("heartbeat", str(JOB), "--claim-id", str(CLAIM), "--json")
+    assert result.exit_code == 6
+    error = json.loads(result.stderr.splitlines()[-1])["error"]
+    assert error == {
+        "code": "CLAIM_LOST",
+        "message": "claim expired and was reaped",
+        "status": 409,
+        "exitCode": 6,
+    }
+
+
+def test_heartbeat_against_v1_server(cli: Cli, api: respx.MockRouter) -> None:
+    api.post(f"{WS}/jobs/{JOB}/heartbeat").respond(404, json={"error": "Not Found"})
+    result = cli("heartbeat", str(JOB), "--claim-id", str(CLAIM))
+    assert result.exit_code == 1
+    assert "server has no lease support" in result.stderr
+
+
+def test_heartbeat_of_a_v1_claim_fails_before_any_request(cli: Cli, api: respx.MockRouter) -> None:
+    route = api.post(f"{WS}/jobs/{JOB}/heartbeat")
+    result = cli("heartbeat", env={"JOBAGENTCTL_JOB_ID": str(JOB), "JOBAGENTCTL_CLAIM_ID": ""})
+    assert result.exit_code == 1
+    assert "server has no lease support" in result.stderr
+    assert not route.called
+
+
+# --- complete ---------------------------------------------------------------------------------
+
+
+def test_complete_exit_code_zero(cli: Cli, api: respx.MockRouter) -> None:
+    route = api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted("updated"))
+    env = {"JOBAGENTCTL_JOB_ID": str(JOB), "JOBAGENTCTL_CLAIM_ID": str(CLAIM)}
+    result = cli("complete", "--exit-code", "0", env=env)
+    assert result.exit_code == 0
+    assert body(route) == {"status": "successful", "claimId": str(CLAIM)}
+    assert result.stdout == f"{JOB}\tupdated\n"
+
+
+def test_complete_failure_with_links(cli: Cli, api: respx.MockRouter) -> None:
+    route = api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted())
+    result = cli(
+        "complete",
+        str(JOB),
+        "--exit-code",
+        "3",
+        "--external-id",
+        "run-7",
+        "--link",
+        "Logs=https://ci.example.com/7?a=b",
+        "--link",
+        "Diff=https://x/y",
+    )
+    assert result.exit_code == 0
+    sent = body(route)
+    assert sent == {
+        "status": "failure",
+        "message": "exit code 3",
+        "externalId": "run-7",
+        "metadata": {
+            "ctrlplane/links": json.dumps(
+                {"Logs": "https://ci.example.com/7?a=b", "Diff": "https://x/y"}
+            )
+        },
+    }
+
+
+def test_complete_on_a_tty_confirms_on_stderr(cli: Cli, api: respx.MockRouter) -> None:
+    api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted("Job status updated"))
+    result = cli("complete", str(JOB), "--status", "skipped", "-m", "nothing to do", tty=True)
+    assert result.exit_code == 0
+    assert result.stdout == ""
+    assert f"job {JOB}: skipped (Job status updated)" in result.stderr
+    quiet = cli("-q", "complete", str(JOB), "--status", "skipped", tty=True)
+    assert (quiet.stdout, quiet.stderr) == ("", "")
+
+
+def test_complete_json_is_the_accepted_object(cli: Cli, api: respx.MockRouter) -> None:
+    api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted("ok"))
+    result = cli("complete", str(JOB), "--status", "successful", "--json")
+    assert json.loads(result.stdout) == {"id": str(JOB), "message": "ok"}
+
+
+def test_complete_v1_claim_reports_without_fencing(cli: Cli, api: respx.MockRouter) -> None:
+    route = api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted())
+    env = {"JOBAGENTCTL_JOB_ID": str(JOB), "JOBAGENTCTL_CLAIM_ID": ""}
+    assert cli("complete", "--status", "successful", env=env).exit_code == 0
+    assert body(route) == {"status": "successful"}
+
+
+def test_complete_claim_mismatch_is_6(cli: Cli, api: respx.MockRouter) -> None:
+    api.put(f"{WS}/jobs/{JOB}/status").respond(
+        409, json=wire.error("CLAIM_MISMATCH", "another attempt holds the claim")
+    )
+    result = cli("complete", str(JOB), "--exit-code", "0", "--claim-id", str(CLAIM))
+    assert result.exit_code == 6
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--status", "successful", "--exit-code", "0"], "exactly one of"),
+        ([], "exactly one of"),
+        (["--status", "queued"], "not a terminal status"),
+        (["--status", "great"], "unknown status"),
+        (["--exit-code", "0", "--link", "no-equals"], "expected KEY=VALUE"),
+        (["--exit-code", "0", "--claim-id", "zzz"], "--claim-id: not a UUID"),
+    ],
+)
+def test_complete_usage_errors(cli: Cli, args: list[str], message: str) -> None:
+    result = cli("complete", str(JOB), *args)
+    assert result.exit_code == 2
+    assert message in result.stderr

@@ -1,0 +1,130 @@
+"""Exit codes of SPEC §7: every error class has one, decided in one place inside the app."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from jobagentctl import errors
+from jobagentctl.cli.app import app
+from jobagentctl.client import Client
+
+from .wire import API_KEY, BASE, JOB, WORKSPACE
+
+# The SPEC §7 decision for each class. A new class in jobagentctl.errors fails the walk below
+# until it is given a code here (and in the README's table).
+EXPECTED = {
+    "JobAgentError": 1,
+    "UsageError": 2,
+    "ConfigError": 2,
+    "ValidationError": 2,
+    "PayloadTooLarge": 2,
+    "ServerUnavailable": 3,
+    "AuthError": 4,
+    "NotFound": 5,
+    "Conflict": 6,
+    "NotClaimable": 6,
+    "ClaimLost": 6,
+    "ClaimMismatch": 6,
+    "JobTerminal": 6,
+    "StuckClaims": 6,
+    "NoJob": 7,
+    "ServerError": 1,
+    "ProtocolError": 1,
+    "LeaseUnsupported": 1,
+}
+
+ERROR_CLASSES = [
+    cls
+    for _, cls in inspect.getmembers(errors, inspect.isclass)
+    if issubclass(cls, errors.JobAgentError)
+]
+
+
+def test_every_error_class_is_known() -> None:
+    assert {cls.__name__ for cls in ERROR_CLASSES} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda c: c.__name__)
+def test_every_error_class_has_its_code(cls: type[errors.JobAgentError]) -> None:
+    assert errors.exit_code_for(cls("x")) == EXPECTED[cls.__name__]
+
+
+@pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda c: c.__name__)
+def test_the_app_exits_with_the_code(
+    cls: type[errors.JobAgentError], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def boom(self: Client, job_id: object) -> None:
+        raise cls("it broke", details={"jobStatus": "cancelled"})
+
+    monkeypatch.setattr(Client, "get_job", boom)
+    env = {
+        "JOBAGENTCTL_URL": BASE,
+        "JOBAGENTCTL_API_KEY": API_KEY,
+        "JOBAGENTCTL_WORKSPACE": str(WORKSPACE),
+    }
+    result = CliRunner().invoke(app, ["-o", "json", "jobs", "get", str(JOB)], env=env)
+    code = EXPECTED[cls.__name__]
+    assert result.exit_code == code
+    assert result.stdout == ""
+    human, line = result.stderr.strip().splitlines()
+    assert human == "error: it broke"
+    body = json.loads(line)["error"]
+    assert body["code"] == cls.code
+    assert body["exitCode"] == code
+    assert body["message"] == "it broke"
+
+
+def test_unexpected_exception_is_exit_1_with_a_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(self: Client, job_id: object) -> None:
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(Client, "get_job", boom)
+    env = {
+        "JOBAGENTCTL_URL": BASE,
+        "JOBAGENTCTL_API_KEY": API_KEY,
+        "JOBAGENTCTL_WORKSPACE": str(WORKSPACE),
+    }
+    result = CliRunner().invoke(app, ["jobs", "get", str(JOB)], env=env)
+    assert result.exit_code == 1
+    assert "unexpected KeyError" in result.stderr
+    assert "--debug" in result.stderr
+    assert "Traceback" not in result.stderr
+    result = CliRunner().invoke(app, ["--debug", "jobs", "get", str(JOB)], env=env)
+    assert result.exit_code == 1
+    assert "Traceback" in result.stderr
+
+
+def test_ctrl_c_is_130(monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(self: Client, job_id: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Client, "get_job", interrupted)
+    env = {
+        "JOBAGENTCTL_URL": BASE,
+        "JOBAGENTCTL_API_KEY": API_KEY,
+        "JOBAGENTCTL_WORKSPACE": str(WORKSPACE),
+    }
+    assert CliRunner().invoke(app, ["jobs", "get", str(JOB)], env=env).exit_code == 130
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["no-such-command"],
+        ["list", "--limit", "0"],
+        ["list", "--bogus"],
+        ["-o", "yaml", "list"],
+        ["--json", "-o", "tsv", "list"],
+        ["claim", "--wait", "soon"],
+        ["inspect-claims", "--stale-after", "-1"],
+        ["complete"],
+    ],
+)
+def test_usage_errors_are_2(args: list[str]) -> None:
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.stderr
+    assert result.stdout == ""
