@@ -8,6 +8,7 @@ app's lifespan; tests call ``api.reap()`` to sweep deterministically.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from jobagentctl.server.settings import ServerSettings
 from jobagentctl.server.store import open_store
 from jobagentctl.server.store.base import ReapResult, Store
 from tests.fixtures.databases import expire_claims
+from tests.fixtures.live_server import LiveServer
 
 # Settings of in-process tests: 1 s leases allowed, no background reaper, no key cache.
 TEST_SETTINGS: dict[str, Any] = {
@@ -145,6 +147,21 @@ async def wait_until(condition: Any, *, timeout: float = 20.0, interval: float =
         if loop.time() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         await asyncio.sleep(interval)
+
+
+def wait_for(condition: Any, timeout: float = 30.0, interval: float = 0.02) -> float:
+    """Poll until ``condition()`` is truthy; the seconds it took."""
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+    return time.monotonic() - started
+
+
+def server_metrics(server: LiveServer) -> str:
+    status, text = server.request("GET", "/metrics", api_key=None)
+    return str(text) if status == 200 else ""
 
 
 async def make_api(database_url: str, **overrides: Any) -> AsyncIterator[Api]:

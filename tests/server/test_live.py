@@ -1,0 +1,104 @@
+"""Real server processes: reaper timing, SIGTERM drain, restart, key revocation.
+
+Each test starts ``python -m jobagentctl server start`` through the ``live_server`` fixtures.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import urllib.error
+from typing import Any
+
+import pytest
+
+from tests.fixtures.live_server import LiveServer
+from tests.server.conftest import server_metrics, wait_for
+
+
+def test_reaper_requeues_an_abandoned_claim_within_lease_plus_reap_interval(
+    live_server: LiveServer,
+) -> None:
+    """Detection time is at most lease + reap interval (+ scheduling slack), never before the
+    lease ends. Settings: lease 1 s, reap interval 0.2 s."""
+    agent = live_server.create_agent("crashy")
+    job = live_server.enqueue(agent)
+    sent = time.monotonic()
+    status, claimed = live_server.request("POST", f"job-agents/{agent}/claim", {"leaseSeconds": 1})
+    assert status == 200
+    assert claimed["id"] == job["id"]
+    assert claimed["leaseSeconds"] == 1
+    # Nobody heartbeats: the agent "crashed".
+    waited = wait_for(lambda: live_server.get_job(job["id"])["status"] == "queued", timeout=30)
+    detected = time.monotonic() - sent
+    print(f"\nreaper detection: {detected:.2f}s for lease 1s + reap interval 0.2s")
+    assert detected >= 0.9, "requeued before its lease ended"
+    assert detected < 1 + 0.2 + 3.0, f"too slow: {detected:.2f}s"  # slack for busy machines
+    assert waited > 0
+    status, attempts = live_server.request("GET", f"jobs/{job['id']}/attempts")
+    assert [a["outcome"] for a in attempts] == ["expired"]
+    status, again = live_server.request("POST", f"job-agents/{agent}/claim", {"leaseSeconds": 30})
+    assert status == 200
+    assert again["attempt"] == 2
+    assert again["claimId"] != claimed["claimId"]
+    # The reaper's work shows in /metrics.
+    status, text = live_server.request("GET", "/metrics", api_key=None)
+    assert status == 200
+    assert 'jobagentctl_reaped_total{outcome="requeued"} 1.0' in str(text)
+
+
+def test_sigterm_drains_in_flight_requests_and_wakes_long_polls(live_server: LiveServer) -> None:
+    agent = live_server.create_agent("waiter")
+    results: dict[str, Any] = {}
+
+    def long_poll() -> None:
+        started = time.monotonic()
+        results["poll"] = live_server.request(
+            "POST", f"job-agents/{agent}/claim", {"waitSeconds": 25}, timeout=60
+        )
+        results["poll_seconds"] = time.monotonic() - started
+
+    thread = threading.Thread(target=long_poll)
+    thread.start()
+    # Wait until the server reports the long-poll as waiting.
+    waiting = "jobagentctl_long_polls_waiting 1.0"
+    wait_for(lambda: waiting in server_metrics(live_server), timeout=30)
+    assert live_server.proc is not None
+    stopping = time.monotonic()
+    live_server.proc.send_signal(signal.SIGTERM)
+    thread.join(30)
+    assert not thread.is_alive()
+    assert results["poll"][0] == 204  # answered, not cut off
+    assert results["poll_seconds"] < 20
+    code = live_server.proc.wait(30)
+    drained = time.monotonic() - stopping
+    assert code == 0, live_server.log()[-2000:]
+    assert drained < 15
+    log = live_server.log()
+    assert "stopped" in log
+    assert live_server.api_key not in log
+    assert live_server.api_key.split(".", 1)[1] not in log
+    with pytest.raises(urllib.error.URLError):
+        live_server.request("GET", "/healthz", api_key=None, timeout=2)
+
+
+def test_restart_keeps_the_queue(live_server: LiveServer) -> None:
+    agent = live_server.create_agent("a")
+    job = live_server.enqueue(agent)
+    live_server.restart()
+    assert live_server.get_job(job["id"])["status"] == "queued"
+
+
+def test_revoked_key_is_refused_by_a_running_server(live_server: LiveServer) -> None:
+    agent = live_server.create_agent("a")
+    key = live_server.create_key(agent)
+    status, _ = live_server.request("GET", f"job-agents/{agent}/jobs", api_key=key)
+    assert status == 200
+    live_server.revoke_key(key)
+    status, body = live_server.request("GET", f"job-agents/{agent}/jobs", api_key=key)
+    assert status == 401  # key_cache_seconds=0 in the fixture: at once
+    assert body["code"] == "UNAUTHORIZED"
+    # The workspace key is unaffected.
+    status, _ = live_server.request("GET", f"job-agents/{agent}/jobs")
+    assert status == 200
