@@ -30,16 +30,11 @@ unit: $(STAMP)
 test: $(STAMP) lint typecheck
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -p no:cacheprovider
 
-BENCH_STAMP := $(VENV)/.bench-installed
-$(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[server,dev,bench]'
-	touch $(BENCH_STAMP)
+bench: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m benchmarks.run --out benchmarks/results/latest.md
 
-bench: $(BENCH_STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m benchmarks.run --out docs/benchmarks-latest.md
-
-bench-quick: $(BENCH_STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m benchmarks.run --quick
+bench-quick: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m benchmarks.run --mode quick
 
 chaos: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tests.chaos.harness --long

@@ -45,9 +45,8 @@ def proc_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def postgres_cpu_seconds() -> float:
-    """CPU of every live PostgreSQL process (backends come and go; we keep connections open)."""
-    total = 0.0
+def _postgres_pids() -> list[int]:
+    pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -56,8 +55,26 @@ def postgres_cpu_seconds() -> float:
         except OSError:
             continue
         if comm.startswith("postgres"):
-            total += proc_cpu_seconds(int(entry.name))
-    return total
+            pids.append(int(entry.name))
+    return pids
+
+
+class PostgresCpu:
+    """CPU spent by PostgreSQL processes between ``__init__`` and ``seconds()``.
+
+    Per process, so backends of other clients that exit meanwhile do not make the figure
+    negative; a backend that starts meanwhile counts from zero.
+    """
+
+    def __init__(self) -> None:
+        self._start = {pid: proc_cpu_seconds(pid) for pid in _postgres_pids()}
+
+    def seconds(self) -> float:
+        total = 0.0
+        for pid in _postgres_pids():
+            now = proc_cpu_seconds(pid)
+            total += max(0.0, now - self._start.get(pid, 0.0))
+        return total
 
 
 def self_cpu_seconds() -> float:

@@ -15,10 +15,10 @@ import uuid
 from dataclasses import dataclass
 
 from benchmarks.common import (
+    PostgresCpu,
     Server,
     database,
     enqueue,
-    postgres_cpu_seconds,
     psql,
     self_cpu_seconds,
 )
@@ -75,7 +75,7 @@ async def _cycles(url: str, concurrency: int, jobs: int, kind: str) -> DirectRes
             done += 1
 
     try:
-        cpu0, db0 = self_cpu_seconds(), postgres_cpu_seconds()
+        cpu0, pg = self_cpu_seconds(), PostgresCpu()
         t0 = time.perf_counter()
         await asyncio.gather(*(agent_loop() for _ in range(concurrency)))
         elapsed = time.perf_counter() - t0
@@ -83,7 +83,7 @@ async def _cycles(url: str, concurrency: int, jobs: int, kind: str) -> DirectRes
             done,
             elapsed,
             self_cpu_seconds() - cpu0,
-            (postgres_cpu_seconds() - db0) if kind == "postgres" else 0.0,
+            pg.seconds() if kind == "postgres" else 0.0,
         )
     finally:
         await store.close()
@@ -127,13 +127,11 @@ async def _heartbeats_direct(url: str, concurrency: int, count: int) -> DirectRe
                 await store.heartbeat(ws, job_id, claim_id, None)
 
         before = _hot(url)
-        cpu0, db0 = self_cpu_seconds(), postgres_cpu_seconds()
+        cpu0, pg = self_cpu_seconds(), PostgresCpu()
         t0 = time.perf_counter()
         await asyncio.gather(*(beat(c.id, c.claim_id) for c in claims if c))
         elapsed = time.perf_counter() - t0
-        result = DirectResult(
-            per * concurrency, elapsed, self_cpu_seconds() - cpu0, postgres_cpu_seconds() - db0
-        )
+        result = DirectResult(per * concurrency, elapsed, self_cpu_seconds() - cpu0, pg.seconds())
     finally:
         await store.close()
     result.hot_share = _hot_share(url, before)
@@ -176,12 +174,10 @@ async def _heartbeats_http(server: Server, concurrency: int, count: int) -> floa
 def heartbeats_http(kind: str, concurrency: int, count: int) -> DirectResult:
     with database(kind) as url, Server(url) as server:
         before = _hot(url)
-        cpu0, db0 = server.cpu(), postgres_cpu_seconds()
+        cpu0, pg = server.cpu(), PostgresCpu()
         elapsed = asyncio.run(_heartbeats_http(server, concurrency, count))
         per = count // concurrency
-        result = DirectResult(
-            per * concurrency, elapsed, server.cpu() - cpu0, postgres_cpu_seconds() - db0
-        )
+        result = DirectResult(per * concurrency, elapsed, server.cpu() - cpu0, pg.seconds())
         result.hot_share = _hot_share(url, before)
         return result
 

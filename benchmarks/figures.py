@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.common import (
+    PostgresCpu,
     Server,
     database,
     enqueue,
-    postgres_cpu_seconds,
     self_cpu_seconds,
 )
 from benchmarks.httpclient import Connection
@@ -97,7 +97,7 @@ async def _http_cycles(server: Server, concurrency: int, lease: int = 60) -> int
 def http_cycles(kind: str, concurrency: int, jobs: int) -> CycleResult:
     with database(kind) as url, Server(url) as server:
         asyncio.run(enqueue(server, jobs))
-        cpu0, db0, me0 = server.cpu(), postgres_cpu_seconds(), self_cpu_seconds()
+        cpu0, pg, me0 = server.cpu(), PostgresCpu(), self_cpu_seconds()
         t0 = time.perf_counter()
         done = asyncio.run(_http_cycles(server, concurrency))
         elapsed = time.perf_counter() - t0
@@ -105,7 +105,7 @@ def http_cycles(kind: str, concurrency: int, jobs: int) -> CycleResult:
             done,
             elapsed,
             server.cpu() - cpu0,
-            (postgres_cpu_seconds() - db0) if kind == "postgres" else 0.0,
+            pg.seconds() if kind == "postgres" else 0.0,
             self_cpu_seconds() - me0,
         )
 

@@ -1,6 +1,6 @@
 """`make bench` / `make bench-quick`: every figure of docs/benchmarks.md, side by side, in one run.
 
-Usage: python -m benchmarks.run [--quick] [--only NAME ...] [--out FILE]
+Usage: python -m benchmarks.run [--mode full|quick|smoke] [--only NAME ...] [--out FILE]
 Prints a markdown table; ratios are computed from figures measured in this same run.
 """
 
@@ -14,9 +14,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from benchmarks import direct
-from benchmarks.common import PG_URL, percentile, postgres_cpu_seconds, postgres_database, psql
+from benchmarks.common import PG_URL, PostgresCpu, percentile, postgres_database, psql
 from benchmarks.figures import (
     Row,
     _verdict,
@@ -27,6 +28,12 @@ from benchmarks.figures import (
     supervision,
 )
 
+T = TypeVar("T")
+
+
+def pick(mode: str, *, full: T, quick: T, smoke: T) -> T:
+    return {"full": full, "quick": quick, "smoke": smoke}[mode]
+
 
 def _fmt(x: float, unit: str = "") -> str:
     if x >= 100:
@@ -36,9 +43,14 @@ def _fmt(x: float, unit: str = "") -> str:
     return f"{x:.2f}{unit}"
 
 
-def section_cycles(quick: bool) -> list[Row]:
+def section_cycles(mode: str) -> list[Row]:
     rows: list[Row] = []
-    jobs = {1: 150, 8: 400, 32: 400} if quick else {1: 1500, 8: 5000, 32: 5000}
+    jobs = pick(
+        mode,
+        full={1: 1500, 8: 5000, 32: 5000},
+        quick={1: 150, 8: 400, 32: 400},
+        smoke={1: 10, 8: 24, 32: 40},
+    )
     kinds = ["sqlite", "postgres"]
     for kind in kinds:
         for conc in (1, 8, 32):
@@ -106,11 +118,11 @@ def procrastinate_figures(jobs: int, concurrency: int) -> dict[str, float]:
         assert proc.stdin and proc.stdout
         if proc.stdout.readline().strip() != "deferred":
             raise RuntimeError("procrastinate peer failed before its run")
-        db0 = postgres_cpu_seconds()
+        pg = PostgresCpu()
         proc.stdin.write("go\n")
         proc.stdin.flush()
         result = json.loads(proc.stdout.readline())
-        db_cpu = postgres_cpu_seconds() - db0
+        db_cpu = pg.seconds()
         proc.wait()
     return {
         "rate": result["jobs"] / result["seconds"],
@@ -118,8 +130,8 @@ def procrastinate_figures(jobs: int, concurrency: int) -> dict[str, float]:
     }
 
 
-def section_heartbeats(quick: bool) -> list[Row]:
-    count = 2000 if quick else 20000
+def section_heartbeats(mode: str) -> list[Row]:
+    count = pick(mode, full=20000, quick=2000, smoke=80)
     api = direct.heartbeats_http("postgres", 8, count)
     raw = direct.heartbeats_direct("postgres", 8, count)
     return [
@@ -142,8 +154,8 @@ def section_heartbeats(quick: bool) -> list[Row]:
     ]
 
 
-def section_reaper(quick: bool) -> list[Row]:
-    claims, expired = (2000, 200) if quick else (10000, 1000)
+def section_reaper(mode: str) -> list[Row]:
+    claims, expired = pick(mode, full=(10000, 1000), quick=(2000, 200), smoke=(200, 20))
     busy, empty = direct.reaper_pass("postgres", claims, expired)
     return [
         Row(
@@ -157,10 +169,10 @@ def section_reaper(quick: bool) -> list[Row]:
     ]
 
 
-def section_pickup(quick: bool) -> list[Row]:
+def section_pickup(mode: str) -> list[Row]:
     rows = []
     for kind in ("sqlite", "postgres"):
-        lp, poll = pickup_latency(kind, 12 if quick else 60)
+        lp, poll = pickup_latency(kind, pick(mode, full=60, quick=12, smoke=2))
         rows.append(
             Row(
                 f"pickup latency, long-poll agent, {kind} (p50 / p99)",
@@ -176,11 +188,11 @@ def section_pickup(quick: bool) -> list[Row]:
     return rows
 
 
-def section_recovery(quick: bool) -> list[Row]:
+def section_recovery(mode: str) -> list[Row]:
     lease, reap = (2, 0.5)
     rows = []
     for kind in ("sqlite", "postgres"):
-        times = recovery(kind, 2 if quick else 8, lease, reap)
+        times = recovery(kind, pick(mode, full=8, quick=2, smoke=1), lease, reap)
         bound = lease + reap
         worst = max(times)
         rows.append(
@@ -197,8 +209,8 @@ def section_recovery(quick: bool) -> list[Row]:
     return rows
 
 
-def section_cli(quick: bool) -> list[Row]:
-    f = cli_startup(5 if quick else 20)
+def section_cli(mode: str) -> list[Row]:
+    f = cli_startup(pick(mode, full=20, quick=5, smoke=1))
     base = f["python -c pass"]
     bare = f["bare import"] + f["one request"] - base
     return [
@@ -222,8 +234,8 @@ def section_cli(quick: bool) -> list[Row]:
     ]
 
 
-def section_supervision(quick: bool) -> list[Row]:
-    share, rss, wall = supervision(5 if quick else 60)
+def section_supervision(mode: str) -> list[Row]:
+    share, rss, wall = supervision(pick(mode, full=60, quick=5, smoke=2))
     return [
         Row(
             f"`run` supervising `sleep` for {wall:.0f} s: CPU share / peak RSS",
@@ -249,7 +261,12 @@ SECTIONS: dict[str, Callable[[bool], list[Row]]] = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small sizes: a CI smoke run")
+    parser.add_argument(
+        "--mode",
+        choices=["full", "quick", "smoke"],
+        default="full",
+        help="sizes: full (make bench), quick (make bench-quick), smoke (CI: seconds)",
+    )
     parser.add_argument("--only", nargs="*", choices=sorted(SECTIONS), default=None)
     parser.add_argument("--out", help="also write the table to this file")
     args = parser.parse_args()
@@ -260,11 +277,11 @@ def main() -> None:
         if args.only and name not in args.only:
             continue
         print(f"… {name}", file=sys.stderr, flush=True)
-        rows.extend(section(args.quick))
+        rows.extend(section(args.mode))
     lines = [
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, PostgreSQL {psql(PG_URL, 'SHOW server_version')}; "
-        f"mode {'quick' if args.quick else 'full'}; {time.perf_counter() - started:.0f} s.",
+        f"mode {args.mode}; {time.perf_counter() - started:.0f} s.",
         "",
         "| figure | ours | comparison (same run) | ratio | target | met |",
         "|---|---|---|---|---|---|",
