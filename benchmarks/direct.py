@@ -178,6 +178,8 @@ def heartbeats_http(kind: str, concurrency: int, count: int) -> DirectResult:
         elapsed = asyncio.run(_heartbeats_http(server, concurrency, count))
         per = count // concurrency
         result = DirectResult(per * concurrency, elapsed, server.cpu() - cpu0, pg.seconds())
+        # Backends flush table statistics when they end (or after ~10 s idle): stop the server.
+        server.stop()
         result.hot_share = _hot_share(url, before)
         return result
 
