@@ -88,7 +88,8 @@ def load_queries(dialect: str) -> dict[str, str]:
             name, lines = match.group(1), []
             if name in queries:
                 raise RuntimeError(f"duplicate query name {name!r} in {dialect}/queries.sql")
-        elif name is not None:
+        elif name is not None and not line.lstrip().startswith("--"):
+            # Comment lines document the file; the server need not receive them every time.
             lines.append(line)
     if name is not None:
         queries[name] = "\n".join(lines).strip()

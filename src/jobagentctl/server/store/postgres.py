@@ -16,6 +16,7 @@ from uuid import UUID, uuid4
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -497,27 +498,45 @@ class PostgresStore:
             "terminal": status in TERMINAL_STATUSES,
             "outcome": attempt_outcome_for(status),
         }
-        # Pipelined: BEGIN + lock + read go out together, then apply + COMMIT: two round trips.
+        error: JobAgentError | None = None
+        applied: psycopg.AsyncCursor[DictRow] | None = None
         async with self._connection() as conn:
-            async with conn.pipeline(), conn.transaction():
-                await conn.execute(Q["lock_job"], params)
-                cur = await conn.execute(Q["status_context"], params)
-                row = await cur.fetchone()
-                if row is None:
-                    raise NotFound("job not found")
-                verdict = decide_status_change(
-                    StatusContext.from_row(row),
-                    status,
-                    claim_id=claim_id,
-                    agent_scope=agent_scope,
-                    require_claim_id=require_claim_id,
-                )
-                applied = None
-                if verdict == "apply":
-                    applied = await conn.execute(Q["apply_status"], apply)
+            try:
+                # One transaction in two round trips: BEGIN, the lock and the read leave
+                # together (the fetch flushes them); the write and COMMIT leave together when
+                # the pipeline ends. (psycopg's transaction() would wait on BEGIN and on COMMIT.)
+                async with conn.pipeline():
+                    await conn.execute(b"BEGIN")
+                    await conn.execute(Q["lock_job"], params)
+                    cur = await conn.execute(Q["status_context"], params)
+                    row = await cur.fetchone()
+                    try:
+                        if row is None:
+                            raise NotFound("job not found")
+                        verdict = decide_status_change(
+                            StatusContext.from_row(row),
+                            status,
+                            claim_id=claim_id,
+                            agent_scope=agent_scope,
+                            require_claim_id=require_claim_id,
+                        )
+                    except JobAgentError as exc:
+                        error, verdict = exc, "noop"
+                    if verdict == "apply":
+                        applied = await conn.execute(Q["apply_status"], apply)
+                    # Nothing was written on the other paths: COMMIT just ends the lock.
+                    await conn.execute(b"COMMIT")
+            except BaseException:
+                # A refused value or a cancellation: hand the pooled connection back idle.
+                with suppress(psycopg.Error):
+                    if conn.info.transaction_status != TransactionStatus.IDLE:
+                        await conn.execute(b"ROLLBACK")
+                raise
             if applied is not None:
                 row = await applied.fetchone()
-        if row is None:  # pragma: no cover - the job row is locked by us
+        if error is not None:
+            raise error
+        if row is None:  # pragma: no cover - the job row was locked by us
             raise NotFound("job not found")
         return job_from_row(row)
 
