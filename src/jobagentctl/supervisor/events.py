@@ -47,6 +47,9 @@ class Events:
         self._queue: deque[object] = deque()
         self._saved: dict[signal.Signals, Any] = {}
         self._saved_wakeup_fd: int | None = None
+        # Guards the write end: a late thread must never write to a closed (reused) fd.
+        self._lock = threading.Lock()
+        self._closed = False
 
     def __enter__(self) -> Events:
         if threading.current_thread() is not threading.main_thread():
@@ -62,9 +65,11 @@ class Events:
         self._saved.clear()
         if self._saved_wakeup_fd is not None:
             signal.set_wakeup_fd(self._saved_wakeup_fd)
-        for fd in (self.read_fd, self._write_fd):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        with self._lock:
+            self._closed = True
+            for fd in (self.read_fd, self._write_fd):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         # Only record it: the main loop acts. (set_wakeup_fd already woke select.)
@@ -73,9 +78,12 @@ class Events:
 
     def post(self, news: object) -> None:
         """From any thread: queue ``news`` for the main loop and wake it."""
-        self._queue.append(news)
-        with contextlib.suppress(BlockingIOError, OSError):
-            os.write(self._write_fd, b"\0")
+        with self._lock:
+            if self._closed:
+                return
+            self._queue.append(news)
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.write(self._write_fd, b"\0")
 
     def drain(self) -> Iterator[object]:
         """Empty the pipe, then yield the queued events, oldest first."""

@@ -66,6 +66,8 @@ RETRY_CAP_SECONDS = 15.0
 TICK_SECONDS = 1.0
 # The main loop gives the heartbeat thread this long to finish its request when a job ends.
 HEARTBEAT_JOIN_SECONDS = 1.0
+# On exit, how long an abandoned claim may still take to answer (and be released).
+ABANDONED_JOIN_SECONDS = 1.0
 
 Phase = Literal["idle", "child", "report"]
 Action = Literal["drain", "interrupt", "kill", "forward"]
@@ -91,15 +93,29 @@ class Log:
 
 @dataclass
 class _Call(Generic[T]):
-    """One API call running in its own thread; the main loop waits on :class:`Events`."""
+    """One API call running in its own thread; the main loop waits on :class:`Events`.
+
+    A call the main loop stops waiting for (a signal) is *abandoned*: if it still succeeds,
+    its thread hands the value to ``on_abandoned`` (e.g. releases a job claimed too late).
+    """
 
     value: T | None = None
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    abandoned: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    thread: threading.Thread | None = None
 
     @property
     def finished(self) -> bool:
         return self.done.is_set()
+
+    def abandon(self) -> bool:
+        """Stop waiting; False when it finished first (the caller then has the result)."""
+        with self.lock:
+            if not self.done.is_set():
+                self.abandoned = True
+        return self.abandoned
 
 
 @dataclass(frozen=True)
@@ -144,7 +160,7 @@ class Supervisor:
         self._events: Events | None = None
         self.draining = False
         self.interrupted: signal.Signals | None = None
-        self._abandoned_call = False
+        self._abandoned: list[threading.Thread] = []
         self._heartbeater: Heartbeater | None = None
         self._verdict: tuple[Beat, str] | None = None
         self._job_id: UUID | None = None
@@ -161,8 +177,12 @@ class Supervisor:
                 return self._run_loop() if self.options.loop else self._run_single()
             finally:
                 self._events = None
-                # A call abandoned to a signal may still be using the client: let it be.
-                if not self._abandoned_call:
+                # A claim abandoned to a signal may still answer: give it a moment to, so a
+                # job claimed in that instant goes back to the queue now, not at lease expiry.
+                deadline = time.monotonic() + ABANDONED_JOIN_SECONDS
+                for thread in self._abandoned:
+                    thread.join(max(0.0, deadline - time.monotonic()))
+                if not any(thread.is_alive() for thread in self._abandoned):
                     self._client.close()
 
     def _run_single(self) -> int:
@@ -211,7 +231,9 @@ class Supervisor:
             remaining = max(0.0, deadline - time.monotonic())
             poll = min(remaining, MAX_POLL_SECONDS)
             sent_at = time.monotonic()
-            call = self._call(partial(self._claim_once, client, poll), "idle")
+            call = self._call(
+                partial(self._claim_once, client, poll), "idle", on_abandoned=self._give_back
+            )
             if call.finished and call.value is not None:
                 if self.draining or self.interrupted is not None:
                     # Claimed in the same instant we were told to stop: give it back.
@@ -244,6 +266,19 @@ class Supervisor:
                 continue
             self._log.warn(f"cannot claim a job: {_describe(error)}")
             return EXIT_FAILED
+
+    def _give_back(self, job: ClaimedJob) -> None:
+        """From an abandoned claim's thread: a job came after we stopped waiting."""
+        assert self._client is not None
+        try:
+            self._client.release(job.id, claim_id=job.claim_id)
+        except Exception as exc:
+            self._log.warn(
+                f"claimed job {job.id} while stopping and could not release it "
+                f"({_describe(exc)}): its lease will expire"
+            )
+        else:
+            self._log.info(f"claimed job {job.id} while stopping: released it")
 
     def _claim_once(self, client: SupervisorClient, poll: float) -> ClaimedJob:
         opts = self.options
@@ -458,9 +493,18 @@ class Supervisor:
 
     # --- waiting outside the child -----------------------------------------------------------
 
-    def _call(self, fn: Callable[[], T], phase: Phase) -> _Call[T]:
-        """Run ``fn`` in a thread; wait for it, handling signals. Unfinished when a signal
-        asked us to stop (the thread is abandoned: it is a daemon)."""
+    def _call(
+        self,
+        fn: Callable[[], T],
+        phase: Phase,
+        *,
+        on_abandoned: Callable[[T], None] | None = None,
+    ) -> _Call[T]:
+        """Run ``fn`` in a thread and wait for it, handling signals meanwhile.
+
+        Returns the call unfinished when a signal asked us to stop waiting; the thread (a
+        daemon) is then abandoned, and a late result goes to ``on_abandoned``.
+        """
         call: _Call[T] = _Call()
         events = self._events
         assert events is not None
@@ -470,13 +514,17 @@ class Supervisor:
                 call.value = fn()
             except BaseException as exc:  # handed to the main thread, which decides
                 call.error = exc
-            finally:
+            with call.lock:
                 call.done.set()
-                events.post(call)
+                late = call.abandoned
+            if late and call.value is not None and on_abandoned is not None:
+                on_abandoned(call.value)
+            events.post(call)
 
-        threading.Thread(target=target, name="jobagentctl-call", daemon=True).start()
-        if self._wait_until(math.inf, call.done.is_set, phase):
-            self._abandoned_call = not call.finished
+        call.thread = threading.Thread(target=target, name="jobagentctl-call", daemon=True)
+        call.thread.start()
+        if self._wait_until(math.inf, call.done.is_set, phase) and call.abandon():
+            self._abandoned.append(call.thread)
         return call
 
     def _pause(self, seconds: float, phase: Phase) -> bool:
