@@ -64,10 +64,11 @@ RETURNING *
 SELECT * FROM job_agent WHERE id = :id AND workspace_id = :workspace_id
 
 -- name: list_agents
+-- rowid breaks ties of equal millisecond timestamps in insertion order.
 SELECT *, COUNT(*) OVER () AS total
 FROM job_agent
 WHERE workspace_id = :workspace_id
-ORDER BY created_at, id
+ORDER BY created_at, rowid
 LIMIT :limit OFFSET :offset
 
 -- name: delete_agent
@@ -240,10 +241,12 @@ WHERE job.id = x.job_id AND job.status = 'inProgress'
 RETURNING job.id, job.status, job.job_agent_id
 
 -- name: list_claims
--- inProgress jobs with their claim row (active/expired) or without one (unleased).
+-- inProgress jobs with their claim row (active/expired) or without one (unleased); equal
+-- millisecond claim times in job insertion order.
 SELECT *, COUNT(*) OVER () AS total
 FROM (
     SELECT j.id AS job_id,
+           j.rowid AS job_seq,
            j.job_agent_id,
            c.claim_id,
            COALESCE(c.attempt, t.attempt) AS attempt,
@@ -262,7 +265,7 @@ FROM (
       AND (:agent_id IS NULL OR j.job_agent_id = :agent_id)
 ) AS claims
 WHERE :state = 'all' OR state = :state
-ORDER BY claimed_at, job_id
+ORDER BY claimed_at, job_seq
 LIMIT :limit OFFSET :offset
 
 -- name: list_attempts
