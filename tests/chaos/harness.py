@@ -1,0 +1,879 @@
+"""The chaos harness: real servers, agents in ``run --loop`` and a seeded fault schedule.
+
+``python -m tests.chaos.harness [--seed N] [--seeds N] [--db sqlite|postgres|replicas|all]
+[--jobs N] [--agents N] [--duration S] [--long]`` runs each (seed, database) pair, checks the
+invariants of :mod:`tests.chaos.invariants` and prints the figures table; exit 1 on a violation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import heapq
+import http.client
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.chaos.faults import KINDS, Fault, draw_schedule
+from tests.chaos.invariants import TERMINAL, CheckResult, Evidence, check, parse_executions
+from tests.chaos.pgcluster import PgCluster
+from tests.chaos.proxy import FaultProxy, ProxyFault
+from tests.fixtures.databases import sql
+from tests.fixtures.live_server import LiveServer
+
+__all__ = ["DB_MODES", "ChaosConfig", "ChaosRun", "RunResult", "figures_table", "main"]
+
+DB_MODES = ("sqlite", "postgres", "replicas")
+JOB_SCRIPT = """\
+# One chaos job: record this execution's start and end, work the job's "sleep" seconds.
+# The records are appended with one write each (O_APPEND), so agents never interleave lines.
+pause=$(sed -n 's/.*"sleep":\\([0-9.]*\\).*/\\1/p' "$JOBAGENTCTL_JOB_FILE")
+echo "start $JOBAGENTCTL_JOB_ID $JOBAGENTCTL_ATTEMPT $JOBAGENTCTL_CLAIM_ID $$ $CHAOS_SLOT \
+$(date +%s.%N)" >> "$CHAOS_RECORDS"
+sleep "${pause:-0.5}"
+echo "end $JOBAGENTCTL_JOB_ID $JOBAGENTCTL_ATTEMPT $JOBAGENTCTL_CLAIM_ID $$ $CHAOS_SLOT \
+$(date +%s.%N)" >> "$CHAOS_RECORDS"
+"""
+# How long the agents get to drain (finish the job in hand) before SIGKILL.
+_DRAIN_TIMEOUT = 30.0
+_METRICS_EVERY = 0.5
+_REJECTIONS_METRIC = "jobagentctl_lease_lost_rejections_total"
+
+
+@dataclass
+class ChaosConfig:
+    seed: int
+    db: str
+    jobs: int = 30
+    agents: int = 4
+    duration: float = 15.0  # the fault phase, seconds
+    lease: int = 2
+    reap_interval: float = 0.3
+    settle_timeout: float = 120.0
+    client_timeout: float = 5.0
+    keep: bool = False
+    verbose: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"seed {self.seed} {self.db}"
+
+
+@dataclass
+class RunResult:
+    config: ChaosConfig
+    schedule: list[Fault]
+    injected: Counter[str]
+    skipped: Counter[str]
+    check: CheckResult
+    elapsed: float
+    settle_seconds: float | None  # from the end of the faults until every job was terminal
+    agent_exits: list[str]  # agents that exited without being told to
+    workdir: Path | None
+
+    @property
+    def ok(self) -> bool:
+        return self.check.ok and self.settle_seconds is not None
+
+    def figures(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"run": self.config.name}
+        out["jobs"] = self.check.figures["jobs"]
+        for kind in KINDS:
+            if self.injected[kind] or kind != "db_restart" or self.config.db != "sqlite":
+                out[f"faults: {kind}"] = self.injected[kind]
+        out["proxy requests hit"] = sum(v for k, v in self.injected.items() if k.startswith("hit:"))
+        for name, value in self.check.figures.items():
+            if name != "jobs":
+                out[name] = value
+        out["unexpected agent exits"] = len(self.agent_exits)
+        out["settled after faults (s)"] = (
+            round(self.settle_seconds, 1) if self.settle_seconds is not None else "NO"
+        )
+        out["wall time (s)"] = round(self.elapsed, 1)
+        out["invariants"] = "ok" if self.ok else "VIOLATED"
+        return out
+
+
+# --- processes -------------------------------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (the supervisor's child runs in a session of its own)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # The command name may hold spaces: the fields after the last ")" are fixed.
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 2 and fields[1] == str(pid):
+            found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            state = f.read().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+class Agent:
+    """One ``jobagentctl run --loop`` process in a slot; restarted in the same slot."""
+
+    def __init__(self, slot: int, workdir: Path, env: dict[str, str], command: list[str]):
+        self.slot = slot
+        self.workdir = workdir
+        self.env = env
+        self.command = command
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.incarnation = 0
+        self.busy = False  # killed and waiting for its restart, or stopped
+        self.draining = False
+        self._stopped_groups: list[int] = []
+
+    @property
+    def report_path(self) -> Path:
+        return self.workdir / f"agent{self.slot}.report.jsonl"
+
+    def log_path(self, incarnation: int | None = None) -> Path:
+        return self.workdir / f"agent{self.slot}.{incarnation or self.incarnation}.log"
+
+    def start(self) -> None:
+        self.incarnation += 1
+        with self.log_path().open("wb") as log:
+            self.proc = subprocess.Popen(
+                self.command,
+                env=self.env,
+                cwd=self.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                # Our terminal's Ctrl-C must not reach the agents: the harness decides.
+                start_new_session=True,
+            )
+        self.busy = False
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self, with_job: bool) -> None:
+        """SIGKILL the agent; with its job's process group when ``with_job``."""
+        if not self.running():
+            return
+        with contextlib.suppress(ProcessLookupError):
+            # Freeze first so it cannot start a child between our look and the kill.
+            os.kill(self.pid, signal.SIGSTOP)
+            if with_job:
+                for child in _children(self.pid):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(child, signal.SIGKILL)
+            os.kill(self.pid, signal.SIGKILL)
+        assert self.proc is not None
+        self.proc.wait(10)
+        self.busy = True
+
+    def stop(self, with_job: bool) -> None:
+        """SIGSTOP the agent (and its job's group): it keeps its claim but cannot heartbeat."""
+        if not self.running():
+            return
+        os.kill(self.pid, signal.SIGSTOP)
+        self._stopped_groups = _children(self.pid) if with_job else []
+        for child in self._stopped_groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child, signal.SIGSTOP)
+        self.busy = True
+
+    def cont(self) -> None:
+        for child in self._stopped_groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child, signal.SIGCONT)
+        self._stopped_groups = []
+        if self.running():
+            os.kill(self.pid, signal.SIGCONT)
+        self.busy = False
+
+    def drain(self) -> None:
+        """SIGTERM: in --loop mode, finish the current job and exit 0."""
+        self.draining = True
+        if self.running():
+            self.cont()
+            os.kill(self.pid, signal.SIGTERM)
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_path().read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+# --- one run ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Down:
+    """When a component was down (wall clock); ``end`` None while it is."""
+
+    what: str
+    start: float
+    end: float | None = None
+
+
+@dataclass
+class _Metrics:
+    """Lease-lost rejection counters per server incarnation (a restart resets them)."""
+
+    values: dict[tuple[int, int], dict[str, float]] = field(default_factory=dict)
+    complete: bool = True
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, key: tuple[int, int], text: str) -> None:
+        counts: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith(_REJECTIONS_METRIC + "{"):
+                labels, _, value = line.rpartition(" ")
+                code = labels.split('code="', 1)[-1].split('"', 1)[0]
+                counts[code] = float(value)
+        with self.lock:
+            old = self.values.get(key, {})
+            self.values[key] = {c: max(v, old.get(c, 0.0)) for c, v in {**old, **counts}.items()}
+
+    def totals(self) -> dict[str, float]:
+        out: Counter[str] = Counter()
+        with self.lock:
+            for counts in self.values.values():
+                for code, value in counts.items():
+                    out[code] += int(value)
+        return {k: float(v) for k, v in out.items()}
+
+
+class ChaosRun:
+    """One seed on one database mode. ``pg`` is the private cluster (PostgreSQL modes)."""
+
+    def __init__(
+        self, config: ChaosConfig, pg: PgCluster | None = None, base_dir: Path | None = None
+    ):
+        if config.db not in DB_MODES:
+            raise ValueError(f"db must be one of {DB_MODES}")
+        if config.db != "sqlite" and pg is None:
+            raise ValueError(f"{config.db} needs a private PostgreSQL cluster")
+        self.config = config
+        self.pg = pg
+        self.workdir = Path(
+            tempfile.mkdtemp(prefix=f"chaos-{config.seed}-{config.db}-", dir=base_dir)
+        )
+        self.rng = random.Random(config.seed)
+        self.servers: list[LiveServer] = []
+        self.agents: list[Agent] = []
+        self.proxy: FaultProxy | None = None
+        self.database_url = ""
+        self._dbname: str | None = None
+        self.schedule: list[Fault] = []
+        self.injected: Counter[str] = Counter()
+        self.skipped: Counter[str] = Counter()
+        self.downs: list[_Down] = []
+        self.agent_exits: list[str] = []
+        self.metrics = _Metrics()
+        self._events: list[tuple[float, int, str, Callable[[], None]]] = []
+        self._seq = 0
+        self._t0 = 0.0
+        self._threads: list[threading.Thread] = []
+        self._server_busy: set[int] = set()
+        self._db_busy = False
+        self._stop_scraper = threading.Event()
+        self._enqueued = 0
+        self._enqueue_done = threading.Event()
+        self._lock = threading.Lock()
+
+    # --- logging -----------------------------------------------------------------------------
+    def log(self, message: str) -> None:
+        if self.config.verbose:
+            elapsed = time.monotonic() - self._t0 if self._t0 else 0.0
+            print(f"[{self.config.name} {elapsed:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+    # --- the whole run -----------------------------------------------------------------------
+    def run(self) -> RunResult:
+        started = time.monotonic()
+        failed = True
+        try:
+            self._setup()
+            self._fault_phase()
+            settle = self._settle()
+            evidence = self._collect()
+            result = check(evidence)
+            failed = not result.ok or settle is None
+        finally:
+            self._teardown(keep=self.config.keep or failed)
+        return RunResult(
+            config=self.config,
+            schedule=self.schedule,
+            injected=self.injected,
+            skipped=self.skipped,
+            check=result,
+            elapsed=time.monotonic() - started,
+            settle_seconds=settle,
+            agent_exits=self.agent_exits,
+            workdir=self.workdir if (self.config.keep or failed) else None,
+        )
+
+    def _setup(self) -> None:
+        cfg = self.config
+        if cfg.db == "sqlite":
+            self.database_url = f"sqlite:///{self.workdir / 'jobagent.db'}"
+        else:
+            assert self.pg is not None
+            self._dbname = f"chaos_{cfg.seed}_{cfg.db}_{uuid.uuid4().hex[:8]}"
+            self.database_url = self.pg.create_database(self._dbname)
+        settings = {
+            "lease_seconds": cfg.lease,
+            "min_lease_seconds": 1,
+            "reap_interval": cfg.reap_interval,
+            "key_cache_seconds": 0,
+            # A drain must not outlast the restart the schedule planned.
+            "shutdown_timeout": 5,
+        }
+        first = LiveServer(
+            self.database_url, self.workdir / "server0", settings, registry=self.servers
+        )
+        first.init()
+        first.start()
+        if cfg.db == "replicas":
+            first.replica()
+        self.agent_id = first.create_agent("chaos")
+        agent_key = first.create_key(self.agent_id)
+        self.proxy = FaultProxy(
+            [("127.0.0.1", s.port) for s in self.servers],
+            cfg.agents,
+            rng=random.Random(f"proxy-{cfg.seed}"),
+        ).start()
+        self.schedule = draw_schedule(
+            cfg.seed,
+            duration=cfg.duration,
+            agents=cfg.agents,
+            servers=len(self.servers),
+            lease=cfg.lease,
+            postgres=cfg.db != "sqlite",
+        )
+        (self.workdir / "schedule.txt").write_text(
+            "\n".join(f.describe() for f in self.schedule) + "\n", encoding="utf-8"
+        )
+        script = self.workdir / "job.sh"
+        script.write_text(JOB_SCRIPT, encoding="utf-8")
+        self.records_path = self.workdir / "executions.log"
+        self.records_path.touch()
+        for slot in range(cfg.agents):
+            env = first.base_env()
+            env.update(
+                {
+                    "JOBAGENTCTL_URL": self.proxy.url(slot),
+                    "JOBAGENTCTL_WORKSPACE": first.workspace_id,
+                    "JOBAGENTCTL_AGENT": self.agent_id,
+                    "JOBAGENTCTL_API_KEY": agent_key,
+                    "JOBAGENTCTL_TIMEOUT": str(cfg.client_timeout),
+                    "CHAOS_RECORDS": str(self.records_path),
+                    "CHAOS_SLOT": str(slot),
+                }
+            )
+            command = [
+                sys.executable,
+                "-m",
+                "jobagentctl",
+                "run",
+                "--loop",
+                "--lease-seconds",
+                str(cfg.lease),
+                "--grace",
+                "2s",
+                "--report",
+                str(self.workdir / f"agent{slot}.report.jsonl"),
+                "--",
+                "sh",
+                str(script),
+            ]
+            self.agents.append(Agent(slot, self.workdir, env, command))
+
+    # --- event loop --------------------------------------------------------------------------
+    def _at(self, offset: float, what: str, action: Callable[[], None]) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (offset, self._seq, what, action))
+
+    def _now(self) -> float:
+        return time.monotonic() - self._t0
+
+    def _fault_phase(self) -> None:
+        cfg = self.config
+        self._t0 = time.monotonic()
+        for agent in self.agents:
+            agent.start()
+        self._spawn(self._enqueue_all, "enqueuer")
+        self._spawn(self._scrape_metrics, "metrics")
+        for fault in self.schedule:
+            self._at(fault.at, fault.kind, functools.partial(self._inject, fault))
+        while self._events and self._events[0][0] <= cfg.duration + 60:
+            offset, _, _what, action = self._events[0]
+            wait = offset - self._now()
+            if wait > 0:
+                self._watch_agents()
+                time.sleep(min(wait, 0.05))
+                continue
+            heapq.heappop(self._events)
+            action()
+        self.log("fault phase over")
+
+    def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
+        def guarded() -> None:
+            try:
+                target()
+            except Exception as exc:  # a harness thread must not die silently
+                print(f"chaos: {name} failed: {exc!r}", file=sys.stderr, flush=True)
+                raise
+
+        thread = threading.Thread(target=guarded, name=f"chaos-{name}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        return thread
+
+    def _watch_agents(self) -> None:
+        """An agent that exits without being told to is a finding; restart it to go on."""
+        for agent in self.agents:
+            if agent.busy or agent.draining or agent.proc is None:
+                continue
+            code = agent.proc.poll()
+            if code is None:
+                continue
+            tail = agent.log_tail(6).replace("\n", " | ")
+            self.agent_exits.append(
+                f"agent {agent.slot} (start #{agent.incarnation}) exited {code}: {tail}"
+            )
+            self.log(f"agent {agent.slot} exited {code} by itself: restarting")
+            agent.start()
+
+    # --- faults ------------------------------------------------------------------------------
+    def _inject(self, fault: Fault) -> None:
+        kind = fault.kind
+        if kind in ("agent_kill", "agent_stop"):
+            assert fault.target is not None
+            agent = self.agents[fault.target]
+            if agent.busy or not agent.running():
+                self.skipped[kind] += 1
+                return
+            with_job = fault.detail == "agent+job"
+            if kind == "agent_kill":
+                agent.kill(with_job)
+                self._at(self._now() + fault.duration, "agent restart", agent.start)
+            else:
+                agent.stop(with_job)
+                self._at(self._now() + fault.duration, "agent cont", agent.cont)
+        elif kind == "server_restart":
+            assert fault.target is not None
+            index = fault.target % len(self.servers)
+            if index in self._server_busy:
+                self.skipped[kind] += 1
+                return
+            self._server_busy.add(index)
+            self._spawn(lambda: self._restart_server(index, fault), f"restart-{index}")
+        elif kind == "db_restart":
+            if self._db_busy or any(self._server_busy):
+                self.skipped[kind] += 1
+                return
+            self._db_busy = True
+            self._spawn(lambda: self._restart_db(fault), "db-restart")
+        else:
+            assert self.proxy is not None
+            slots = None if fault.target is None else frozenset({fault.target})
+            self.proxy.fault = ProxyFault(
+                kind=fault.kind.removeprefix("proxy_").split("_")[0],  # type: ignore[arg-type]
+                probability=fault.probability,
+                label=f"hit:{fault.kind}",
+                slots=slots,
+                delay=fault.delay,
+            )
+            self._at(self._now() + fault.duration, "proxy clear", self._clear_proxy)
+        self.injected[kind] += 1
+        self.log(f"inject {fault.describe()}")
+
+    def _clear_proxy(self) -> None:
+        assert self.proxy is not None
+        self.proxy.fault = None
+
+    def _restart_server(self, index: int, fault: Fault) -> None:
+        server = self.servers[index]
+        down = _Down(f"server{index}", time.time())
+        self.downs.append(down)
+        try:
+            if fault.detail == "SIGKILL":
+                self.metrics.complete = False  # counts since the last scrape die with it
+                server.kill()
+            else:
+                self._scrape(index, server)
+                server.stop(timeout=30)
+            time.sleep(fault.duration)
+            server.start()
+            assert self.proxy is not None
+            # start() may have moved to another port if ours was taken meanwhile.
+            self.proxy.upstreams[index] = ("127.0.0.1", server.port)
+        finally:
+            down.end = time.time()
+            self._server_busy.discard(index)
+            self.log(f"server {index} back after {down.end - down.start:.1f}s")
+
+    def _restart_db(self, fault: Fault) -> None:
+        assert self.pg is not None
+        down = _Down("postgres", time.time())
+        self.downs.append(down)
+        try:
+            self.pg.restart(fault.detail or "fast")
+        finally:
+            down.end = time.time()
+            self._db_busy = False
+            self.log(f"postgres back after {down.end - down.start:.1f}s")
+
+    # --- background work ---------------------------------------------------------------------
+    def _enqueue_all(self) -> None:
+        """Queue the jobs: a first batch at once, the rest spread over the fault phase."""
+        cfg = self.config
+        rng = random.Random(f"jobs-{cfg.seed}")
+        first = min(cfg.jobs, cfg.agents * 2)
+        times = [0.0] * first + sorted(
+            rng.uniform(0.0, cfg.duration * 0.8) for _ in range(cfg.jobs - first)
+        )
+        for index, at in enumerate(times):
+            # Most jobs fit in a lease; one in five needs heartbeats to live through its work.
+            pause = rng.uniform(2.5, 4.5) if rng.random() < 0.2 else rng.uniform(0.05, 1.5)
+            while self._now() < at:
+                time.sleep(0.05)
+            self._enqueue(index, round(pause, 2))
+        self._enqueue_done.set()
+
+    def _enqueue(self, index: int, pause: float) -> None:
+        body = {"jobAgentConfig": {"sleep": pause}, "metadata": {"chaosIndex": str(index)}}
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            for server in self.servers:
+                if not server.running:
+                    continue
+                try:
+                    status, _ = server.request(
+                        "POST", f"job-agents/{self.agent_id}/jobs", body, timeout=5
+                    )
+                except (OSError, http.client.HTTPException, ValueError):
+                    continue
+                if status == 201:
+                    self._enqueued += 1
+                    return
+            time.sleep(0.2)
+        raise RuntimeError(f"could not enqueue job {index} within 120 s")
+
+    def _scrape(self, index: int, server: LiveServer) -> None:
+        with contextlib.suppress(OSError, http.client.HTTPException, ValueError):
+            status, text = server.request("GET", "/metrics", api_key=None, timeout=2)
+            if status == 200 and isinstance(text, str):
+                self.metrics.record((index, server._starts), text)
+
+    def _scrape_metrics(self) -> None:
+        while not self._stop_scraper.wait(_METRICS_EVERY):
+            for index, server in enumerate(self.servers):
+                if server.running:
+                    self._scrape(index, server)
+
+    # --- the end -----------------------------------------------------------------------------
+    def _settle(self) -> float | None:
+        """Heal everything, then wait until every job is terminal; seconds it took."""
+        cfg = self.config
+        assert self.proxy is not None
+        self.proxy.fault = None
+        for thread in self._threads:
+            if thread.name.startswith(("chaos-restart", "chaos-db")):
+                thread.join(120)
+        for agent in self.agents:
+            if agent._stopped_groups or (agent.busy and agent.running()):
+                agent.cont()
+            if not agent.running():
+                agent.start()
+        self._enqueue_done.wait(180)
+        begin = time.monotonic()
+        deadline = begin + cfg.settle_timeout
+        settled: float | None = None
+        while time.monotonic() < deadline:
+            self._watch_agents()
+            jobs = self._jobs()
+            if jobs is not None and len(jobs) >= self._enqueued:
+                pending = [j for j in jobs.values() if j.get("status") not in TERMINAL]
+                if not pending:
+                    settled = time.monotonic() - begin
+                    break
+            time.sleep(0.3)
+        self.log(f"settled: {settled}")
+        for agent in self.agents:
+            agent.drain()
+        drain_deadline = time.monotonic() + _DRAIN_TIMEOUT
+        for agent in self.agents:
+            if agent.proc is None:
+                continue
+            try:
+                code = agent.proc.wait(max(0.1, drain_deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.agent_exits.append(f"agent {agent.slot} did not drain in {_DRAIN_TIMEOUT}s")
+                agent.kill(with_job=True)
+                continue
+            if code != 0:
+                self.agent_exits.append(
+                    f"agent {agent.slot} drained with exit {code}: {agent.log_tail(3)}"
+                )
+        self._reap_orphans()
+        return settled
+
+    def _reap_orphans(self) -> None:
+        """Jobs orphaned by a killed agent still run: wait for them, then kill them."""
+        executions, _ = parse_executions(self.records_path.read_text(encoding="utf-8"))
+        pids = {e.pid for e in executions if e.ended is None}
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.1)
+        for pid in pids:
+            if _alive(pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+
+    def _jobs(self) -> dict[str, dict[str, Any]] | None:
+        """Every job of the run, from whichever server answers; None when none does."""
+        for server in self.servers:
+            if not server.running:
+                continue
+            jobs: dict[str, dict[str, Any]] = {}
+            offset = 0
+            try:
+                while True:
+                    status, page = server.request(
+                        "GET", f"jobs?limit=1000&offset={offset}", timeout=10
+                    )
+                    if status != 200:
+                        break
+                    for job in page["items"]:
+                        jobs[job["id"]] = job
+                    offset += len(page["items"])
+                    if not page["items"] or offset >= page["total"]:
+                        return jobs
+            except (OSError, http.client.HTTPException, ValueError, KeyError):
+                continue
+        return None
+
+    def _collect(self) -> Evidence:
+        cfg = self.config
+        self._stop_scraper.set()
+        for index, server in enumerate(self.servers):
+            if server.running:
+                self._scrape(index, server)
+        jobs = self._jobs() or {}
+        server = next(s for s in self.servers if s.running)
+        attempts: dict[str, list[dict[str, Any]]] = {}
+        for job_id in jobs:
+            status, rows = server.request("GET", f"jobs/{job_id}/attempts", timeout=10)
+            attempts[job_id] = rows if status == 200 and isinstance(rows, list) else []
+        claim_rows = int(sql(self.database_url, "SELECT count(*) FROM job_claim")[0][0])
+        assert self.proxy is not None
+        self.proxy.stop()
+        self.proxy.dump(self.workdir / "exchanges.jsonl")
+        executions, bad = parse_executions(self.records_path.read_text(encoding="utf-8"))
+        reports = []
+        for agent in self.agents:
+            with contextlib.suppress(OSError):
+                for line in agent.report_path.read_text(encoding="utf-8").splitlines():
+                    with contextlib.suppress(ValueError):
+                        reports.append(json.loads(line))
+        for label, count in self.proxy.applied.items():
+            self.injected[label] += count
+        return Evidence(
+            lease_seconds=cfg.lease,
+            reap_interval=cfg.reap_interval,
+            jobs=jobs,
+            attempts=attempts,
+            claim_rows=claim_rows,
+            executions=executions,
+            exchanges=list(self.proxy.exchanges),
+            reports=reports,
+            metrics_rejections=self.metrics.totals(),
+            metrics_complete=self.metrics.complete,
+            outages=self._outages(),
+            bad_records=bad,
+        )
+
+    def _outages(self) -> list[tuple[float, float]]:
+        """Intervals in which no reaper could run: the database down, or every server."""
+        now = time.time()
+        spans = [(d.start, d.end or now) for d in self.downs if d.what == "postgres"]
+        per_server = [
+            [(d.start, d.end or now) for d in self.downs if d.what == f"server{i}"]
+            for i in range(len(self.servers))
+        ]
+        # Every server down at once: intersect the servers' down intervals.
+        common = per_server[0]
+        for other in per_server[1:]:
+            common = [
+                (max(a, c), min(b, d)) for a, b in common for c, d in other if max(a, c) < min(b, d)
+            ]
+        return spans + common
+
+    def _teardown(self, *, keep: bool) -> None:
+        self._stop_scraper.set()
+        if self.proxy is not None:
+            self.proxy.stop()
+        for agent in self.agents:
+            if agent.running():
+                agent.cont()
+                agent.kill(with_job=True)
+        for server in reversed(self.servers):
+            with contextlib.suppress(Exception):
+                server.stop(timeout=15)
+            server.kill()
+        if self.pg is not None and self._dbname is not None:
+            with contextlib.suppress(Exception):
+                self.pg.drop_database(self._dbname)
+        if not keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+# --- reporting -------------------------------------------------------------------------------
+
+
+def figures_table(results: list[RunResult]) -> str:
+    """A Markdown table: one row per figure, one column per run, and a total column."""
+    rows: dict[str, list[Any]] = {}
+    for result in results:
+        for name, value in result.figures().items():
+            rows.setdefault(name, []).append(value)
+    names = rows.pop("run")
+    header = ["figure", *names]
+    summable = {
+        k
+        for k, vs in rows.items()
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in vs)
+    }
+    if len(results) > 1:
+        header.append("all runs")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, values in rows.items():
+        cells = [str(v) for v in values]
+        if len(results) > 1:
+            if name in summable:
+                cells.append(str(sum(values)))
+            elif name.startswith("worst"):
+                cells.append(str(max((v for v in values if v is not None), default=None)))
+            elif name == "invariants":
+                cells.append("ok" if all(v == "ok" for v in values) else "VIOLATED")
+            else:
+                cells.append("")
+        lines.append("| " + " | ".join([name, *cells]) + " |")
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def private_postgres(needed: bool) -> Iterator[PgCluster | None]:
+    if not needed:
+        yield None
+        return
+    cluster = PgCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def run_many(
+    seeds: list[int], modes: list[str], *, echo: Callable[[str], None], **overrides: Any
+) -> list[RunResult]:
+    results: list[RunResult] = []
+    with private_postgres(any(m != "sqlite" for m in modes)) as pg:
+        for seed in seeds:
+            for mode in modes:
+                config = ChaosConfig(seed=seed, db=mode, **overrides)
+                echo(
+                    f"chaos: {config.name}: {config.jobs} jobs, {config.agents} agents, "
+                    f"{config.duration:.0f}s of faults"
+                )
+                result = ChaosRun(config, pg).run()
+                results.append(result)
+                echo(
+                    f"chaos: {config.name}: {'ok' if result.ok else 'VIOLATED'} in "
+                    f"{result.elapsed:.0f}s"
+                )
+                if not result.ok:
+                    echo(result.check.summary())
+                    echo(f"chaos: evidence kept in {result.workdir}")
+                for exit_note in result.agent_exits:
+                    echo(f"chaos: note: {exit_note}")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos.harness", description=__doc__)
+    parser.add_argument("--seed", type=int, default=1, help="first seed (default 1)")
+    parser.add_argument(
+        "--seeds", type=int, default=None, help="how many seeds (default 1; 5 with --long)"
+    )
+    parser.add_argument("--db", choices=[*DB_MODES, "all"], default="all")
+    parser.add_argument(
+        "--jobs", type=int, default=None, help="jobs per run (default 30; 120 with --long)"
+    )
+    parser.add_argument("--agents", type=int, default=4)
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        help="seconds of faults per run (default 15; 60 with --long)",
+    )
+    parser.add_argument("--long", action="store_true", help="the long campaign (make chaos)")
+    parser.add_argument("--keep", action="store_true", help="keep every run's work dir")
+    parser.add_argument("--verbose", "-v", action="store_true", help="narrate each fault")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
+    args = parser.parse_args(argv)
+    seeds = args.seeds or (5 if args.long else 1)
+    modes = list(DB_MODES) if args.db == "all" else [args.db]
+    overrides = {
+        "jobs": args.jobs or (120 if args.long else 30),
+        "agents": args.agents,
+        "duration": args.duration or (60.0 if args.long else 15.0),
+        "keep": args.keep,
+        "verbose": args.verbose,
+    }
+
+    def echo(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    results = run_many(list(range(args.seed, args.seed + seeds)), modes, echo=echo, **overrides)
+    print(figures_table(results))
+    if args.json is not None:
+        args.json.write_text(json.dumps([r.figures() for r in results], indent=2) + "\n")
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

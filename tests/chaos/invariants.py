@@ -1,0 +1,389 @@
+"""The invariants a chaos run must keep, checked from three independent witnesses.
+
+The database and API say how each job ended and which attempts it took; the job script's
+records say what really ran; the proxy saw every request the agents made and what the server
+answered, even when the agent never got the answer. :func:`check` cross-examines them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from tests.chaos.proxy import Exchange
+
+__all__ = [
+    "TERMINAL",
+    "CheckResult",
+    "Evidence",
+    "Execution",
+    "check",
+    "parse_executions",
+]
+
+TERMINAL = frozenset(
+    {
+        "successful",
+        "failure",
+        "cancelled",
+        "skipped",
+        "invalidJobAgent",
+        "invalidIntegration",
+        "externalRunNotFound",
+    }
+)
+# Outcomes that explain why a job was claimed again.
+_RERUN_OUTCOMES = frozenset({"expired", "released"})
+# The proxy and the database read the same host clock, but a write is applied somewhere
+# between the proxy handing it over and the answer coming back; this covers the statement's
+# own duration on two busy cores (PostgreSQL's now() is the transaction start).
+TIME_SLACK = 0.25
+# Detection beyond lease + reap interval by more than this counts as "over the bound".
+RECOVERY_TOLERANCE = 0.5
+
+_STATUS_PATH = re.compile(r"/api/v1/workspaces/[^/]+/jobs/([0-9a-f-]{36})/status$")
+_HEARTBEAT_PATH = re.compile(r"/api/v1/workspaces/[^/]+/jobs/([0-9a-f-]{36})/heartbeat$")
+_CLAIM_PATH = re.compile(r"/api/v1/workspaces/[^/]+/job-agents/[^/]+/(?:jobs/[^/]+/)?claim$")
+_STALE_CODES = frozenset({"CLAIM_LOST", "CLAIM_MISMATCH", "JOB_TERMINAL"})
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One run of the job script, from its ``start``/``end`` records."""
+
+    job_id: str
+    attempt: int
+    claim_id: str
+    pid: int
+    slot: int
+    started: float
+    ended: float | None  # None: killed before it finished (lease lost, crash)
+
+
+def parse_executions(text: str) -> tuple[list[Execution], list[str]]:
+    """Executions from the records file, and the lines that made no sense."""
+    starts: dict[tuple[str, str, int], tuple[int, int, float]] = {}
+    ends: dict[tuple[str, str, int], float] = {}
+    order: list[tuple[str, str, int]] = []
+    bad: list[str] = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 7 or parts[0] not in ("start", "end"):
+            bad.append(line)
+            continue
+        what, job, attempt, claim, pid, slot, at = parts
+        try:
+            key = (job, claim, int(pid))
+            if what == "start":
+                if key in starts:
+                    bad.append(line)
+                starts[key] = (int(attempt), int(slot), float(at))
+                order.append(key)
+            else:
+                ends[key] = float(at)
+        except ValueError:
+            bad.append(line)
+    executions = []
+    for key in order:
+        number, slot_no, started = starts[key]
+        executions.append(
+            Execution(key[0], number, key[1], key[2], slot_no, started, ends.pop(key, None))
+        )
+    bad += [f"end without start: {key}" for key in ends]
+    return executions, bad
+
+
+@dataclass
+class Evidence:
+    """Everything a run left behind. Times are wall-clock seconds since the epoch."""
+
+    lease_seconds: float
+    reap_interval: float
+    jobs: dict[str, dict[str, Any]]  # job id → the job as the API returns it
+    attempts: dict[str, list[dict[str, Any]]]  # job id → its attempts (API)
+    claim_rows: int  # job_claim rows left in the database
+    executions: list[Execution]
+    exchanges: list[Exchange]
+    reports: list[dict[str, Any]] = field(default_factory=list)  # agents' --report lines
+    metrics_rejections: dict[str, float] = field(default_factory=dict)  # by code, all servers
+    metrics_complete: bool = True  # False when a server was killed between scrapes
+    outages: list[tuple[float, float]] = field(default_factory=list)  # no reaper could run
+    bad_records: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CheckResult:
+    violations: dict[str, list[str]]
+    figures: dict[str, Any]
+    recovery: list[tuple[float, float, str]]  # (detection, bound, "job/attempt")
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.violations.values())
+
+    def summary(self, limit: int = 8) -> str:
+        lines = []
+        for name, items in self.violations.items():
+            if items:
+                lines.append(f"{name}: {len(items)} violation(s)")
+                lines += [f"  - {item}" for item in items[:limit]]
+        return "\n".join(lines) or "all invariants hold"
+
+
+def _ts(value: Any) -> float | None:
+    if value is None:
+        return None
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+def _overlap(a: float, b: float, intervals: list[tuple[float, float]]) -> float:
+    return sum(max(0.0, min(b, hi) - max(a, lo)) for lo, hi in intervals)
+
+
+def _classify(ex: Exchange) -> tuple[str, str | None]:
+    """``(kind, job id)``: kind ∈ heartbeat, status, claim, other."""
+    path = ex.path.split("?", 1)[0]
+    if ex.method == "POST" and (m := _HEARTBEAT_PATH.search(path)):
+        return "heartbeat", m.group(1)
+    if ex.method == "PUT" and (m := _STATUS_PATH.search(path)):
+        return "status", m.group(1)
+    if ex.method == "POST" and _CLAIM_PATH.search(path):
+        return "claim", None
+    return "other", None
+
+
+def check(ev: Evidence) -> CheckResult:
+    v: dict[str, list[str]] = {
+        "every job terminal": [],
+        "exactly one accepted successful report": [],
+        "stale writes rejected": [],
+        "no job left inProgress": [],
+        "attempts explain every re-run": [],
+        "records well formed": list(ev.bad_records),
+    }
+    attempts_by_claim: dict[tuple[str, str], dict[str, Any]] = {}
+    for owner_id, owner_rows in ev.attempts.items():
+        for owner_row in owner_rows:
+            if owner_row.get("claimId"):
+                attempts_by_claim[(owner_id, str(owner_row["claimId"]))] = owner_row
+
+    # --- the proxy's view: accepted successes, stale writes, renewals ------------------------
+    accepted_success: dict[str, set[str]] = defaultdict(set)
+    first_success_at: dict[tuple[str, str], float] = {}
+    renewals: dict[tuple[str, str], float] = {}
+    rejected: Counter[str] = Counter()
+    for ex in ev.exchanges:
+        kind, job_id = _classify(ex)
+        if kind == "claim" and ex.status == 200 and ex.response:
+            granted = ex.response.get("claimId")
+            if granted and ex.t_fwd is not None:
+                key = (str(ex.response.get("id")), str(granted))
+                renewals[key] = max(renewals.get(key, 0.0), ex.t_fwd)
+            continue
+        if kind not in ("heartbeat", "status") or job_id is None or ex.status is None:
+            continue
+        claim_id = ex.claim_id
+        body = ex.request or {}
+        if ex.status == 409 and ex.error_code in _STALE_CODES:
+            rejected[kind] += 1
+            holder = attempts_by_claim.get((job_id, claim_id)) if claim_id else None
+            ended = _ts(holder.get("endedAt")) if holder else None
+            if (
+                holder is not None
+                and ex.t_resp is not None
+                and (ended is None or ex.t_resp < ended - TIME_SLACK)
+            ):
+                v["stale writes rejected"].append(
+                    f"{kind} for job {job_id} with its current claim {claim_id} (attempt "
+                    f"{holder['attempt']}) was refused {ex.error_code} while the attempt was open"
+                )
+            continue
+        if not 200 <= ex.status < 300:
+            continue
+        if claim_id is None:
+            v["stale writes rejected"].append(
+                f"{kind} for job {job_id} was accepted without a claimId (agents always send one)"
+            )
+            continue
+        found = attempts_by_claim.get((job_id, claim_id))
+        if found is None:
+            v["stale writes rejected"].append(
+                f"{kind} for job {job_id} accepted with claim {claim_id}, which no attempt has"
+            )
+            continue
+        row = found
+        ended = _ts(row.get("endedAt"))
+        assert ex.t_fwd is not None
+        if kind == "status" and body.get("status") == "successful":
+            accepted_success[job_id].add(claim_id)
+            first_success_at.setdefault((job_id, claim_id), ex.t_fwd)
+        if kind == "heartbeat":
+            renewals[(job_id, claim_id)] = max(renewals.get((job_id, claim_id), 0.0), ex.t_fwd)
+        idempotent_repeat = (
+            kind == "status"
+            and row.get("outcome") == "completed"
+            and ev.jobs.get(job_id, {}).get("status") == body.get("status")
+        )
+        if ended is not None and ex.t_fwd > ended + TIME_SLACK and not idempotent_repeat:
+            v["stale writes rejected"].append(
+                f"stale {kind} for job {job_id} accepted {ex.t_fwd - ended:.2f}s after its "
+                f"attempt {row['attempt']} ended ({row.get('outcome')}); claim {claim_id}"
+            )
+
+    # --- the database's view -----------------------------------------------------------------
+    lost = 0
+    double = 0
+    if ev.claim_rows:
+        v["no job left inProgress"].append(f"{ev.claim_rows} job_claim row(s) left behind")
+    executions_by_job: dict[str, list[Execution]] = defaultdict(list)
+    for exe in ev.executions:
+        executions_by_job[exe.job_id].append(exe)
+    for exe_job in executions_by_job:
+        if exe_job not in ev.jobs:
+            v["attempts explain every re-run"].append(f"an execution of unknown job {exe_job}")
+    reruns = 0
+    expired = released = unexecuted = 0
+    recovery: list[tuple[float, float, str]] = []
+    bound = ev.lease_seconds + ev.reap_interval
+    for job_id, job in ev.jobs.items():
+        status = job.get("status")
+        rows = sorted(ev.attempts.get(job_id, []), key=lambda r: int(r["attempt"]))
+        completed = [r for r in rows if r.get("outcome") == "completed"]
+        if status not in TERMINAL:
+            v["every job terminal"].append(f"job {job_id} is {status}")
+        if status == "inProgress":
+            v["no job left inProgress"].append(f"job {job_id} is still inProgress")
+        open_rows = [r for r in rows if r.get("outcome") is None]
+        if open_rows:
+            v["no job left inProgress"].append(
+                f"job {job_id}: attempt(s) {[r['attempt'] for r in open_rows]} never closed"
+            )
+        if status != "successful":
+            lost += 1  # the script always exits 0: any other end is a job lost to a fault
+        successes = accepted_success.get(job_id, set())
+        if len(successes) > 1 or len(completed) > 1:
+            double += 1
+        if status != "successful" or len(successes) != 1 or len(completed) != 1:
+            v["exactly one accepted successful report"].append(
+                f"job {job_id}: status {status}, {len(successes)} accepted successful "
+                f"report(s) (claims {sorted(successes)}), {len(completed)} completed attempt(s)"
+            )
+        elif str(completed[0].get("claimId")) not in successes:
+            v["exactly one accepted successful report"].append(
+                f"job {job_id}: completed by claim {completed[0].get('claimId')}, but the "
+                f"accepted report carried {sorted(successes)}"
+            )
+        # Attempts: 1..n, every one but the last ended expired/released, the last completed.
+        numbers = [int(r["attempt"]) for r in rows]
+        if numbers != list(range(1, len(rows) + 1)):
+            v["attempts explain every re-run"].append(f"job {job_id}: attempts {numbers}")
+        for r in rows[:-1]:
+            if r.get("outcome") not in _RERUN_OUTCOMES:
+                v["attempts explain every re-run"].append(
+                    f"job {job_id}: attempt {r['attempt']} ended {r.get('outcome')} yet the "
+                    "job was claimed again"
+                )
+        expired += sum(1 for r in rows if r.get("outcome") == "expired")
+        released += sum(1 for r in rows if r.get("outcome") == "released")
+        # Executions: each one belongs to an attempt, one per claim, never more than attempts.
+        runs = executions_by_job.get(job_id, [])
+        by_claim = {str(r.get("claimId")): r for r in rows}
+        seen: Counter[str] = Counter(exe.claim_id for exe in runs)
+        for claim_id, count in seen.items():
+            if count > 1:
+                v["attempts explain every re-run"].append(
+                    f"job {job_id}: claim {claim_id} was executed {count} times"
+                )
+        for exe in runs:
+            owner = by_claim.get(exe.claim_id)
+            if owner is None or int(owner["attempt"]) != exe.attempt:
+                v["attempts explain every re-run"].append(
+                    f"job {job_id}: an execution (attempt {exe.attempt}, claim {exe.claim_id}) "
+                    "that no attempt row explains"
+                )
+        if len(runs) > len(rows):
+            v["attempts explain every re-run"].append(
+                f"job {job_id}: {len(runs)} executions but {len(rows)} attempts"
+            )
+        reruns += max(0, len(runs) - 1)
+        unexecuted += sum(1 for r in rows if str(r.get("claimId")) not in seen)
+        if completed:
+            claim_id = str(completed[0].get("claimId"))
+            finished = [exe for exe in runs if exe.claim_id == claim_id and exe.ended]
+            if not finished:
+                v["exactly one accepted successful report"].append(
+                    f"job {job_id}: successful by claim {claim_id}, whose execution never finished"
+                )
+            else:
+                reported_at = first_success_at.get((job_id, claim_id))
+                ended_at = finished[0].ended
+                if (
+                    reported_at is not None
+                    and ended_at is not None
+                    and ended_at > reported_at + TIME_SLACK
+                ):
+                    v["exactly one accepted successful report"].append(
+                        f"job {job_id}: success reported {ended_at - reported_at:.2f}s "
+                        "before its execution ended"
+                    )
+        # Recovery: how long after its last renewal an expired claim was reaped.
+        for r in rows:
+            if r.get("outcome") != "expired":
+                continue
+            claim_id = str(r.get("claimId"))
+            ended = _ts(r.get("endedAt"))
+            start = max(renewals.get((job_id, claim_id), 0.0), _ts(r.get("claimedAt")) or 0.0)
+            if ended is None:
+                continue
+            detection = ended - start
+            allowed = bound + _overlap(start, ended, ev.outages)
+            recovery.append((detection, allowed, f"{job_id}/{r['attempt']}"))
+
+    # --- agents' own reports -----------------------------------------------------------------
+    agent_successes = 0
+    lease_lost_reports = 0
+    for line in ev.reports:
+        if line.get("reason") == "lease_lost":
+            lease_lost_reports += 1
+        if line.get("status") == "successful" and line.get("reported"):
+            agent_successes += 1
+            job_id, claim_id = str(line.get("jobId")), str(line.get("claimId"))
+            if claim_id not in accepted_success.get(job_id, set()):
+                v["exactly one accepted successful report"].append(
+                    f"agent says job {job_id} was reported successful with claim {claim_id}; "
+                    "the proxy saw no such accepted report"
+                )
+
+    overlapping = 0
+    for runs in executions_by_job.values():
+        spans = sorted((e.started, e.ended or float("inf")) for e in runs)
+        overlapping += sum(1 for a, b in itertools.pairwise(spans) if b[0] < a[1])
+    worst = max(recovery, default=None)
+    over = [r for r in recovery if r[0] > r[1] + RECOVERY_TOLERANCE]
+    figures: dict[str, Any] = {
+        "jobs": len(ev.jobs),
+        "executions": len(ev.executions),
+        "re-runs": reruns,
+        "overlapping executions (zombies)": overlapping,
+        "attempts": sum(len(rows) for rows in ev.attempts.values()),
+        "attempts expired": expired,
+        "attempts released": released,
+        "claims never executed": unexecuted,
+        "stale heartbeats rejected (proxy)": rejected["heartbeat"],
+        "stale status writes rejected (proxy)": rejected["status"],
+        "lease-lost rejections (server metrics)": (
+            ("" if ev.metrics_complete else "≥ ") + f"{sum(ev.metrics_rejections.values()):.0f}"
+        ),
+        "lease lost (agent reports)": lease_lost_reports,
+        "successes (agent reports)": agent_successes,
+        "lost jobs": lost,
+        "double completions": double,
+        "worst detection (s)": round(worst[0], 2) if worst else None,
+        "detection bound lease+reap (s)": round(bound, 2),
+        "detections over bound (outside outages)": len(over),
+    }
+    return CheckResult(violations=v, figures=figures, recovery=recovery)
