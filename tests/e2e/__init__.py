@@ -1,0 +1,1 @@
+"""End-to-end tests of `jobagentctl run`: real child processes against a real server."""

@@ -1,0 +1,48 @@
+"""Fixtures for the `run` end-to-end tests.
+
+Starting a server costs seconds on a busy machine, so tests that leave the server alone share
+one SQLite server per module (each test gets its own agent, hence its own queue); tests that
+stop, restart or must run on PostgreSQL too get a server of their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.live_server import LiveServer, LiveServerFactory
+
+from .runs import Harness
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """One SQLite server per module, with the fast test settings (1 s leases, 0.2 s reaper)."""
+    workdir = tmp_path_factory.mktemp("e2e-server")
+    factory = LiveServerFactory(f"sqlite:///{workdir / 'jobagent.db'}", workdir)
+    try:
+        yield factory()
+    finally:
+        factory.close()
+
+
+@pytest.fixture
+def harness(shared_server: LiveServer, tmp_path: Path) -> Iterator[Harness]:
+    """A fresh agent on the module's shared SQLite server; its runs are killed afterwards."""
+    h = Harness(shared_server, tmp_path)
+    try:
+        yield h
+    finally:
+        h.close()
+
+
+@pytest.fixture
+def own_harness(live_server: LiveServer, tmp_path: Path) -> Iterator[Harness]:
+    """A server of this test's own (parametrized over SQLite and PostgreSQL) and an agent."""
+    h = Harness(live_server, tmp_path)
+    try:
+        yield h
+    finally:
+        h.close()

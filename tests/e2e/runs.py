@@ -1,0 +1,145 @@
+"""Helpers for the `run` end-to-end tests: start `python -m jobagentctl run`, wait for events.
+
+Waiting is always on a condition (a file the child writes, a job status on the server, a line
+in the agent's stderr), polled with a generous deadline: two busy cores, no fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.fixtures.live_server import LiveServer
+
+__all__ = ["DEADLINE", "AgentRun", "Harness", "eventually", "gone", "kill_group_of"]
+
+DEADLINE = 60.0
+
+
+def eventually(condition: Callable[[], Any], what: str, timeout: float = DEADLINE) -> Any:
+    """Poll ``condition`` until it is truthy (returned) or fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def gone(pid: int) -> bool:
+    """The process is dead (or a zombie for someone else to reap)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+@dataclass
+class AgentRun:
+    """One `jobagentctl run` process; its stdout and stderr go to files in ``workdir``."""
+
+    proc: subprocess.Popen[bytes]
+    workdir: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stderr(self) -> str:
+        return (self.workdir / "stderr").read_text(errors="replace")
+
+    def stdout(self) -> str:
+        return (self.workdir / "stdout").read_text(errors="replace")
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def wait(self, timeout: float = DEADLINE) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(
+                f"run did not end in {timeout}s; stderr:\n{self.stderr()}"
+            ) from None
+
+    def report(self) -> list[dict[str, Any]]:
+        path = self.workdir / "report.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+
+class Harness:
+    """A live server, one agent on it, and the runs started for that agent (killed at the end)."""
+
+    def __init__(self, server: LiveServer, tmp_path: Path) -> None:
+        self.server = server
+        self.tmp_path = tmp_path
+        self.agent_id = server.create_agent("e2e-agent")
+        self.runs: list[AgentRun] = []
+
+    def enqueue(self, **fields: Any) -> str:
+        job_id: str = self.server.enqueue(self.agent_id, **fields)["id"]
+        return job_id
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return self.server.get_job(job_id)
+
+    def attempts(self, job_id: str) -> list[dict[str, Any]]:
+        status, body = self.server.request("GET", f"jobs/{job_id}/attempts")
+        assert status == 200, body
+        attempts: list[dict[str, Any]] = body
+        return attempts
+
+    def start(
+        self,
+        args: list[str],
+        command: list[str],
+        *,
+        name: str = "run",
+        env: dict[str, str] | None = None,
+    ) -> AgentRun:
+        """``jobagentctl run ARGS --report DIR/report.jsonl -- COMMAND`` in ``tmp_path/NAME``."""
+        workdir = self.tmp_path / name
+        workdir.mkdir(parents=True, exist_ok=True)
+        full_env = {**self.server.base_env(), **self.server.env()}
+        full_env.update({"JOBAGENTCTL_AGENT": self.agent_id, **(env or {})})
+        argv = [sys.executable, "-m", "jobagentctl", "run", *args]
+        argv += ["--report", str(workdir / "report.jsonl"), "--", *command]
+        with (workdir / "stdout").open("wb") as out, (workdir / "stderr").open("wb") as err:
+            proc = subprocess.Popen(
+                argv, env=full_env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=workdir
+            )
+        run = AgentRun(proc, workdir)
+        self.runs.append(run)
+        return run
+
+    def close(self) -> None:
+        for run in self.runs:
+            run.stop()
+
+
+def kill_group_of(pid_file: Path) -> None:
+    """SIGKILL the process group whose leader's pid the child wrote (cleanup after a crash)."""
+    if pid_file.exists():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.killpg(int(pid_file.read_text().strip()), signal.SIGKILL)
