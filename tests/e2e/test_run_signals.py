@@ -1,0 +1,75 @@
+"""Signals to `jobagentctl run`: forwarded to the child's whole group, the job released."""
+
+from __future__ import annotations
+
+import signal
+
+from .runs import Harness, eventually
+
+# The child and a background grandchild (same process group) each record the TERM they get.
+FAMILY = (
+    "(trap 'touch grandchild.term; exit 0' TERM; touch grandchild.ready; "
+    "while :; do sleep 0.05; done) & "
+    "trap 'touch child.term; wait; exit 143' TERM; "
+    "while [ ! -e grandchild.ready ]; do sleep 0.05; done; touch ready; "
+    "while :; do sleep 0.05; done"
+)
+
+
+def test_sigterm_reaches_the_whole_group_and_requeues_the_job_at_once(harness: Harness) -> None:
+    job_id = harness.enqueue()
+    # A 60 s lease: "queued" right after the exit can only be the release, not the reaper.
+    run = harness.start(["--lease-seconds", "60"], ["sh", "-c", FAMILY])
+    eventually((run.workdir / "ready").exists, "the child and grandchild to start")
+    run.signal(signal.SIGTERM)
+    assert run.wait() == 143, run.stderr()
+    assert (run.workdir / "child.term").exists()
+    assert (run.workdir / "grandchild.term").exists()
+    assert harness.job(job_id)["status"] == "queued"
+    [attempt] = harness.attempts(job_id)
+    assert attempt["outcome"] == "released"
+    [record] = run.report()
+    assert (record["status"], record["reason"]) == ("queued", "interrupted")
+
+
+def test_sigint_is_130_and_releases_too(harness: Harness) -> None:
+    job_id = harness.enqueue()
+    script = "trap 'exit 130' INT; touch ready; while :; do sleep 0.05; done"
+    run = harness.start([], ["sh", "-c", script])
+    eventually((run.workdir / "ready").exists, "the child to start")
+    run.signal(signal.SIGINT)
+    assert run.wait() == 130, run.stderr()
+    assert harness.job(job_id)["status"] == "queued"
+
+
+def test_first_sigterm_in_loop_mode_drains(harness: Harness) -> None:
+    first, second = harness.enqueue(), harness.enqueue()
+    script = (
+        "trap 'touch got.term' TERM; touch ready; "
+        "while [ ! -e go ]; do sleep 0.05; done; rm ready; exit 0"
+    )
+    run = harness.start(["--loop", "--lease-seconds", "10"], ["sh", "-c", script])
+    eventually((run.workdir / "ready").exists, "the first job to start")
+    run.signal(signal.SIGTERM)
+    eventually(lambda: "draining" in run.stderr(), "jobagentctl to start draining")
+    (run.workdir / "go").touch()
+    assert run.wait() == 0, run.stderr()
+    assert not (run.workdir / "got.term").exists()  # the running job was left alone
+    assert harness.job(first)["status"] == "successful"
+    assert harness.job(second)["status"] == "queued"  # no new claim after the drain
+    assert [r["jobId"] for r in run.report()] == [first]
+
+
+def test_loop_runs_queued_jobs_until_max_jobs(harness: Harness) -> None:
+    jobs = [harness.enqueue() for _ in range(3)]
+    run = harness.start(["--loop", "--max-jobs", "2"], ["sh", "-c", "exit 0"])
+    assert run.wait() == 0, run.stderr()
+    # Oldest first; the third stays queued.
+    assert [r["jobId"] for r in run.report()] == jobs[:2]
+    assert [harness.job(j)["status"] for j in jobs] == ["successful", "successful", "queued"]
+
+
+def test_loop_with_idle_timeout_exits_0_when_no_work_comes(harness: Harness) -> None:
+    run = harness.start(["--loop", "--idle-timeout", "1s"], ["true"])
+    assert run.wait() == 0, run.stderr()
+    assert run.report() == []
