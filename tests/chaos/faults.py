@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 __all__ = ["AGENT_KINDS", "INFRA_KINDS", "KINDS", "PROXY_KINDS", "Fault", "draw_schedule"]
 
-AGENT_KINDS = ("agent_kill", "agent_stop")
+AGENT_KINDS = ("agent_kill", "agent_stop", "agent_interrupt")
 INFRA_KINDS = ("server_restart", "db_restart")
 PROXY_KINDS = ("proxy_drop", "proxy_reset", "proxy_delay_short", "proxy_delay_long")
 KINDS = AGENT_KINDS + INFRA_KINDS + PROXY_KINDS
@@ -34,6 +34,8 @@ class Fault:
       ``duration`` s later.
     - ``agent_stop``: SIGSTOP (``agent`` or ``agent+job``) for ``duration`` s — past the lease —
       then SIGCONT: a zombie that wakes up holding a claim that may be gone.
+    - ``agent_interrupt``: SIGINT agent ``target`` (Ctrl-C): it stops its job, releases it to
+      the queue with its claim id and exits 130; restarted ``duration`` s later.
     - ``server_restart``: SIGTERM (drain) or SIGKILL (``detail``) server ``target``, start it
       again on the same port ``duration`` s after it stopped.
     - ``db_restart``: ``pg_ctl restart -m fast|immediate`` (``detail``) of the private cluster.
@@ -148,6 +150,14 @@ def _draw(
             duration=round(lease * rng.uniform(1.5, 3.0), 2),
             target=rng.randrange(agents),
             detail=rng.choice(("agent", "agent+job")),
+        )
+    if kind == "agent_interrupt":
+        return Fault(
+            at,
+            kind,
+            duration=round(rng.uniform(0.2, 1.0), 2),
+            target=rng.randrange(agents),
+            detail="SIGINT",
         )
     if kind == "server_restart":
         return Fault(

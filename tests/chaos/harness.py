@@ -66,12 +66,13 @@ class ChaosConfig:
     reap_interval: float = 0.3
     settle_timeout: float = 120.0
     client_timeout: float = 5.0
+    calm: bool = False  # no faults: the control run (nothing may be re-run or lost)
     keep: bool = False
     verbose: bool = False
 
     @property
     def name(self) -> str:
-        return f"seed {self.seed} {self.db}"
+        return f"seed {self.seed} {self.db}{' calm' if self.calm else ''}"
 
 
 @dataclass
@@ -107,6 +108,29 @@ class RunResult:
         out["wall time (s)"] = round(self.elapsed, 1)
         out["invariants"] = "ok" if self.ok else "VIOLATED"
         return out
+
+
+def arrival_times(rng: random.Random, cfg: ChaosConfig) -> list[float]:
+    """When each job is queued (seconds into the run): a first batch for every agent, then
+    bursts. Some gaps are quiet spells longer than a lease, so agents sit in long-polls that
+    are older than their lease when work arrives. The calm run spaces its bursts by such
+    spells on purpose; the others are squeezed into most of the fault phase."""
+    first = min(cfg.jobs, cfg.agents * 2)
+    times = [0.0] * first
+    t = 0.0
+    while len(times) < cfg.jobs:
+        if cfg.calm:
+            t += 2.0 * cfg.lease + 1.0
+        elif rng.random() < 0.3:
+            t += rng.uniform(1.5, 3.0) * cfg.lease
+        else:
+            t += rng.uniform(0.2, 1.0)
+        times += [t] * rng.randint(1, 4)
+    times = times[: cfg.jobs]
+    if not cfg.calm and times[-1] > 0.85 * cfg.duration:
+        scale = 0.85 * cfg.duration / times[-1]
+        times = [at * scale for at in times]
+    return times
 
 
 # --- processes -------------------------------------------------------------------------------
@@ -219,6 +243,12 @@ class Agent:
             os.kill(self.pid, signal.SIGCONT)
         self.busy = False
 
+    def interrupt(self) -> None:
+        """SIGINT, as Ctrl-C would: the job is stopped and released, the agent exits 130."""
+        if self.running():
+            os.kill(self.pid, signal.SIGINT)
+        self.busy = True
+
     def drain(self) -> None:
         """SIGTERM: in --loop mode, finish the current job and exit 0."""
         self.draining = True
@@ -300,6 +330,8 @@ class ChaosRun:
         self.skipped: Counter[str] = Counter()
         self.downs: list[_Down] = []
         self.agent_exits: list[str] = []
+        self.interrupt_exits: Counter[int] = Counter()
+        self.pauses: list[tuple[int, float, float]] = []  # (slot, SIGSTOP, SIGCONT) wall clock
         self.metrics = _Metrics()
         self._events: list[tuple[float, int, str, Callable[[], None]]] = []
         self._seq = 0
@@ -373,13 +405,17 @@ class ChaosRun:
             cfg.agents,
             rng=random.Random(f"proxy-{cfg.seed}"),
         ).start()
-        self.schedule = draw_schedule(
-            cfg.seed,
-            duration=cfg.duration,
-            agents=cfg.agents,
-            servers=len(self.servers),
-            lease=cfg.lease,
-            postgres=cfg.db != "sqlite",
+        self.schedule = (
+            []
+            if cfg.calm
+            else draw_schedule(
+                cfg.seed,
+                duration=cfg.duration,
+                agents=cfg.agents,
+                servers=len(self.servers),
+                lease=cfg.lease,
+                postgres=cfg.db != "sqlite",
+            )
         )
         (self.workdir / "schedule.txt").write_text(
             "\n".join(f.describe() for f in self.schedule) + "\n", encoding="utf-8"
@@ -478,7 +514,7 @@ class ChaosRun:
     # --- faults ------------------------------------------------------------------------------
     def _inject(self, fault: Fault) -> None:
         kind = fault.kind
-        if kind in ("agent_kill", "agent_stop"):
+        if kind in ("agent_kill", "agent_stop", "agent_interrupt"):
             assert fault.target is not None
             agent = self.agents[fault.target]
             if agent.busy or not agent.running():
@@ -488,9 +524,22 @@ class ChaosRun:
             if kind == "agent_kill":
                 agent.kill(with_job)
                 self._at(self._now() + fault.duration, "agent restart", agent.start)
+            elif kind == "agent_interrupt":
+                agent.interrupt()
+                self._at(
+                    self._now() + fault.duration,
+                    "agent restart",
+                    functools.partial(self._restart_interrupted, agent),
+                )
             else:
                 agent.stop(with_job)
-                self._at(self._now() + fault.duration, "agent cont", agent.cont)
+                stopped = time.time()
+
+                def resume(agent: Agent = agent, stopped: float = stopped) -> None:
+                    agent.cont()
+                    self.pauses.append((agent.slot, stopped, time.time()))
+
+                self._at(self._now() + fault.duration, "agent cont", resume)
         elif kind == "server_restart":
             assert fault.target is not None
             index = fault.target % len(self.servers)
@@ -518,6 +567,20 @@ class ChaosRun:
             self._at(self._now() + fault.duration, "proxy clear", self._clear_proxy)
         self.injected[kind] += 1
         self.log(f"inject {fault.describe()}")
+
+    def _restart_interrupted(self, agent: Agent) -> None:
+        """Start an interrupted agent again once it has released its job and exited."""
+        assert agent.proc is not None
+        code = agent.proc.poll()
+        if code is None:
+            self._at(
+                self._now() + 0.2,
+                "agent restart",
+                functools.partial(self._restart_interrupted, agent),
+            )
+            return
+        self.interrupt_exits[code] += 1
+        agent.start()
 
     def _clear_proxy(self) -> None:
         assert self.proxy is not None
@@ -560,10 +623,7 @@ class ChaosRun:
         """Queue the jobs: a first batch at once, the rest spread over the fault phase."""
         cfg = self.config
         rng = random.Random(f"jobs-{cfg.seed}")
-        first = min(cfg.jobs, cfg.agents * 2)
-        times = [0.0] * first + sorted(
-            rng.uniform(0.0, cfg.duration * 0.8) for _ in range(cfg.jobs - first)
-        )
+        times = arrival_times(rng, cfg)
         for index, at in enumerate(times):
             # Most jobs fit in a lease; one in five needs heartbeats to live through its work.
             pause = rng.uniform(2.5, 4.5) if rng.random() < 0.2 else rng.uniform(0.05, 1.5)
@@ -707,7 +767,7 @@ class ChaosRun:
             with contextlib.suppress(OSError):
                 for line in agent.report_path.read_text(encoding="utf-8").splitlines():
                     with contextlib.suppress(ValueError):
-                        reports.append(json.loads(line))
+                        reports.append({**json.loads(line), "_slot": agent.slot})
         for label, count in self.proxy.applied.items():
             self.injected[label] += count
         return Evidence(
@@ -722,6 +782,8 @@ class ChaosRun:
             metrics_rejections=self.metrics.totals(),
             metrics_complete=self.metrics.complete,
             outages=self._outages(),
+            downs=[(d.start, d.end or time.time()) for d in self.downs],
+            pauses=list(self.pauses),
             bad_records=bad,
         )
 
@@ -851,6 +913,9 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds of faults per run (default 15; 60 with --long)",
     )
     parser.add_argument("--long", action="store_true", help="the long campaign (make chaos)")
+    parser.add_argument(
+        "--calm", action="store_true", help="no faults: the control run (zero re-runs expected)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep every run's work dir")
     parser.add_argument("--verbose", "-v", action="store_true", help="narrate each fault")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
@@ -863,6 +928,7 @@ def main(argv: list[str] | None = None) -> int:
         "duration": args.duration or (60.0 if args.long else 15.0),
         "keep": args.keep,
         "verbose": args.verbose,
+        "calm": args.calm,
     }
 
     def echo(message: str) -> None:

@@ -112,6 +112,8 @@ class Evidence:
     metrics_rejections: dict[str, float] = field(default_factory=dict)  # by code, all servers
     metrics_complete: bool = True  # False when a server was killed between scrapes
     outages: list[tuple[float, float]] = field(default_factory=list)  # no reaper could run
+    downs: list[tuple[float, float]] = field(default_factory=list)  # any server or database
+    pauses: list[tuple[int, float, float]] = field(default_factory=list)  # (slot, STOP, CONT)
     bad_records: list[str] = field(default_factory=list)
 
 
@@ -163,6 +165,7 @@ def check(ev: Evidence) -> CheckResult:
         "stale writes rejected": [],
         "no job left inProgress": [],
         "attempts explain every re-run": [],
+        "every lease loss explained by a fault": [],
         "records well formed": list(ev.bad_records),
     }
     attempts_by_claim: dict[tuple[str, str], dict[str, Any]] = {}
@@ -358,6 +361,8 @@ def check(ev: Evidence) -> CheckResult:
                     "the proxy saw no such accepted report"
                 )
 
+    v["every lease loss explained by a fault"] += _unexplained_losses(ev)
+
     overlapping = 0
     for runs in executions_by_job.values():
         spans = sorted((e.started, e.ended or float("inf")) for e in runs)
@@ -387,3 +392,59 @@ def check(ev: Evidence) -> CheckResult:
         "detections over bound (outside outages)": len(over),
     }
     return CheckResult(violations=v, figures=figures, recovery=recovery)
+
+
+def _unexplained_losses(ev: Evidence) -> list[str]:
+    """Agents that gave up a lease the server still held, with no fault anywhere near.
+
+    A loss is explained by a proxy fault on the agent's requests, a slow or failed answer, an
+    outage of any server or the database, the agent being stopped, or the agent itself not
+    getting to send a heartbeat in time (a starved process: not a defect of the lease logic).
+    What is left is the agent's own bookkeeping throwing away a healthy lease.
+    """
+    out: list[str] = []
+    claims: dict[tuple[str, str], Exchange] = {}
+    by_slot: dict[int, list[Exchange]] = defaultdict(list)
+    for ex in ev.exchanges:
+        by_slot[ex.slot].append(ex)
+        kind, _ = _classify(ex)
+        if kind == "claim" and ex.status == 200 and ex.response and ex.response.get("claimId"):
+            claims[(str(ex.response.get("id")), str(ex.response["claimId"]))] = ex
+    for line in ev.reports:
+        if line.get("reason") != "lease_lost":
+            continue
+        slot = int(line.get("_slot", -1))
+        job_id, claim_id = str(line.get("jobId")), str(line.get("claimId"))
+        claim = claims.get((job_id, claim_id))
+        finished = _ts(line.get("finishedAt")) or 0.0
+        if claim is None or claim.t_resp is None:
+            continue  # the claim's answer never came through the proxy: a fault by itself
+        begin = claim.t_recv
+        if claim.fault:
+            continue
+        if any(lo < finished and hi > begin - ev.lease_seconds for lo, hi in ev.downs):
+            continue
+        if any(s == slot and lo < finished and hi > begin for s, lo, hi in ev.pauses):
+            continue
+        mine = [e for e in by_slot.get(slot, []) if begin < e.t_recv <= finished]
+        if any(e.fault for e in mine):
+            continue
+        if any(
+            e.status is None or e.status >= 500 or (e.t_resp or finished) - e.t_recv > 0.5
+            for e in mine
+        ):
+            continue
+        # Starvation: the job was in hand, yet no heartbeat left the agent within a lease.
+        sends = [claim.t_resp] + [
+            e.t_recv for e in mine if _classify(e)[0] == "heartbeat" and e.claim_id == claim_id
+        ]
+        gaps = [b - a for a, b in itertools.pairwise([*sorted(sends), finished])]
+        if max(gaps) >= 0.8 * ev.lease_seconds and finished - claim.t_resp > 1.0:
+            continue
+        out.append(
+            f"agent {slot} gave up job {job_id} (claim {claim_id}) "
+            f"{finished - claim.t_resp:.2f}s after the claim answered, with "
+            f"{line.get('heartbeats')} heartbeat(s) and no fault in sight; its claim request "
+            f"had been waiting {claim.t_resp - claim.t_recv:.2f}s"
+        )
+    return out
