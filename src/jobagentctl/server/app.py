@@ -7,7 +7,6 @@ body-size limit, latency metric) so routes stay plain functions. Responses are b
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -18,7 +17,6 @@ from uuid import UUID
 from fastapi import Body, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -44,6 +42,23 @@ from jobagentctl.models import (
     UpsertJobAgentRequest,
 )
 from jobagentctl.server.auth import Authenticator, Principal
+from jobagentctl.server.encoding import (
+    NO_CONTEXT,
+    error_bytes,
+    exception_bytes,
+    job_bytes,
+    list_bytes,
+    model_bytes,
+    page_bytes,
+)
+from jobagentctl.server.fastpath import (
+    FastPath,
+    claim_job_op,
+    claim_next_op,
+    heartbeat_op,
+    match,
+    update_status_op,
+)
 from jobagentctl.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from jobagentctl.server.metrics import Metrics
 from jobagentctl.server.reaper import Reaper
@@ -65,39 +80,18 @@ _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
 def _json(content: bytes, status: int = 200) -> Response:
+    if status == 204:
+        return Response(status_code=204)
     return Response(content=content, status_code=status, media_type=_JSON)
 
 
-def _error_bytes(message: str, code: str, details: dict[str, Any] | None) -> bytes:
-    return json.dumps({"message": message, "code": code, "details": details}).encode()
+def _result(result: tuple[int, bytes]) -> Response:
+    status, content = result
+    return _json(content, status)
 
 
 def _error_response(exc: JobAgentError) -> Response:
-    return _json(_error_bytes(exc.message, exc.code, exc.details), exc.status)
-
-
-_NO_CONTEXT: Any = {"dispatch_context"}
-_PAGE_NO_CONTEXT: Any = {"items": {"__all__": {"dispatch_context"}}}
-
-
-def _job_bytes(job: Job, include_dispatch_context: bool) -> bytes:
-    # dispatchContext is absent (not null) unless asked for: ctrlplane's behaviour.
-    exclude = None if include_dispatch_context else _NO_CONTEXT
-    return job.model_dump_json(by_alias=True, exclude=exclude).encode()
-
-
-def _page_bytes(
-    items: Sequence[BaseModel], total: int, limit: int, offset: int, *, exclude: Any = None
-) -> bytes:
-    body = b",".join(
-        item.model_dump_json(by_alias=True, exclude=exclude).encode() for item in items
-    )
-    tail = f'],"total":{total},"limit":{limit},"offset":{offset}}}'.encode()
-    return b'{"items":[' + body + tail
-
-
-def _list_bytes(items: Sequence[BaseModel]) -> bytes:
-    return b"[" + b",".join(item.model_dump_json(by_alias=True).encode() for item in items) + b"]"
+    return _json(exception_bytes(exc), exc.status)
 
 
 def _principal(request: Request) -> Principal:
@@ -236,7 +230,7 @@ async def _on_validation_error(request: Request, exc: Exception) -> Response:
         fields.append({"field": _field_name(loc), "message": message, "type": error.get("type")})
     names = ", ".join(f["field"] for f in fields) or "request"
     return _json(
-        _error_bytes(f"invalid request: {names}", "VALIDATION_ERROR", {"errors": fields}), 400
+        error_bytes(f"invalid request: {names}", "VALIDATION_ERROR", {"errors": fields}), 400
     )
 
 
@@ -254,7 +248,7 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, "HTTP_ERROR")
     message = "not found" if exc.status_code == 404 else str(exc.detail)
-    response = _json(_error_bytes(message, code, None), exc.status_code)
+    response = _json(error_bytes(message, code, None), exc.status_code)
     if exc.headers:
         response.headers.update(exc.headers)
     return response
@@ -265,7 +259,7 @@ async def _on_unexpected(request: Request, exc: Exception) -> Response:
     logger.error(
         "unhandled %s on %s %s", type(exc).__name__, request.method, request.url.path, exc_info=exc
     )
-    return _json(_error_bytes("internal server error", "INTERNAL_ERROR", None), 500)
+    return _json(error_bytes("internal server error", "INTERNAL_ERROR", None), 500)
 
 
 # --- the app ----------------------------------------------------------------------------------
@@ -292,6 +286,24 @@ Offset = Annotated[int, Query(ge=0, description="Items to skip")]
 StatusFilter = Annotated[
     list[JobStatus] | None, Query(alias="status", description="Only jobs with this status")
 ]
+
+
+class JobAgentApp(FastAPI):
+    """FastAPI, with the hot endpoints answered by :class:`FastPath` before the framework's
+    middleware and routing run (see ``fastpath.py``); everything else is plain FastAPI."""
+
+    fast_path: FastPath | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        fast = self.fast_path
+        if fast is not None:
+            hit = match(scope)
+            if hit is not None:
+                replay = await fast.handle(scope, receive, send, *hit)
+                if replay is None:
+                    return
+                receive = replay
+        await super().__call__(scope, receive, send)
 
 
 def create_app(settings: ServerSettings | None = None, store: Store | None = None) -> FastAPI:
@@ -331,7 +343,7 @@ def create_app(settings: ServerSettings | None = None, store: Store | None = Non
             if owns_store:
                 await the_store.close()
 
-    app = FastAPI(
+    app = JobAgentApp(
         title="jobagentctl",
         version=__version__,
         description="Pull-based job agents with leases: ctrlplane's pull-agent API (V1) plus "
@@ -348,6 +360,7 @@ def create_app(settings: ServerSettings | None = None, store: Store | None = Non
     app.state.auth = auth
     app.state.metrics = metrics
     app.state.reaper = reaper
+    app.fast_path = FastPath(service, auth, metrics, settings.max_body_bytes)
 
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(JobAgentError, _on_job_agent_error)
@@ -377,14 +390,14 @@ def _add_operational_routes(app: FastAPI, service: JobService, metrics: Metrics)
     )
     async def readyz() -> Response:
         if service.stopping:
-            return _json(_error_bytes("shutting down", "SERVICE_UNAVAILABLE", None), 503)
+            return _json(error_bytes("shutting down", "SERVICE_UNAVAILABLE", None), 503)
         try:
             ready = await service.store.schema_current()
         except JobAgentError:
             ready = False
         if not ready:
             return _json(
-                _error_bytes(
+                error_bytes(
                     "database unreachable or migrations pending", "SERVICE_UNAVAILABLE", None
                 ),
                 503,
@@ -411,7 +424,7 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
         request: Request, ws: WsPath, agent_id: AgentPath, body: UpsertJobAgentRequest
     ) -> Response:
         result = await service.upsert_agent(_principal(request), ws, agent_id, body)
-        return _json(result.model_dump_json(by_alias=True).encode(), 202)
+        return _json(model_bytes(result), 202)
 
     @app.get(
         f"{v1}/job-agents",
@@ -424,7 +437,7 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
         request: Request, ws: WsPath, limit: Limit = 50, offset: Offset = 0
     ) -> Response:
         items, total = await service.list_agents(_principal(request), ws, limit, offset)
-        return _json(_page_bytes(items, total, limit, offset))
+        return _json(page_bytes(items, total, limit, offset))
 
     @app.get(
         f"{v1}/job-agents/{{agentId}}",
@@ -435,7 +448,7 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
     )
     async def get_job_agent(request: Request, ws: WsPath, agent_id: AgentPath) -> Response:
         agent = await service.get_agent(_principal(request), ws, agent_id)
-        return _json(agent.model_dump_json(by_alias=True).encode())
+        return _json(model_bytes(agent))
 
     @app.delete(
         f"{v1}/job-agents/{{agentId}}",
@@ -447,7 +460,7 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
     )
     async def delete_job_agent(request: Request, ws: WsPath, agent_id: AgentPath) -> Response:
         result = await service.delete_agent(_principal(request), ws, agent_id)
-        return _json(result.model_dump_json(by_alias=True).encode(), 202)
+        return _json(model_bytes(result), 202)
 
     @app.get(
         f"{v1}/job-agents/{{agentId}}/jobs",
@@ -474,8 +487,8 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
             limit=limit,
             offset=offset,
         )
-        exclude = None if include_dispatch_context else _NO_CONTEXT
-        return _json(_page_bytes(items, total, limit, offset, exclude=exclude))
+        exclude = None if include_dispatch_context else NO_CONTEXT
+        return _json(page_bytes(items, total, limit, offset, exclude=exclude))
 
     @app.post(
         f"{v1}/job-agents/{{agentId}}/jobs/{{jobId}}/claim",
@@ -491,8 +504,7 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
         job_id: JobPath,
         body: Annotated[ClaimRequest | None, Body()] = None,
     ) -> Response:
-        job = await service.claim_job(_principal(request), ws, agent_id, job_id, body)
-        return _json(_job_bytes(job, True))
+        return _result(await claim_job_op(service, _principal(request), ws, agent_id, job_id, body))
 
     @app.get(
         f"{v1}/jobs",
@@ -511,7 +523,7 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
         items, total = await service.list_jobs(
             _principal(request), ws, statuses=status, limit=limit, offset=offset
         )
-        return _json(_page_bytes(items, total, limit, offset, exclude=_NO_CONTEXT))
+        return _json(page_bytes(items, total, limit, offset, exclude=NO_CONTEXT))
 
     @app.get(
         f"{v1}/jobs/{{jobId}}",
@@ -522,7 +534,7 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
     )
     async def get_job(request: Request, ws: WsPath, job_id: JobPath) -> Response:
         job = await service.get_job(_principal(request), ws, job_id)
-        return _json(_job_bytes(job, True))
+        return _json(job_bytes(job, True))
 
     @app.put(
         f"{v1}/jobs/{{jobId}}/status",
@@ -535,8 +547,7 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
     async def update_job_status(
         request: Request, ws: WsPath, job_id: JobPath, body: UpdateJobStatusRequest
     ) -> Response:
-        result = await service.update_status(_principal(request), ws, job_id, body)
-        return _json(result.model_dump_json(by_alias=True).encode(), 202)
+        return _result(await update_status_op(service, _principal(request), ws, job_id, body))
 
 
 def _add_v2_routes(app: FastAPI, service: JobService) -> None:
@@ -555,10 +566,7 @@ def _add_v2_routes(app: FastAPI, service: JobService) -> None:
         agent_id: AgentPath,
         body: Annotated[ClaimNextRequest | None, Body()] = None,
     ) -> Response:
-        job = await service.claim_next(_principal(request), ws, agent_id, body)
-        if job is None:
-            return Response(status_code=204)
-        return _json(_job_bytes(job, True))
+        return _result(await claim_next_op(service, _principal(request), ws, agent_id, body))
 
     @app.post(
         f"{v1}/jobs/{{jobId}}/heartbeat",
@@ -573,8 +581,7 @@ def _add_v2_routes(app: FastAPI, service: JobService) -> None:
         job_id: JobPath,
         body: Annotated[HeartbeatRequest | None, Body()] = None,
     ) -> Response:
-        beat = await service.heartbeat(_principal(request), ws, job_id, body)
-        return _json(beat.model_dump_json(by_alias=True).encode())
+        return _result(await heartbeat_op(service, _principal(request), ws, job_id, body))
 
     @app.get(
         f"{v1}/job-claims",
@@ -594,7 +601,7 @@ def _add_v2_routes(app: FastAPI, service: JobService) -> None:
         items, total = await service.list_claims(
             _principal(request), ws, agent_id=job_agent_id, state=state, limit=limit, offset=offset
         )
-        return _json(_page_bytes(items, total, limit, offset))
+        return _json(page_bytes(items, total, limit, offset))
 
     @app.get(
         f"{v1}/jobs/{{jobId}}/attempts",
@@ -605,7 +612,7 @@ def _add_v2_routes(app: FastAPI, service: JobService) -> None:
     )
     async def list_job_attempts(request: Request, ws: WsPath, job_id: JobPath) -> Response:
         attempts = await service.list_attempts(_principal(request), ws, job_id)
-        return _json(_list_bytes(attempts))
+        return _json(list_bytes(attempts))
 
     @app.post(
         f"{v1}/job-agents/{{agentId}}/jobs",
@@ -624,7 +631,7 @@ def _add_v2_routes(app: FastAPI, service: JobService) -> None:
         job = await service.create_job(
             _principal(request), ws, agent_id, body or CreateJobRequest()
         )
-        return _json(_job_bytes(job, True), 201)
+        return _json(job_bytes(job, True), 201)
 
 
 def _document_security(app: FastAPI) -> None:
