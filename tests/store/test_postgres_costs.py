@@ -1,9 +1,15 @@
-"""Round trips per lease operation on PostgreSQL, counted from a libpq protocol trace: claim
-and heartbeat are one statement (one round trip), a status update one pipelined transaction
-(two). A round trip is a switch from client messages (``F``) to server messages (``B``)."""
+"""What lease operations cost on PostgreSQL.
+
+- Round trips, counted from a libpq protocol trace: claim and heartbeat are one statement (one
+  round trip), a status update one pipelined transaction (two). A round trip is a switch from
+  client messages (``F``) to server messages (``B``).
+- Heartbeats are HOT updates of ``job_claim`` and never touch ``job`` (from the table
+  statistics, which a backend flushes at the latest when it exits).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Awaitable
 from pathlib import Path
@@ -17,6 +23,7 @@ from jobagentctl.errors import ValidationError
 from jobagentctl.models import JobStatus
 from jobagentctl.server.store import open_store
 from jobagentctl.server.store.postgres import PostgresStore
+from tests.fixtures.databases import sql
 
 pytestmark = [
     pytest.mark.anyio,
@@ -111,3 +118,36 @@ async def test_a_refused_status_update_leaves_the_connection_usable(database_url
         assert done.status == JobStatus.FAILURE and done.message == "ok"
     finally:
         await store.close()
+
+
+async def test_heartbeats_are_hot_updates_of_job_claim_only(database_url: str) -> None:
+    beats = 60
+    store = open_store(database_url, min_size=1, max_size=1, listen=False)
+    await store.open()
+    try:
+        ws = await store.create_workspace("w")
+        agent = (await store.upsert_agent(ws, uuid4(), "a", "shell", {}, None)).id
+        await store.create_job(ws, agent, None, None, None)
+        job = await store.claim_next(ws, agent, 30)
+        assert job is not None
+        for _ in range(beats):
+            await store.heartbeat(ws, job.id, job.claim_id, None)
+    finally:
+        await store.close()  # its backend exits and flushes the table statistics
+
+    def counters() -> dict[str, tuple[int, int]]:
+        rows = sql(
+            database_url,
+            "SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+            " WHERE relname IN ('job', 'job_claim')",
+        )
+        return {name: (updated, hot) for name, updated, hot in rows}
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while counters().get("job_claim", (0, 0))[0] < beats:
+        assert loop.time() < deadline, counters()
+        await asyncio.sleep(0.1)
+    stats = counters()
+    assert stats["job_claim"] == (beats, beats), stats  # every heartbeat a HOT update
+    assert stats["job"][0] == 1, stats  # only the claim itself wrote the job row
