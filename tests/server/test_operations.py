@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
+import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.server.conftest import Api
+from tests.server.conftest import Api, make_api
 
 pytestmark = pytest.mark.anyio
 
@@ -106,3 +110,87 @@ async def test_metrics_count_claims_heartbeats_reaps_and_lost_leases(api: Api) -
     assert "/api/v1/workspaces/{ws}/jobs/{jobId}/heartbeat" in routes
     statuses = {dict(labels)["status"] for labels in latency}
     assert {"200", "409"} <= statuses
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_TIME = re.compile(r"\d{4}-\d\d-\d\dT")
+
+
+async def _scenario(api: Api) -> list[tuple[int, Any]]:
+    """The hot calls, good and bad; ids replaced by placeholders so two runs compare."""
+    agent = await api.agent()
+    other_agent = await api.agent("other")
+    job = await api.enqueue(agent, dispatchContext={"k": "v"})
+    second = await api.enqueue(agent)
+    theirs = await api.enqueue(other_agent)
+    ids = {agent: "AGENT", job["id"]: "JOB", second["id"]: "JOB2", api.workspace_id: "WS"}
+    agent_key = await api.new_key(agent)
+    out: list[tuple[int, Any]] = []
+
+    def norm(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: norm(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [norm(v) for v in value]
+        if isinstance(value, str):
+            if value in ids:
+                return ids[value]
+            if _UUID.fullmatch(value):
+                return "<uuid>"
+            if _TIME.match(value):
+                return "<time>"
+            for known, name in ids.items():
+                value = value.replace(known, name)
+        return value
+
+    def record(r: httpx.Response) -> None:
+        out.append((r.status_code, norm(r.json()) if r.content else None))
+
+    claimed = (await api.claim_next(agent, {"leaseSeconds": 30})).json()
+    ids[claimed["claimId"]] = "CLAIM"
+    record(await api.claim_next(agent, {"leaseSeconds": 30}))
+    record(await api.claim(agent, job["id"], {"leaseSeconds": 30}))  # 409 NOT_CLAIMABLE
+    record(await api.claim(agent, theirs["id"]))  # 404
+    record(await api.claim(agent, job["id"], {"leaseSeconds": "x"}))  # 400
+    record(await api.heartbeat(job["id"], {"claimId": claimed["claimId"]}))
+    record(await api.heartbeat(job["id"], {"claimId": claimed["claimId"]}, key="bad.key"))
+    record(await api.heartbeat(theirs["id"], None, key=agent_key))  # 404
+    record(await api.heartbeat(job["id"], {"claimId": "not-a-uuid"}))  # 400
+    record(await api.status(job["id"], {"status": "nope"}))  # 400
+    record(await api.status(job["id"], {"status": "successful", "claimId": claimed["claimId"]}))
+    record(await api.status(job["id"], {"status": "failure"}))  # 409 JOB_TERMINAL
+    record(await api.heartbeat(job["id"], {"claimId": claimed["claimId"]}))  # 409 CLAIM_LOST
+    r = await api.client.put(
+        api.path(f"jobs/{job['id']}/status"), headers={"X-API-Key": api.api_key}
+    )
+    record(r)  # no body: 400
+    record(await api.claim_next(agent, {"waitSeconds": 0}))  # 204
+    return out
+
+
+async def test_fast_path_and_framework_answer_the_same(
+    database_url: str, anyio_backend: str
+) -> None:
+    async for api in make_api(database_url):
+        assert api.app.fast_path is not None
+        fast = await _scenario(api)
+    async for api in make_api(database_url):
+        api.app.fast_path = None  # every request through FastAPI's routing
+        framework = await _scenario(api)
+    assert [status for status, _ in fast] == [
+        200,
+        409,
+        404,
+        400,
+        200,
+        401,
+        404,
+        400,
+        400,
+        202,
+        409,
+        409,
+        400,
+        204,
+    ]
+    assert fast == framework

@@ -6,7 +6,6 @@ import time, so client commands and ``--help`` stay fast and work without the se
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import tempfile
@@ -109,6 +108,8 @@ def _settings(output: Output, **overrides: Any) -> Any:
 
 
 def _run(output: Output, work: Callable[[], Awaitable[T]]) -> T:
+    import asyncio
+
     try:
         return asyncio.run(_awaited(work))
     except JobAgentError as exc:
