@@ -4,11 +4,26 @@ from __future__ import annotations
 
 import inspect
 import re
+import sqlite3
 from uuid import uuid4
 
+import psycopg
 import pytest
+from psycopg import errors as pg_errors
+from psycopg_pool import PoolTimeout
 
-from jobagentctl.errors import ClaimLost, ClaimMismatch, ConfigError, JobTerminal, ValidationError
+from jobagentctl.errors import (
+    ClaimLost,
+    ClaimMismatch,
+    ConfigError,
+    Conflict,
+    JobAgentError,
+    JobTerminal,
+    NotFound,
+    ServerError,
+    ServerUnavailable,
+    ValidationError,
+)
 from jobagentctl.models import JobStatus
 from jobagentctl.server.store import open_store, sqlite_path
 from jobagentctl.server.store._sql import (
@@ -22,7 +37,7 @@ from jobagentctl.server.store._sql import (
     migrations,
 )
 from jobagentctl.server.store.base import Store
-from jobagentctl.server.store.postgres import PostgresStore
+from jobagentctl.server.store.postgres import PostgresStore, translate_error
 from jobagentctl.server.store.sqlite import SqliteStore
 
 # Where PostgreSQL does an operation in one CTE, SQLite runs named steps inside one
@@ -226,3 +241,51 @@ def test_attempt_outcomes() -> None:
     assert attempt_outcome_for(JobStatus.CANCELLED) == "cancelled"
     assert attempt_outcome_for(JobStatus.QUEUED) == "released"
     assert attempt_outcome_for(JobStatus.ACTION_REQUIRED) == "released"
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (pg_errors.OperationalError("connection refused to secret-host"), ServerUnavailable),
+        (pg_errors.AdminShutdown("terminating"), ServerUnavailable),
+        (pg_errors.DeadlockDetected("deadlock"), ServerUnavailable),
+        (PoolTimeout("couldn't get a connection"), ServerUnavailable),
+        (pg_errors.InterfaceError("the connection is closed"), ServerUnavailable),
+        (pg_errors.UndefinedTable('relation "job" does not exist'), ServerUnavailable),
+        (pg_errors.UntranslatableCharacter("\\u0000 cannot be converted"), ValidationError),
+        (pg_errors.InvalidTextRepresentation("invalid input syntax"), ValidationError),
+        (pg_errors.UniqueViolation("duplicate key value (prefix)=(x)"), Conflict),
+        (pg_errors.ForeignKeyViolation("Key (workspace_id)=(x) is not present"), NotFound),
+        (pg_errors.SyntaxError("syntax error at or near SELECT"), ServerError),
+        (pg_errors.InternalError_("something odd"), ServerError),
+    ],
+)
+def test_postgres_errors_are_translated_without_their_text(
+    error: psycopg.Error, expected: type[JobAgentError]
+) -> None:
+    translated = translate_error(error)
+    assert type(translated) is expected
+    assert str(error) not in translated.message
+
+
+def test_sqlite_errors_are_translated_without_their_text() -> None:
+    def fail(exc: Exception) -> object:
+        def run(conn: object) -> object:
+            raise exc
+
+        return run
+
+    cases: list[tuple[Exception, type[JobAgentError]]] = [
+        (sqlite3.OperationalError("database is locked"), ServerUnavailable),
+        (sqlite3.OperationalError('near "SELEC": syntax error'), ServerUnavailable),
+        (sqlite3.IntegrityError("UNIQUE constraint failed: api_key.prefix"), ServerError),
+        (sqlite3.DatabaseError("file is not a database"), ServerError),
+    ]
+    for exc, expected in cases:
+        with pytest.raises(expected) as caught:
+            SqliteStore._call(fail(exc), None)  # type: ignore[arg-type]
+        assert str(exc) not in caught.value.message
+        assert caught.value.__cause__ is exc
+    # The project's own errors pass through untouched.
+    with pytest.raises(NotFound):
+        SqliteStore._call(fail(NotFound("job not found")), None)  # type: ignore[arg-type]

@@ -219,7 +219,7 @@ class PostgresStore:
             except asyncio.CancelledError:
                 self._listening.clear()
                 raise
-            except psycopg.Error as exc:
+            except Exception as exc:  # the listener must outlive any failure: log, retry
                 log.warning("LISTEN connection lost (%s); reconnecting", type(exc).__name__)
             self._listening.clear()
             self._waiters.notify_all()
