@@ -84,6 +84,7 @@ def test_sigterm_drains_in_flight_requests_and_wakes_long_polls(live_server: Liv
 
 
 def test_restart_keeps_the_queue(live_server: LiveServer) -> None:
+    assert f"jobagentctl server listening on {live_server.url}" in live_server.log()
     agent = live_server.create_agent("a")
     job = live_server.enqueue(agent)
     live_server.restart()
