@@ -18,7 +18,7 @@ from jobagentctl.errors import (
 )
 from jobagentctl.models import ClaimedJob, Job, JobStatus
 from tests.fixtures.databases import expire_claims, sql
-from tests.store.conftest import Env
+from tests.store.conftest import Env, eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -467,3 +467,24 @@ async def test_claim_stats_on_an_empty_database(env: Env) -> None:
         "unleased": 0.0,
         "oldest_age_seconds": 0.0,
     }
+
+
+async def test_a_one_second_lease_lapses_by_the_database_clock(env: Env) -> None:
+    """No raw UPDATE here: the lease arithmetic of each dialect (epoch seconds on SQLite,
+    intervals on PostgreSQL) lets a 1 s lease expire on its own."""
+    job = await env.job()
+    claimed = await env.store.claim_job(env.ws, env.agent, job.id, 1)
+    assert claimed.claim_expires_at == claimed.claimed_at + timedelta(seconds=1)
+
+    async def expired() -> bool:
+        rows, _ = await env.store.list_claims(
+            env.ws, agent_id=None, state="expired", limit=10, offset=0
+        )
+        return [c.job_id for c in rows] == [job.id]
+
+    await eventually(expired, what="the 1 s lease to lapse")
+    assert (await env.store.reap(500, 0)).requeued == 1
+    again = await env.store.claim_next(env.ws, env.agent, 3600)
+    assert again is not None and again.attempt == 2
+    # A long lease is not judged expired.
+    assert (await env.store.reap(500, 0)).total == 0
