@@ -41,7 +41,7 @@ async def test_a_waiting_claim_returns_as_soon_as_a_job_is_queued(api: Api) -> N
     latency = time.monotonic() - queued_at
     assert r.status_code == 200, r.text
     assert r.json()["id"] == job["id"]
-    # Woken by the signal, not by the 2 s re-check or the 25 s wait (generous for busy CI).
+    # Woken by the signal, not by the 10 s re-check or the 25 s wait (generous for busy CI).
     assert latency < 1.5, latency
 
 

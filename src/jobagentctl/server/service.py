@@ -38,9 +38,10 @@ __all__ = ["CLAIM_STATES", "JobService", "resolve_lease"]
 
 CLAIM_STATES = ("active", "expired", "unleased", "all")
 
-# A long-poll re-checks the queue at least this often even without a wake-up signal, so a
-# signal lost between "nothing queued" and "start waiting" costs at most this delay.
-_WAIT_SLICE_SECONDS = 2.0
+# A long-poll re-checks the queue at least this often even without a wake-up signal. The stores
+# already close the gap between "nothing queued" and "start waiting" (they re-check after
+# registering the waiter); this bounds the cost of any signal lost some other way.
+_WAIT_SLICE_SECONDS = 10.0
 
 
 def resolve_lease(
