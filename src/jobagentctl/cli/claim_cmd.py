@@ -37,7 +37,8 @@ def claim(
 
     \b
     Example:
-      eval "$(jobagentctl claim --wait 5m -o env)" || exit
+      claim=$(jobagentctl claim --wait 5m -o env) || exit   # 7: nothing queued
+      eval "$claim"
       jobagentctl heartbeat
     """
     from jobagentctl.cli import output

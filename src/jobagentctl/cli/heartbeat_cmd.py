@@ -31,7 +31,7 @@ def heartbeat(
 
     \b
     Example:
-      eval "$(jobagentctl claim -o env)"
+      claim=$(jobagentctl claim -o env) && eval "$claim"
       while sleep 20; do jobagentctl heartbeat >/dev/null || break; done &
     """
     import os

@@ -32,7 +32,7 @@ def env_or(value: str | None, env: str, name: str) -> str:
     from_env = os.environ.get(env)
     if from_env:
         return from_env
-    raise UsageError(f'missing {name}: pass it, or set {env} (eval "$(jobagentctl claim -o env)")')
+    raise UsageError(f"missing {name}: pass it, or set {env} (see: jobagentctl claim -o env)")
 
 
 def json_object(text: str | None, name: str) -> dict[str, Any] | None:

@@ -1,0 +1,83 @@
+"""Running the `jobagentctl` client against a live server: in-process or as a real process.
+
+In-process runs (``CliRunner``) still talk HTTP to the real server process; they only save
+an interpreter start per call. Exit codes a shell sees are checked with real processes too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from typer.testing import CliRunner
+
+from jobagentctl.cli.app import app
+from tests.fixtures.live_server import LiveServer
+
+__all__ = ["Ran", "env_for", "jac", "jac_process", "until"]
+
+
+@dataclass(frozen=True)
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def env_for(server: LiveServer, agent: str | None = None, **extra: str) -> dict[str, str]:
+    env = {**server.base_env(), **server.env()}
+    if agent is not None:
+        env["JOBAGENTCTL_AGENT"] = agent
+    env.update(extra)
+    return env
+
+
+def _check(server: LiveServer, ran: Ran) -> Ran:
+    assert server.api_key not in ran.stdout + ran.stderr
+    return ran
+
+
+def jac(
+    server: LiveServer, *args: str, agent: str | None = None, env: Mapping[str, str] | None = None
+) -> Ran:
+    """``jobagentctl ARGS`` in-process, with the server's URL, workspace and key."""
+    wanted = {**env_for(server, agent), **(env or {})}
+    # Clear what the test process inherited (CliRunner only overlays the variables it gets).
+    overlay: dict[str, str | None] = {
+        k: None for k in os.environ if k.startswith(("JOBAGENTCTL_", "CTRLPLANE_"))
+    }
+    overlay.update(wanted)
+    result = CliRunner().invoke(app, list(args), env=overlay)
+    return _check(server, Ran(result.exit_code, result.stdout, result.stderr))
+
+
+def jac_process(
+    server: LiveServer, *args: str, agent: str | None = None, env: Mapping[str, str] | None = None
+) -> Ran:
+    """``python -m jobagentctl ARGS`` as a real process."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "jobagentctl", *args],
+        env={**env_for(server, agent), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    return _check(server, Ran(proc.returncode, proc.stdout, proc.stderr))
+
+
+def until(check: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.1) -> Any:
+    """Poll ``check`` until it returns something truthy; fail after a generous deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s (last: {value!r})")
+        time.sleep(interval)
