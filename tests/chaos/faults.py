@@ -74,8 +74,27 @@ def draw_schedule(
     """Faults over ``duration`` seconds. Every kind that applies appears at least once when
     the phase is long enough; the rest are drawn at random. Faults on one target never
     overlap, nor do two server/database faults, nor two proxy windows."""
-    rng = random.Random(seed)
     kinds = [k for k in KINDS if postgres or k != "db_restart"]
+    faults: list[Fault] = []
+    # A short phase may not fit every kind in one draw: draw again (still a function of the
+    # seed alone) until it does, or give up after a few tries and keep the last.
+    for retry in range(20):
+        rng = random.Random(seed if retry == 0 else f"{seed}/{retry}")
+        faults = _draw_once(rng, kinds, duration, agents=agents, servers=servers, lease=lease)
+        if {f.kind for f in faults} == set(kinds):
+            break
+    return faults
+
+
+def _draw_once(
+    rng: random.Random,
+    kinds: list[str],
+    duration: float,
+    *,
+    agents: int,
+    servers: int,
+    lease: float,
+) -> list[Fault]:
     order = kinds[:]
     rng.shuffle(order)
     # Roughly one fault per second of the phase, the mandatory ones first.
@@ -86,14 +105,23 @@ def draw_schedule(
     faults: list[Fault] = []
     t = rng.uniform(0.5, 1.5)
     for kind in order:
-        fault = _draw(rng, kind, t, agents=agents, servers=servers, lease=lease)
+        fault = _draw(rng, kind, t, agents=agents, servers=servers, lease=lease, phase=duration)
         lane = _lane(fault)
         start = max(t, lane_free.get(lane, 0.0))
         if kind in INFRA_KINDS:
             start = max(start, lane_free.get("infra", 0.0))
         if start + min(fault.duration, 1.0) > duration:
             continue
-        fault = _draw(rng, kind, start, agents=agents, servers=servers, lease=lease, like=fault)
+        fault = _draw(
+            rng,
+            kind,
+            start,
+            agents=agents,
+            servers=servers,
+            lease=lease,
+            phase=duration,
+            like=fault,
+        )
         faults.append(fault)
         # A target's next fault waits until this one is over (a restarted agent is up; a
         # restarted server has had time to import and listen again).
@@ -122,6 +150,7 @@ def _draw(
     agents: int,
     servers: int,
     lease: float,
+    phase: float,
     like: Fault | None = None,
 ) -> Fault:
     """A fault of ``kind`` at ``at``; with ``like``, the same fault moved to ``at``."""
@@ -169,7 +198,8 @@ def _draw(
         )
     if kind == "db_restart":
         return Fault(at, kind, duration=0.0, detail=rng.choice(("fast", "immediate")))
-    window = round(rng.uniform(1.5, 4.0), 2)
+    # Short phases get shorter windows, so that every kind still fits in.
+    window = round(rng.uniform(1.5, 4.0) * min(1.0, phase / 30.0), 2)
     subset = None
     if agents > 1 and rng.random() < 0.5:
         # Half the windows hit only some agents: a partial partition.

@@ -525,6 +525,14 @@ class ChaosRun:
                 agent.kill(with_job)
                 self._at(self._now() + fault.duration, "agent restart", agent.start)
             elif kind == "agent_interrupt":
+                if (
+                    not _children(agent.pid)
+                    and fault.detail != "idle"
+                    and self._now() < fault.at + 3
+                ):
+                    # Interrupting an idle agent tests little: wait for it to hold a job.
+                    self._at(self._now() + 0.25, kind, functools.partial(self._inject, fault))
+                    return
                 agent.interrupt()
                 self._at(
                     self._now() + fault.duration,
@@ -827,29 +835,25 @@ class ChaosRun:
 
 def figures_table(results: list[RunResult]) -> str:
     """A Markdown table: one row per figure, one column per run, and a total column."""
-    rows: dict[str, list[Any]] = {}
-    for result in results:
-        for name, value in result.figures().items():
-            rows.setdefault(name, []).append(value)
-    names = rows.pop("run")
-    header = ["figure", *names]
-    summable = {
-        k
-        for k, vs in rows.items()
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in vs)
-    }
+    per_run = [r.figures() for r in results]
+    names: list[str] = []
+    for figures in per_run:
+        names += [n for n in figures if n not in names and n != "run"]
+    header = ["figure", *(f["run"] for f in per_run)]
     if len(results) > 1:
         header.append("all runs")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for name, values in rows.items():
+    for name in names:
+        values = [f.get(name, "n/a") for f in per_run]
         cells = [str(v) for v in values]
         if len(results) > 1:
-            if name in summable:
-                cells.append(str(sum(values)))
-            elif name.startswith("worst"):
-                cells.append(str(max((v for v in values if v is not None), default=None)))
+            numbers = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+            if name.startswith("worst"):
+                cells.append(str(max((v for v in values if isinstance(v, float)), default="")))
             elif name == "invariants":
                 cells.append("ok" if all(v == "ok" for v in values) else "VIOLATED")
+            elif numbers and all(isinstance(v, int) or v == "n/a" for v in values):
+                cells.append(str(sum(numbers)))
             else:
                 cells.append("")
         lines.append("| " + " | ".join([name, *cells]) + " |")

@@ -71,6 +71,8 @@ class Exchange:
     status: int | None = None
     response: dict[str, Any] | None = None
     fault: str | None = None
+    # The response was handed to the client's socket (a client that already gave up and
+    # closed may still be counted: the kernel takes the bytes before the reset comes back).
     delivered: bool = False
 
     @property
