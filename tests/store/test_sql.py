@@ -143,7 +143,15 @@ def test_sqlite_urls(url: str, path: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["mysql://u@h/db", "jobagent.db", "sqlite://relative.db", "sqlite:///", ""]
+    "url",
+    [
+        "mysql://u@h/db",
+        "jobagent.db",
+        "sqlite://relative.db",
+        "sqlite:///",
+        "",
+        "postgresql://u:pw@h/db?no_such_option=1",
+    ],
 )
 def test_unknown_database_urls_are_config_errors(url: str) -> None:
     with pytest.raises(ConfigError):

@@ -48,6 +48,7 @@ __all__ = [
     "api_key_from_row",
     "attempt_from_row",
     "attempt_outcome_for",
+    "check_lease",
     "claim_from_row",
     "claimed_job_from_row",
     "decide_status_change",
@@ -151,6 +152,12 @@ def _ts(value: Any) -> datetime:
 
 def _opt_ts(value: Any) -> datetime | None:
     return None if value is None else _ts(value)
+
+
+def check_lease(lease_seconds: int | None) -> None:
+    """The store takes any lease of at least a second (clamping is the service's job)."""
+    if lease_seconds is not None and lease_seconds < 1:
+        raise ValidationError("leaseSeconds must be at least 1")
 
 
 def merge_metadata(current: Any, patch: dict[str, Any] | None) -> dict[str, Any]:

@@ -16,11 +16,13 @@ from uuid import UUID, uuid4
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from jobagentctl.errors import (
+    ConfigError,
     Conflict,
     JobAgentError,
     NotClaimable,
@@ -47,6 +49,7 @@ from jobagentctl.server.store._sql import (
     api_key_from_row,
     attempt_from_row,
     attempt_outcome_for,
+    check_lease,
     claim_from_row,
     claimed_job_from_row,
     decide_status_change,
@@ -87,11 +90,6 @@ def translate_error(exc: psycopg.Error) -> JobAgentError:
     return ServerError("unexpected database error")
 
 
-def _check_lease(lease_seconds: int | None) -> None:
-    if lease_seconds is not None and lease_seconds < 1:
-        raise ValidationError("leaseSeconds must be at least 1")
-
-
 class PostgresStore:
     """``Store`` on PostgreSQL (≥ 13)."""
 
@@ -108,6 +106,15 @@ class PostgresStore:
         listen: bool = True,
     ) -> None:
         self._url = url  # never logged: it may carry a password
+        # Name our sessions in pg_stat_activity unless the operator's URL already does.
+        try:
+            named = "application_name" in conninfo_to_dict(url)
+        except psycopg.Error as exc:  # libpq's message may quote the URL, password included
+            raise ConfigError("the PostgreSQL database URL cannot be parsed") from exc
+        self._pool_kwargs: dict[str, Any] = {} if named else {"application_name": "jobagentctl"}
+        self._listener_kwargs: dict[str, Any] = (
+            {} if named else {"application_name": "jobagentctl-listener"}
+        )
         self._min_size = min_size
         self._max_size = max_size
         self._pool_timeout = pool_timeout
@@ -171,7 +178,7 @@ class PostgresStore:
             open=False,
             name="jobagentctl",
             connection_class=psycopg.AsyncConnection[DictRow],
-            kwargs={"autocommit": True, "row_factory": dict_row},
+            kwargs={"autocommit": True, "row_factory": dict_row, **self._pool_kwargs},
         )
         try:
             await pool.open(wait=True, timeout=self._pool_timeout)
@@ -200,7 +207,7 @@ class PostgresStore:
         while True:
             try:
                 conn = await psycopg.AsyncConnection.connect(
-                    self._url, autocommit=True, application_name="jobagentctl-listener"
+                    self._url, autocommit=True, **self._listener_kwargs
                 )
                 async with conn:
                     await conn.execute(Q["listen"])
@@ -399,7 +406,7 @@ class PostgresStore:
     async def claim_job(
         self, workspace_id: UUID, agent_id: UUID, job_id: UUID, lease_seconds: int | None
     ) -> ClaimedJob:
-        _check_lease(lease_seconds)
+        check_lease(lease_seconds)
         params = {
             "job_id": job_id,
             "agent_id": agent_id,
@@ -421,7 +428,7 @@ class PostgresStore:
     async def claim_next(
         self, workspace_id: UUID, agent_id: UUID, lease_seconds: int | None
     ) -> ClaimedJob | None:
-        _check_lease(lease_seconds)
+        check_lease(lease_seconds)
         params = {
             "agent_id": agent_id,
             "workspace_id": workspace_id,
@@ -457,7 +464,7 @@ class PostgresStore:
         lease_seconds: int | None,
         agent_scope: UUID | None = None,
     ) -> Heartbeat:
-        _check_lease(lease_seconds)
+        check_lease(lease_seconds)
         params = {
             "job_id": job_id,
             "workspace_id": workspace_id,

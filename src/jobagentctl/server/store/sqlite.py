@@ -1,7 +1,8 @@
 """The embedded SQLite store: zero set-up, one file, safe to share between server processes.
 
-One connection per store, driven by one worker thread; every write is a ``BEGIN IMMEDIATE``
-transaction, so lease decisions are serialised by SQLite's database lock (WAL, ``busy_timeout``).
+One connection per store, driven by one worker thread. A write of several statements is one
+``BEGIN IMMEDIATE`` transaction and a single write statement is its own: either way it holds
+SQLite's database lock from its start, which serialises lease decisions (WAL, busy_timeout).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from jobagentctl.server.store._sql import (
     api_key_from_row,
     attempt_from_row,
     attempt_outcome_for,
+    check_lease,
     claim_from_row,
     claimed_job_from_row,
     decide_status_change,
@@ -106,11 +108,6 @@ def _split_script(script: str) -> Iterator[str]:
 
 def _only_comments(text: str) -> bool:
     return all(not line.strip() or line.strip().startswith("--") for line in text.splitlines())
-
-
-def _check_lease(lease_seconds: int | None) -> None:
-    if lease_seconds is not None and lease_seconds < 1:
-        raise ValidationError("leaseSeconds must be at least 1")
 
 
 class SqliteStore:
@@ -443,7 +440,7 @@ class SqliteStore:
     async def claim_job(
         self, workspace_id: UUID, agent_id: UUID, job_id: UUID, lease_seconds: int | None
     ) -> ClaimedJob:
-        _check_lease(lease_seconds)
+        check_lease(lease_seconds)
         params = {
             "job_id": str(job_id),
             "agent_id": str(agent_id),
@@ -467,7 +464,7 @@ class SqliteStore:
     async def claim_next(
         self, workspace_id: UUID, agent_id: UUID, lease_seconds: int | None
     ) -> ClaimedJob | None:
-        _check_lease(lease_seconds)
+        check_lease(lease_seconds)
         params = {"agent_id": str(agent_id), "workspace_id": str(workspace_id)}
         row = await self._run(
             lambda conn: self._claim(conn, Q["claim_next"], params, lease_seconds)
@@ -505,7 +502,7 @@ class SqliteStore:
         lease_seconds: int | None,
         agent_scope: UUID | None = None,
     ) -> Heartbeat:
-        _check_lease(lease_seconds)
+        check_lease(lease_seconds)
         params = {
             "job_id": str(job_id),
             "workspace_id": str(workspace_id),
