@@ -297,3 +297,30 @@ def test_sqlite_errors_are_translated_without_their_text() -> None:
     # The project's own errors pass through untouched.
     with pytest.raises(NotFound):
         SqliteStore._call(fail(NotFound("job not found")), None)  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_postgres_claim_retries_once_after_an_attempt_number_race(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = PostgresStore("postgresql://u@h/db")
+    calls: list[str] = []
+
+    def racing(times: int) -> object:
+        async def one(query: str, params: object = None) -> object:
+            calls.append(query)
+            if len(calls) <= times:
+                violation = pg_errors.UniqueViolation("job_attempt_pkey")
+                raise translate_error(violation) from violation
+            return {"claimed": True}
+
+        return one
+
+    monkeypatch.setattr(store, "_one", racing(1))
+    assert await store._claim("claim", {}) == {"claimed": True}
+    assert len(calls) == 2
+    calls.clear()
+    monkeypatch.setattr(store, "_one", racing(2))  # twice in a row: give up, as a conflict
+    with pytest.raises(Conflict):
+        await store._claim("claim", {})
+    assert len(calls) == 2
