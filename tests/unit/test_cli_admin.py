@@ -363,3 +363,73 @@ def test_global_options_after_the_command_are_hoisted() -> None:
         "output": "",
         "args": ["cmd", "-o", "x", "--workspace", "V"],
     }
+
+
+# --- every remaining command with a TTY forced -------------------------------------------------
+
+DERIVED = uuid5(NAMESPACE_URL, f"jobagentctl:agent/{WORKSPACE}/builder")
+
+
+@pytest.mark.parametrize(
+    ("args", "routes", "stdout_has", "stderr_has"),
+    [
+        (
+            ["heartbeat", str(JOB), "--claim-id", str(wire.CLAIM)],
+            [("POST", f"{WS}/jobs/{JOB}/heartbeat", 200, wire.heartbeat())],
+            "expires",
+            "",
+        ),
+        (
+            ["agents", "register", "builder"],
+            [
+                ("PUT", f"{WS}/job-agents/{DERIVED}", 202, wire.accepted()),
+                ("GET", f"{WS}/job-agents/{DERIVED}", 200, wire.agent(id=str(DERIVED))),
+            ],
+            "builder",
+            f"export JOBAGENTCTL_AGENT={DERIVED}",
+        ),
+        (
+            ["agents", "delete", str(AGENT)],
+            [("DELETE", f"{WS}/job-agents/{AGENT}", 202, wire.accepted("deleted"))],
+            "",
+            f"agent {AGENT}: deleted",
+        ),
+        (
+            ["jobs", "get", str(JOB)],
+            [("GET", f"{WS}/jobs/{JOB}", 200, wire.job())],
+            "jobAgentConfig",
+            "",
+        ),
+        (
+            ["jobs", "enqueue"],
+            [("POST", f"{WS}/job-agents/{AGENT}/jobs", 201, wire.job())],
+            str(JOB),
+            "",
+        ),
+        (
+            ["jobs", "list"],
+            [("GET", f"{WS}/jobs", 200, wire.page([wire.job()]))],
+            "STATUS",
+            "",
+        ),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) and v and isinstance(v[0], str) else None,
+)
+def test_tty_form(
+    cli: Cli,
+    api: respx.MockRouter,
+    args: list[str],
+    routes: list[tuple[str, str, int, object]],
+    stdout_has: str,
+    stderr_has: str,
+) -> None:
+    for method, url, status, payload in routes:
+        api.route(method=method, url=url).respond(status, json=payload)
+    result = cli(*args, tty=True)
+    assert result.exit_code == 0, result.stderr
+    assert stdout_has in result.stdout
+    assert stderr_has in result.stderr
+    if not stdout_has:
+        assert result.stdout == ""
+    if not stderr_has:
+        assert result.stderr == ""

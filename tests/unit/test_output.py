@@ -67,3 +67,31 @@ def test_server_text_is_not_rich_markup(capsys: pytest.CaptureFixture[str]) -> N
     job = Job.model_validate(wire.job(message="[bold red]boom[/] :smile:"))
     output.emit(AppState(output="table"), "job", [job])
     assert "[bold red]boom[/] :smile:" in capsys.readouterr().out
+
+
+def test_spinner_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jobagentctl.cli import context
+
+    drawn: list[str] = []
+
+    class FakeConsole:
+        def status(self, text: str) -> object:
+            import contextlib
+
+            drawn.append(text)
+            return contextlib.nullcontext()
+
+    monkeypatch.setattr(output, "_console", lambda state, stderr=False: FakeConsole())
+    monkeypatch.setattr(context, "stderr_is_tty", lambda: False)
+    with output.spinner(AppState(), "waiting"):
+        pass
+    assert drawn == []
+    monkeypatch.setattr(context, "stderr_is_tty", lambda: True)
+    with output.spinner(AppState(quiet=True), "waiting"):
+        pass
+    with output.spinner(AppState(), "waiting", enabled=False):
+        pass
+    assert drawn == []
+    with output.spinner(AppState(), "waiting"):
+        pass
+    assert drawn == ["waiting"]

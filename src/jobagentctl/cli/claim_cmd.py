@@ -57,7 +57,8 @@ def claim(
         if job is not None:
             claimed = client.claim_job(agent, job, lease_seconds=lease)
         else:
-            with output.spinner(state, "waiting for a job…" if waiting else "claiming…"):
+            # A spinner only for a real wait: an instant claim would just flicker.
+            with output.spinner(state, "waiting for a job…", enabled=waiting > 0):
                 claimed = client.wait_for_job(agent, lease_seconds=lease, wait_seconds=waiting)
     if claimed.claim_id is None and lease > 0:
         output.warn(

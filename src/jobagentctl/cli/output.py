@@ -328,9 +328,9 @@ def render_table(state: AppState, renderable: RenderableType) -> None:
 
 
 @contextlib.contextmanager
-def spinner(state: AppState, text: str) -> Iterator[None]:
+def spinner(state: AppState, text: str, *, enabled: bool = True) -> Iterator[None]:
     """A spinner on stderr while waiting, only on a TTY and without ``-q``."""
-    if state.quiet or not context.stderr_is_tty():
+    if not enabled or state.quiet or not context.stderr_is_tty():
         yield
         return
     with _console(state, stderr=True).status(text):
