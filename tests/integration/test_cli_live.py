@@ -100,7 +100,7 @@ def test_operator_commands_and_exit_codes(live_server: LiveServer) -> None:
     assert [a["outcome"] for a in outcomes] == ["released"]
     assert jac(live_server, "agents", "delete", agent).returncode == 0
 
-    # Exit codes as a shell sees them (real processes).
+    # Exit codes for real: a real server, and real processes where a shell's view matters.
     agent = live_server.create_agent("codes")
     # 7: nothing queued.
     assert jac_process(live_server, "claim", agent=agent).returncode == 7
@@ -117,11 +117,11 @@ def test_operator_commands_and_exit_codes(live_server: LiveServer) -> None:
     assert missing.returncode == 5
     # 2: bad flag, bad duration.
     assert jac(live_server, "list", "--limit", "0", agent=agent).returncode == 2
-    assert jac_process(live_server, "claim", "--wait", "5 minutes", agent=agent).returncode == 2
+    assert jac(live_server, "claim", "--wait", "5 minutes", agent=agent).returncode == 2
     # 6: claiming a job that is not queued.
     job = live_server.enqueue(agent)
     assert jac(live_server, "claim", job["id"], agent=agent).returncode == 0
-    taken = jac_process(live_server, "claim", job["id"], "--json", agent=agent)
+    taken = jac(live_server, "claim", job["id"], "--json", agent=agent)
     assert taken.returncode == 6
     assert json.loads(taken.stderr.splitlines()[-1])["error"]["code"] == "NOT_CLAIMABLE"
     # 3: the server is down.
