@@ -11,6 +11,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,6 +189,10 @@ async def make_api(database_url: str, **overrides: Any) -> AsyncIterator[Api]:
             )
     finally:
         await store.close()
+
+
+# ``async with open_api(url, **settings) as api:`` — the same, as a context manager.
+open_api = asynccontextmanager(make_api)
 
 
 @pytest.fixture

@@ -162,6 +162,20 @@ async def test_oversized_bodies_are_413(small_api: Api) -> None:
     )
     assert_error(r, 413, "PAYLOAD_TOO_LARGE")
 
+    # The hot endpoints (served by the fast path) count the same way.
+    r = await api.call("POST", f"job-agents/{agent}/claim", {"pad": "z" * 5000})
+    assert_error(r, 413, "PAYLOAD_TOO_LARGE")
+    r = await api.client.post(
+        api.path(f"job-agents/{agent}/claim"),
+        content=chunks(),
+        headers={"X-API-Key": api.api_key, "Content-Type": "application/json"},
+    )
+    assert_error(r, 413, "PAYLOAD_TOO_LARGE")
+    r = await api.call(
+        "PUT", f"jobs/{uuid.uuid4()}/status", {"status": "queued", "message": "m" * 5000}
+    )
+    assert_error(r, 413, "PAYLOAD_TOO_LARGE")
+
     # A small chunked body goes through.
     async def small() -> AsyncIterator[bytes]:
         yield b'{"metadata": '
