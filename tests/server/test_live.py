@@ -5,7 +5,9 @@ Each test starts ``python -m jobagentctl server start`` through the ``live_serve
 
 from __future__ import annotations
 
+import json
 import signal
+import socket
 import threading
 import time
 import urllib.error
@@ -103,3 +105,26 @@ def test_revoked_key_is_refused_by_a_running_server(live_server: LiveServer) -> 
     # The workspace key is unaffected.
     status, _ = live_server.request("GET", f"job-agents/{agent}/jobs")
     assert status == 200
+
+
+def test_a_long_poll_whose_client_hangs_up_claims_nothing(live_server: LiveServer) -> None:
+    agent = live_server.create_agent("impatient")
+    body = json.dumps({"waitSeconds": 25, "leaseSeconds": 30}).encode()
+    request = (
+        f"POST /api/v1/workspaces/{live_server.workspace_id}/job-agents/{agent}/claim HTTP/1.1\r\n"
+        f"Host: 127.0.0.1\r\nX-API-Key: {live_server.api_key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    waiting = "jobagentctl_long_polls_waiting 1.0"
+    with socket.create_connection(("127.0.0.1", live_server.port), timeout=10) as sock:
+        sock.sendall(request)
+        wait_for(lambda: waiting in server_metrics(live_server), timeout=30)
+    # The connection is closed (Ctrl-C on `claim --wait`): the server stops waiting, well
+    # before the 25 s the client asked for.
+    stopped = "jobagentctl_long_polls_waiting 0.0"
+    wait_for(lambda: stopped in server_metrics(live_server), timeout=15)
+    job = live_server.enqueue(agent)
+    status, claims = live_server.request("GET", "job-claims")
+    assert status == 200
+    assert claims["items"] == []
+    assert live_server.get_job(job["id"])["status"] == "queued"

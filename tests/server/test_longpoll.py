@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import httpx
@@ -122,3 +123,45 @@ async def test_a_waiter_for_an_unknown_agent_is_404_at_once(api: Api) -> None:
     r = await api.claim_next(str(uuid.uuid4()), {"waitSeconds": 20, "leaseSeconds": 30})
     assert r.status_code == 404
     assert time.monotonic() - started < 10
+
+
+async def test_a_client_that_leaves_does_not_get_a_job_claimed_for_it(api: Api) -> None:
+    """A long-poll whose connection closes stops waiting; a job queued afterwards stays queued
+    (claiming it for nobody would hold it until its lease ran out)."""
+    agent = await api.agent()
+    body = json.dumps({"waitSeconds": 25, "leaseSeconds": 30}).encode()
+    gone = asyncio.Event()
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        if not sent:
+            sent.append({"type": "http.request"})
+            return {"type": "http.request", "body": body, "more_body": False}
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    path = api.path(f"job-agents/{agent}/claim")
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"x-api-key", api.api_key.encode()), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    request = asyncio.ensure_future(api.app(scope, receive, send))
+    await _until_waiting(api)
+    gone.set()  # the client hangs up
+    await asyncio.wait_for(request, 10)
+    job = await api.enqueue(agent)
+    assert (await api.job(job["id"]))["status"] == "queued"
+    assert _waiting(api) == 0

@@ -9,6 +9,8 @@ framework's. Both paths call the same operation functions below and answer the s
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -65,8 +67,9 @@ async def claim_next_op(
     ws: UUID,
     agent_id: UUID,
     body: ClaimNextRequest | None,
+    disconnected: asyncio.Event | None = None,
 ) -> Result:
-    job = await service.claim_next(principal, ws, agent_id, body)
+    job = await service.claim_next(principal, ws, agent_id, body, disconnected)
     if job is None:
         return 204, b""
     return 200, job_bytes(job, True)
@@ -98,7 +101,7 @@ class _Route:
     template: str  # the FastAPI route path: the latency metric's label
     model: type[BaseModel]
     body_required: bool
-    call: Callable[[JobService, Principal, list[UUID], Any], Awaitable[Result]]
+    call: Callable[[JobService, Principal, list[UUID], Any, Receive], Awaitable[Result]]
 
 
 _PREFIX = "/api/v1/workspaces/{ws}"
@@ -107,26 +110,54 @@ _CLAIM_NEXT = _Route(
     f"{_PREFIX}/job-agents/{{agentId}}/claim",
     ClaimNextRequest,
     False,
-    lambda s, p, ids, body: claim_next_op(s, p, ids[0], ids[1], body),
+    lambda s, p, ids, body, receive: _claim_next_watching(s, p, ids, body, receive),
 )
 _CLAIM = _Route(
     f"{_PREFIX}/job-agents/{{agentId}}/jobs/{{jobId}}/claim",
     ClaimRequest,
     False,
-    lambda s, p, ids, body: claim_job_op(s, p, ids[0], ids[1], ids[2], body),
+    lambda s, p, ids, body, receive: claim_job_op(s, p, ids[0], ids[1], ids[2], body),
 )
 _HEARTBEAT = _Route(
     f"{_PREFIX}/jobs/{{jobId}}/heartbeat",
     HeartbeatRequest,
     False,
-    lambda s, p, ids, body: heartbeat_op(s, p, ids[0], ids[1], body),
+    lambda s, p, ids, body, receive: heartbeat_op(s, p, ids[0], ids[1], body),
 )
 _STATUS = _Route(
     f"{_PREFIX}/jobs/{{jobId}}/status",
     UpdateJobStatusRequest,
     True,
-    lambda s, p, ids, body: update_status_op(s, p, ids[0], ids[1], body),
+    lambda s, p, ids, body, receive: update_status_op(s, p, ids[0], ids[1], body),
 )
+
+
+async def _claim_next_watching(
+    service: JobService,
+    principal: Principal,
+    ids: list[UUID],
+    body: ClaimNextRequest | None,
+    receive: Receive,
+) -> Result:
+    """Claim-next; a long-poll also watches the connection, so a job queued after the client
+    has gone away is not claimed for nobody (it would sit leased until its lease ran out)."""
+    if body is None or not body.wait_seconds:
+        return await claim_next_op(service, principal, ids[0], ids[1], body)
+    disconnected = asyncio.Event()
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        disconnected.set()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        return await claim_next_op(service, principal, ids[0], ids[1], body, disconnected)
+    finally:
+        watcher.cancel()
+        # The watcher only observes; whatever ended it must not change the answer.
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await watcher
 
 
 def _uuids(*values: str) -> list[UUID] | None:
@@ -215,7 +246,7 @@ class FastPath:
                 return _replay(body, receive)
             else:
                 parsed = None
-            status, content = await route.call(self.service, principal, ids, parsed)
+            status, content = await route.call(self.service, principal, ids, parsed, receive)
         except JobAgentError as exc:
             status, content = exc.status, exception_bytes(exc)
         except Exception:

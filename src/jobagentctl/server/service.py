@@ -238,10 +238,16 @@ class JobService:
         return job
 
     async def claim_next(
-        self, principal: Principal, ws: UUID, agent_id: UUID, body: ClaimNextRequest | None
+        self,
+        principal: Principal,
+        ws: UUID,
+        agent_id: UUID,
+        body: ClaimNextRequest | None,
+        disconnected: asyncio.Event | None = None,
     ) -> ClaimedJob | None:
         """The oldest queued job of the agent, waiting up to ``waitSeconds`` (capped by
-        ``max_wait_seconds``) for one to be queued; None → 204."""
+        ``max_wait_seconds``) for one to be queued; None → 204. ``disconnected`` (set when the
+        client goes away) ends the wait without claiming: nobody would receive the job."""
         self._workspace(principal, ws)
         self._own_agent(principal, agent_id)
         requested = body.lease_seconds if body is not None else None
@@ -262,21 +268,29 @@ class JobService:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._stopping.is_set():
                 return None
-            await self._wait_for_job(agent_id, min(remaining, _WAIT_SLICE_SECONDS))
+            await self._wait_for_job(agent_id, min(remaining, _WAIT_SLICE_SECONDS), disconnected)
+            if disconnected is not None and disconnected.is_set():
+                return None
 
-    async def _wait_for_job(self, agent_id: UUID, timeout: float) -> None:
-        """Wait for a "job queued" signal, the timeout, or server shutdown, whichever first."""
+    async def _wait_for_job(
+        self, agent_id: UUID, timeout: float, disconnected: asyncio.Event | None
+    ) -> None:
+        """Wait for a "job queued" signal, the timeout, server shutdown or the client leaving,
+        whichever comes first."""
         self.metrics.long_polls.inc()
         waiter = asyncio.ensure_future(self.store.wait_for_job(agent_id, timeout))
-        stopper = asyncio.ensure_future(self._stopping.wait())
+        others = [asyncio.ensure_future(self._stopping.wait())]
+        if disconnected is not None:
+            others.append(asyncio.ensure_future(disconnected.wait()))
+        tasks = (waiter, *others)
         try:
-            await asyncio.wait((waiter, stopper), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
             self.metrics.long_polls.dec()
-            for task in (waiter, stopper):
+            for task in tasks:
                 if not task.done():
                     task.cancel()
-            for task in (waiter, stopper):
+            for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             if waiter.done() and not waiter.cancelled() and waiter.exception() is not None:
