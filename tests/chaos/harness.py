@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tests.chaos.faults import KINDS, Fault, draw_schedule
 from tests.chaos.invariants import TERMINAL, CheckResult, Evidence, check, parse_executions
@@ -35,6 +35,8 @@ from tests.chaos.pgcluster import PgCluster
 from tests.chaos.proxy import FaultProxy, ProxyFault
 from tests.fixtures.databases import sql
 from tests.fixtures.live_server import LiveServer
+
+_T = TypeVar("_T")
 
 __all__ = ["DB_MODES", "ChaosConfig", "ChaosRun", "RunResult", "figures_table", "main"]
 
@@ -343,6 +345,7 @@ class ChaosRun:
         self._enqueued = 0
         self._enqueue_done = threading.Event()
         self._lock = threading.Lock()
+        self.timings: dict[str, float] = {}
 
     # --- logging -----------------------------------------------------------------------------
     def log(self, message: str) -> None:
@@ -350,19 +353,27 @@ class ChaosRun:
             elapsed = time.monotonic() - self._t0 if self._t0 else 0.0
             print(f"[{self.config.name} {elapsed:6.1f}s] {message}", file=sys.stderr, flush=True)
 
+    def _phase(self, name: str, step: Callable[[], _T]) -> _T:
+        began = time.monotonic()
+        try:
+            return step()
+        finally:
+            self.timings[name] = time.monotonic() - began
+
     # --- the whole run -----------------------------------------------------------------------
     def run(self) -> RunResult:
         started = time.monotonic()
         failed = True
         try:
-            self._setup()
-            self._fault_phase()
-            settle = self._settle()
-            evidence = self._collect()
+            self._phase("setup", self._setup)
+            self._phase("faults", self._fault_phase)
+            settle = self._phase("settle", self._settle)
+            evidence = self._phase("collect", self._collect)
             result = check(evidence)
             failed = not result.ok or settle is None
         finally:
-            self._teardown(keep=self.config.keep or failed)
+            self._phase("teardown", lambda: self._teardown(keep=self.config.keep or failed))
+        self.log("phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items()))
         return RunResult(
             config=self.config,
             schedule=self.schedule,
@@ -716,7 +727,20 @@ class ChaosRun:
                     f"agent {agent.slot} drained with exit {code}: {agent.log_tail(3)}"
                 )
         self._reap_orphans()
+        if settled is None:
+            # Claims of agents we just stopped are legitimately held until their lease runs
+            # out and a reaper runs: give them that long before calling anything "left".
+            self._wait_for_claims_to_lapse()
         return settled
+
+    def _wait_for_claims_to_lapse(self) -> None:
+        cfg = self.config
+        deadline = time.monotonic() + cfg.lease + cfg.reap_interval + 5.0
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                if not sql(self.database_url, "SELECT count(*) FROM job_claim")[0][0]:
+                    return
+            time.sleep(0.2)
 
     def _reap_orphans(self) -> None:
         """Jobs orphaned by a killed agent still run: wait for them, then kill them."""
