@@ -30,7 +30,8 @@ class Ran:
 
 
 def env_for(server: LiveServer, agent: str | None = None, **extra: str) -> dict[str, str]:
-    env = {**server.base_env(), **server.env()}
+    # Generous timeouts: two busy cores can stall a healthy server for seconds.
+    env = {**server.base_env(), **server.env(), "JOBAGENTCTL_TIMEOUT": "60"}
     if agent is not None:
         env["JOBAGENTCTL_AGENT"] = agent
     env.update(extra)
