@@ -1,8 +1,8 @@
 """The HTTP API (SPEC §4): routes → ``JobService``; errors always ``{message, code, details}``.
 
-One pure-ASGI middleware does the per-request work that every route shares (authentication,
-body-size limit, latency metric) so routes stay plain functions. Responses are built from
-``model_dump_json`` bytes: the framework does not re-validate what the store already validated.
+The four hot endpoints are answered by ``fastpath.FastPath`` before the framework runs; for the
+rest, one pure-ASGI middleware does the shared per-request work (authentication, body limit,
+latency metric). Responses are ``model_dump_json`` bytes, never re-validated by the framework.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ from jobagentctl.server.service import JobService
 from jobagentctl.server.settings import ServerSettings
 from jobagentctl.server.store.base import Store
 
-__all__ = ["API_PREFIX", "create_app"]
+__all__ = ["API_PREFIX", "JobAgentApp", "create_app"]
 
 logger = logging.getLogger("jobagentctl.server")
 
