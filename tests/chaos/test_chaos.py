@@ -6,35 +6,16 @@ seeded faults; then every invariant is checked. ``make chaos`` runs the long cam
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.chaos.harness import DB_MODES, ChaosConfig, ChaosRun, RunResult, figures_table
-from tests.chaos.pgcluster import PgCluster, PgClusterUnavailable
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 # Different from the seeds in docs/reliability.md, so CI and the long campaign widen coverage.
 CI_SEEDS = (101, 102)
-
-
-@pytest.fixture(scope="module")
-def private_pg() -> Iterator[PgCluster]:
-    """A PostgreSQL cluster of our own: the runs restart it, which the shared one must not see."""
-    try:
-        cluster = PgCluster().start()
-    except PgClusterUnavailable as exc:
-        reason = f"no private PostgreSQL cluster for the chaos runs: {exc}"
-        if os.environ.get("JOBAGENTCTL_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"{reason} and JOBAGENTCTL_REQUIRE_POSTGRES=1", pytrace=False)
-        pytest.skip(reason)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def _run(config: ChaosConfig, request: pytest.FixtureRequest, tmp_path: Path) -> RunResult:
