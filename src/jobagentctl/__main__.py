@@ -1,5 +1,5 @@
 """`python -m jobagentctl`: the same entry point as the console script."""
 
-from jobagentctl.cli.app import main
+from jobagentctl.cli.entry import main
 
 main()
