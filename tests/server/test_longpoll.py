@@ -165,3 +165,22 @@ async def test_a_client_that_leaves_does_not_get_a_job_claimed_for_it(api: Api) 
     job = await api.enqueue(agent)
     assert (await api.job(job["id"]))["status"] == "queued"
     assert _waiting(api) == 0
+
+
+async def test_a_failing_wait_is_503_not_a_busy_loop(api: Api) -> None:
+    from jobagentctl.errors import ServerUnavailable
+
+    agent = await api.agent()
+    calls = 0
+
+    async def broken(agent_id: object, timeout: float) -> bool:
+        nonlocal calls
+        calls += 1
+        raise ServerUnavailable("database unreachable")
+
+    api.store.wait_for_job = broken  # type: ignore[method-assign]
+    r = await api.claim_next(agent, {"waitSeconds": 20, "leaseSeconds": 30})
+    assert r.status_code == 503
+    assert r.json()["code"] == "SERVICE_UNAVAILABLE"
+    assert calls == 1
+    assert _waiting(api) == 0

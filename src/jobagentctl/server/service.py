@@ -290,12 +290,13 @@ class JobService:
             for task in tasks:
                 if not task.done():
                     task.cancel()
-            for task in tasks:
+            for task in others:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            if waiter.done() and not waiter.cancelled() and waiter.exception() is not None:
-                # A failing wait (database gone) must not become a busy loop of claims.
-                raise waiter.exception()  # type: ignore[misc]
+            # Last, and not suppressed: a failing wait (database gone) raises here rather than
+            # turning the long-poll into a busy loop of claims.
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiter
 
     async def heartbeat(
         self, principal: Principal, ws: UUID, job_id: UUID, body: HeartbeatRequest | None
