@@ -268,3 +268,46 @@ async def test_unknown_workspace_and_ids_are_404_for_a_valid_key(api: Api) -> No
     for rest, ws in [("jobs", unknown), (f"jobs/{unknown}", None), (f"job-agents/{unknown}", None)]:
         r = await api.call("GET", rest, ws=ws)
         assert r.status_code == 404, (rest, r.text)
+
+
+async def test_a_404_does_not_tell_existing_from_unknown(api: Api) -> None:
+    """Outside a key's scope, an existing job or agent answers exactly like one that does not
+    exist (same message, same details, ids aside): a key cannot probe for existence."""
+    world = await _world(api)
+    real = await _cell(world)
+    ghost_agent, ghost = str(uuid.uuid4()), str(uuid.uuid4())
+    fake = Cell(queued=ghost, claimed=str(uuid.uuid4()), claim_id=str(uuid.uuid4()))
+    ghost_world = World(api, ghost_agent, world.agent_b, world.keys)
+    compared = 0
+    for principal in (OTHER, OTHER_WS):
+        key = world.keys[principal]
+        for endpoint, (call, allowed) in ENDPOINTS.items():
+            if principal in allowed or endpoint.startswith("DELETE"):
+                continue
+            seen = await call(world, real, key)
+            unseen = await call(ghost_world, fake, key)
+            assert seen.status_code == unseen.status_code == 404, (endpoint, principal)
+
+            def scrub(text: str, ids: tuple[str, ...]) -> str:
+                for n, value in enumerate(ids):
+                    text = text.replace(value, f"<id{n}>")
+                return text
+
+            assert scrub(seen.text, (world.agent_a, real.queued, real.claimed)) == scrub(
+                unseen.text, (ghost_agent, fake.queued, fake.claimed)
+            ), (endpoint, principal, seen.text, unseen.text)
+            compared += 1
+    assert compared >= 20
+
+
+async def test_a_wrong_secret_and_an_unknown_prefix_answer_alike(api: Api) -> None:
+    """The 401 does not reveal whether a key prefix exists."""
+    prefix = api.api_key.split(".", 1)[0]
+    answers = set()
+    for key in (f"{prefix}.wrong", "jac_unknown00000.wrong", "no-dot", f"{prefix}."):
+        r = await api.client.get(api.path("jobs"), headers={"X-API-Key": key})
+        assert r.status_code == 401
+        answers.add(r.text)
+    r = await api.client.get(api.path("jobs"))
+    assert r.status_code == 401  # no key at all may say so: it reveals nothing
+    assert len(answers) == 1, answers
