@@ -9,12 +9,21 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-__all__ = ["AGENT_KINDS", "INFRA_KINDS", "KINDS", "PROXY_KINDS", "Fault", "draw_schedule"]
+__all__ = [
+    "AGENT_KINDS",
+    "INFRA_KINDS",
+    "KINDS",
+    "OPERATOR_KINDS",
+    "PROXY_KINDS",
+    "Fault",
+    "draw_schedule",
+]
 
 AGENT_KINDS = ("agent_kill", "agent_stop", "agent_interrupt")
 INFRA_KINDS = ("server_restart", "db_restart")
 PROXY_KINDS = ("proxy_drop", "proxy_reset", "proxy_delay_short", "proxy_delay_long")
-KINDS = AGENT_KINDS + INFRA_KINDS + PROXY_KINDS
+OPERATOR_KINDS = ("operator_requeue",)
+KINDS = AGENT_KINDS + INFRA_KINDS + PROXY_KINDS + OPERATOR_KINDS
 
 # Between two server/database faults the system gets this long to make progress, so a run
 # tests recovery rather than a permanently broken service.
@@ -39,6 +48,8 @@ class Fault:
     - ``server_restart``: SIGTERM (drain) or SIGKILL (``detail``) server ``target``, start it
       again on the same port ``duration`` s after it stopped.
     - ``db_restart``: ``pg_ctl restart -m fast|immediate`` (``detail``) of the private cluster.
+    - ``operator_requeue``: an operator puts a running job back in the queue (status
+      ``queued`` without a claim id): its claim goes, its agent's next heartbeat is refused.
     - ``proxy_*``: a window of ``duration`` s where each request of the targeted agents (all
       when ``target`` is None) is hit with probability ``probability``; delays are drawn from
       ``delay`` (short: well inside a lease; long: longer than a lease).
@@ -139,6 +150,8 @@ def _lane(fault: Fault) -> str:
         return f"agent{fault.target}"
     if fault.kind in INFRA_KINDS:
         return f"{fault.kind}{fault.target}"
+    if fault.kind in OPERATOR_KINDS:
+        return "operator"
     return "proxy"
 
 
@@ -196,6 +209,8 @@ def _draw(
             target=rng.randrange(servers),
             detail=rng.choice(("SIGTERM", "SIGKILL")),
         )
+    if kind == "operator_requeue":
+        return Fault(at, kind, duration=0.5)
     if kind == "db_restart":
         return Fault(at, kind, duration=0.0, detail=rng.choice(("fast", "immediate")))
     # Short phases get shorter windows, so that every kind still fits in.

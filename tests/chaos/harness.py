@@ -97,8 +97,8 @@ class RunResult:
         out: dict[str, Any] = {"run": self.config.name}
         out["jobs"] = self.check.figures["jobs"]
         for kind in KINDS:
-            if self.injected[kind] or kind != "db_restart" or self.config.db != "sqlite":
-                out[f"faults: {kind}"] = self.injected[kind]
+            sqlite_db_fault = kind == "db_restart" and self.config.db == "sqlite"
+            out[f"faults: {kind}"] = "n/a" if sqlite_db_fault else self.injected[kind]
         out["proxy requests hit"] = sum(v for k, v in self.injected.items() if k.startswith("hit:"))
         for name, value in self.check.figures.items():
             if name != "jobs":
@@ -334,6 +334,7 @@ class ChaosRun:
         self.agent_exits: list[str] = []
         self.interrupt_exits: Counter[int] = Counter()
         self.pauses: list[tuple[int, float, float]] = []  # (slot, SIGSTOP, SIGCONT) wall clock
+        self.requeues: list[tuple[str, float]] = []  # (job id, when) operator overrides
         self.metrics = _Metrics()
         self._events: list[tuple[float, int, str, Callable[[], None]]] = []
         self._seq = 0
@@ -567,6 +568,8 @@ class ChaosRun:
                 return
             self._server_busy.add(index)
             self._spawn(lambda: self._restart_server(index, fault), f"restart-{index}")
+        elif kind == "operator_requeue":
+            self._spawn(self._operator_requeue, "requeue")
         elif kind == "db_restart":
             if self._db_busy or any(self._server_busy):
                 self.skipped[kind] += 1
@@ -625,6 +628,26 @@ class ChaosRun:
             down.end = time.time()
             self._server_busy.discard(index)
             self.log(f"server {index} back after {down.end - down.start:.1f}s")
+
+    def _operator_requeue(self) -> None:
+        """An operator's override: put one running job back in the queue."""
+        rng = random.Random(f"requeue-{self.config.seed}-{len(self.requeues)}")
+        for server in self.servers:
+            if not server.running:
+                continue
+            with contextlib.suppress(OSError, http.client.HTTPException, ValueError, KeyError):
+                status, page = server.request("GET", "jobs?status=inProgress&limit=100", timeout=5)
+                if status != 200 or not page["items"]:
+                    return
+                job = rng.choice(page["items"])
+                at = time.time()
+                status, _ = server.request(
+                    "PUT", f"jobs/{job['id']}/status", {"status": "queued"}, timeout=5
+                )
+                if status == 202:
+                    self.requeues.append((job["id"], at))
+                    self.log(f"operator requeued job {job['id']}")
+                return
 
     def _restart_db(self, fault: Fault) -> None:
         assert self.pg is not None
@@ -816,6 +839,7 @@ class ChaosRun:
             outages=self._outages(),
             downs=[(d.start, d.end or time.time()) for d in self.downs],
             pauses=list(self.pauses),
+            requeues=list(self.requeues),
             bad_records=bad,
         )
 

@@ -114,6 +114,7 @@ class Evidence:
     outages: list[tuple[float, float]] = field(default_factory=list)  # no reaper could run
     downs: list[tuple[float, float]] = field(default_factory=list)  # any server or database
     pauses: list[tuple[int, float, float]] = field(default_factory=list)  # (slot, STOP, CONT)
+    requeues: list[tuple[str, float]] = field(default_factory=list)  # operator: (job, when)
     bad_records: list[str] = field(default_factory=list)
 
 
@@ -368,6 +369,7 @@ def check(ev: Evidence) -> CheckResult:
         spans = sorted((e.started, e.ended or float("inf")) for e in runs)
         overlapping += sum(1 for a, b in itertools.pairwise(spans) if b[0] < a[1])
     worst = max(recovery, default=None)
+    clean = max((r for r in recovery if r[1] == bound), default=None)
     over = [r for r in recovery if r[0] > r[1] + RECOVERY_TOLERANCE]
     figures: dict[str, Any] = {
         "jobs": len(ev.jobs),
@@ -388,6 +390,7 @@ def check(ev: Evidence) -> CheckResult:
         "lost jobs": lost,
         "double completions": double,
         "worst detection (s)": round(worst[0], 2) if worst else None,
+        "worst detection outside outages (s)": round(clean[0], 2) if clean else None,
         "detection bound lease+reap (s)": round(bound, 2),
         "detections over bound (outside outages)": len(over),
     }
@@ -398,7 +401,8 @@ def _unexplained_losses(ev: Evidence) -> list[str]:
     """Agents that gave up a lease the server still held, with no fault anywhere near.
 
     A loss is explained by a proxy fault on the agent's requests, a slow or failed answer, an
-    outage of any server or the database, the agent being stopped, or the agent itself not
+    outage of any server or the database, the agent being stopped, an operator's requeue of
+    the job, or the agent itself not
     getting to send a heartbeat in time (a starved process: not a defect of the lease logic).
     What is left is the agent's own bookkeeping throwing away a healthy lease.
     """
@@ -426,6 +430,8 @@ def _unexplained_losses(ev: Evidence) -> list[str]:
             continue
         if any(s == slot and lo < finished and hi > begin for s, lo, hi in ev.pauses):
             continue
+        if any(j == job_id and begin < at <= finished for j, at in ev.requeues):
+            continue  # an operator took the job back
         mine = [e for e in by_slot.get(slot, []) if begin < e.t_recv <= finished]
         if any(e.fault for e in mine):
             continue

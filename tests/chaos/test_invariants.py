@@ -250,7 +250,8 @@ def test_a_lease_given_up_with_no_fault_in_sight_is_caught() -> None:
 
 
 @pytest.mark.parametrize(
-    "explanation", ["none", "claim fault", "heartbeat fault", "outage", "paused", "starved"]
+    "explanation",
+    ["none", "claim fault", "heartbeat fault", "outage", "paused", "requeued", "starved"],
 )
 def test_a_lease_loss_counts_only_without_a_fault_nearby(explanation: str) -> None:
     ev = clean()
@@ -262,6 +263,8 @@ def test_a_lease_loss_counts_only_without_a_fault_nearby(explanation: str) -> No
         ev.downs = [(T0 + 0.5, T0 + 1.5)]
     if explanation == "paused":
         ev.pauses = [(0, T0 + 0.3, T0 + 3.0)]
+    if explanation == "requeued":
+        ev.requeues = [(JOB, T0 + 1.0)]
     # Given up 1.5 s in, 0.5 s after a heartbeat; "starved": 2.5 s without sending one.
     ev.reports.append(lease_lost_report(3.5 if explanation == "starved" else 1.5))
     found = violations(ev, "every lease loss explained by a fault")
