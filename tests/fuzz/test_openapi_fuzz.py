@@ -61,6 +61,8 @@ SPEC_OPERATIONS = {
 # Known defects, each pinned by a strict xfail below; the fuzzing skips only these.
 METRICS_PATH = "/metrics"  # test_regression_metrics_content_type_is_documented
 NUMBER_FIELDS = ("leaseSeconds", "waitSeconds")  # test_regression_booleans_are_not_numbers
+# SQLite answers 500 to a page offset past 2**63 - 1 (test_regression_huge_offset_is_not_a_500).
+SQLITE_MAX_INTEGER = 2**63 - 1
 
 
 def _document() -> dict[str, Any]:
@@ -114,6 +116,10 @@ class Target:
     server: LiveServer
     schema: Any  # schemathesis' OpenApiSchema
 
+    @property
+    def sqlite(self) -> bool:
+        return self.server.database_url.startswith("sqlite")
+
     def operations(self) -> list[Any]:
         return [result.ok() for result in self.schema.get_all_operations()]
 
@@ -141,6 +147,11 @@ def _negative_data_rejected(ctx: Any, response: Any, case: Any) -> bool | None:
         return None
     result: bool | None = negative_data_rejection(ctx, response, case)
     return result
+
+
+def _huge_offset(case: Any) -> bool:
+    offset = (case.query or {}).get("offset")
+    return isinstance(offset, int) and offset > SQLITE_MAX_INTEGER
 
 
 def _checks(operation: Any, mode: GenerationMode) -> list[Any]:
@@ -201,6 +212,8 @@ def _with_key(target: Target, mode: GenerationMode, real_ids: bool) -> tuple[int
         def call(case: Any, checks: list[Any] = checks) -> None:
             case.headers = {**(case.headers or {}), **headers}
             response = case.call(timeout=30)
+            if target.sqlite and _huge_offset(case):
+                return  # the known defect only; its regression test keeps it visible
             case.validate_response(response, checks=checks)
 
         ran, failure = _run(operation, strategy, call)
