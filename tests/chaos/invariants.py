@@ -1,8 +1,5 @@
-"""The invariants a chaos run must keep, checked from three independent witnesses.
-
-The database and API say how each job ended and which attempts it took; the job script's
-records say what really ran; the proxy saw every request the agents made and what the server
-answered, even when the agent never got the answer. :func:`check` cross-examines them.
+"""The invariants a chaos run must keep, checked by cross-examining three witnesses:
+the database (via the API), the job script's execution records, and the proxy's exchanges.
 """
 
 from __future__ import annotations

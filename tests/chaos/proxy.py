@@ -1,14 +1,7 @@
-"""A fault-injecting TCP proxy between the chaos agents and the server(s), and their witness.
+"""A fault-injecting HTTP/1.1 proxy between the chaos agents and the server(s), and their witness.
 
-It forwards HTTP/1.1 one message at a time, so faults land at the points that matter: a request
-dropped before the server saw it, a response lost after the server acted on it (a reset), a
-request delivered late — after its lease ran out, even after the client gave up waiting — or a
-response held back. Every exchange is recorded (times, claim ids, statuses) for the invariant
-checker: the proxy sees what the server accepted even when the agent never learned of it.
-
-Each agent slot gets a port of its own, so the record says which agent sent what; with several
-upstreams (server replicas) a slot prefers replica ``slot % n`` and fails over when it is down,
-as a load balancer would.
+Faults land between messages (drop, reset before or after the server acted, late delivery);
+every exchange is recorded, so the checker sees what the server accepted even when agents did not.
 """
 
 from __future__ import annotations
@@ -198,6 +191,13 @@ def _reset(writer: asyncio.StreamWriter) -> None:
 
 class FaultProxy:
     """Run with :meth:`start` (its own thread and event loop) and :meth:`stop`.
+
+    Messages are forwarded one at a time, so a fault hits a whole request: dropped before the
+    server saw it, answered but reset before the agent heard (the server acted, the agent does
+    not know), or delivered late — after its lease ran out, even after the client gave up.
+    Each agent slot has a port of its own, so the record says which agent sent what; with
+    several upstreams (replicas) slot ``n`` prefers replica ``n % count`` and fails over when
+    it is down, as a load balancer would.
 
     The orchestrator sets :attr:`fault` (a :class:`ProxyFault` or None) from its own thread:
     the proxy reads it once per request, so one assignment switches a window on or off.

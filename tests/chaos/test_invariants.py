@@ -1,6 +1,5 @@
-"""The invariant checker must catch each kind of violation: fed a clean history it passes,
-fed one broken detail at a time it names that detail. (A checker that cannot fail proves
-nothing about the runs it blesses.)"""
+"""The invariant checker must catch each kind of violation: a clean history passes, and one
+broken detail at a time is named (a checker that cannot fail proves nothing)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Load held, short version: ~30 s of steady claims and heartbeats on PostgreSQL.
-
-``python -m tests.chaos.soak --minutes N`` is the long one (docs/reliability.md has its
-figures). Here: no lease heartbeated in time may be lost, the reaper must find nothing to
-reap, and heartbeat p99 must stay far below the heartbeat interval.
+"""Load held, short version: ~30 s of steady claims and heartbeats on PostgreSQL; no lease
+heartbeated in time may be lost (``python -m tests.chaos.soak`` is the long one).
 """
 
 from __future__ import annotations
