@@ -213,8 +213,9 @@ class Supervisor:
 
     # --- claiming ----------------------------------------------------------------------------
 
-    def _acquire(self, budget: float, *, loop: bool) -> tuple[ClaimedJob, float] | int:
-        """Claim a job within ``budget`` seconds: the job and the claim's send time, or a code.
+    def _acquire(self, budget: float, *, loop: bool) -> tuple[ClaimedJob, float, float] | int:
+        """Claim a job within ``budget`` seconds: the job and when the claim request was sent
+        and answered (monotonic), or an exit code.
 
         Without --loop, any error is final (125; 7 when nothing is claimable). With --loop,
         transient errors are retried with backoff, so an agent outlives a server restart.
@@ -230,6 +231,10 @@ class Supervisor:
                 return 128 + self.interrupted
             remaining = max(0.0, deadline - time.monotonic())
             poll = min(remaining, MAX_POLL_SECONDS)
+            if opts.lease_seconds > 0:
+                # The lease counts from when the request was sent, and a long-poll may claim
+                # at its very end: keep each poll to a third of the lease, as a heartbeat.
+                poll = min(poll, opts.lease_seconds / 3)
             sent_at = time.monotonic()
             call = self._call(
                 partial(self._claim_once, client, poll), "idle", on_abandoned=self._give_back
@@ -239,7 +244,7 @@ class Supervisor:
                     # Claimed in the same instant we were told to stop: give it back.
                     self._release(call.value, "the run was stopped before the job started")
                     return EXIT_OK if self.draining else 128 + (self.interrupted or 0)
-                return call.value, sent_at
+                return call.value, sent_at, time.monotonic()
             if not call.finished:
                 continue  # abandoned to a signal: the checks at the top decide
             error = call.error
@@ -288,7 +293,7 @@ class Supervisor:
 
     # --- one job -----------------------------------------------------------------------------
 
-    def _run_job(self, job: ClaimedJob, sent_at: float) -> int:
+    def _run_job(self, job: ClaimedJob, sent_at: float, received_at: float) -> int:
         opts = self.options
         record = JobRecord(
             job_id=job.id, claim_id=job.claim_id, attempt=job.attempt, started_at=utc_now()
@@ -297,6 +302,7 @@ class Supervisor:
         self._verdict = None
         self._job_id = job.id
         lease: Lease | None = None
+        early: Beat | None = None
         if job.claim_id is not None and job.lease_seconds:
             lease = Lease(sent_at, job.lease_seconds)
             self._heartbeater = Heartbeater(
@@ -309,6 +315,10 @@ class Supervisor:
                 debug=self._log.debug,
                 rng=self._rng,
             )
+            if received_at - sent_at > job.lease_seconds / 3:
+                # The claim took a good part of the lease (a long-poll, and a server that
+                # granted less than we asked): heartbeat now, so the lease counts from here.
+                early = self._heartbeater.beat_once()
             self._heartbeater.start()
             lease_text = f"lease {job.lease_seconds}s"
         else:
@@ -318,7 +328,7 @@ class Supervisor:
         files: JobFiles | None = None
         try:
             files = JobFiles(job)
-            outcome = self._execute(job, files, lease)
+            outcome = self._execute(job, files, lease, early)
             code = self._settle(job, outcome, record)
         except OSError as exc:
             # Our side failed before the child could start (no temp dir, …): give the job back.
@@ -357,8 +367,20 @@ class Supervisor:
         if events is not None:
             events.post(_Verdict(job_id, verdict, why))
 
-    def _execute(self, job: ClaimedJob, files: JobFiles, lease: Lease | None) -> _Outcome:
+    def _execute(
+        self, job: ClaimedJob, files: JobFiles, lease: Lease | None, early: Beat | None
+    ) -> _Outcome:
         opts = self.options
+        if lease is not None:
+            # The claim may already be gone (the early heartbeat's verdict) or its local
+            # deadline past: then the command must not start at all.
+            if early in (Beat.LEASE_LOST, Beat.CANCELLED):
+                assert early is not None
+                self._verdict = (early, "the claim was gone before the command started")
+                return _Outcome(reason=early.value)
+            if time.monotonic() >= lease.deadline:
+                self._verdict = (Beat.LEASE_LOST, "the lease ran out before the command started")
+                return _Outcome(reason="lease_lost")
         env = child_environment(os.environ, job, opts, files)
         try:
             child = Child.start(opts.command, env, capture=opts.capture)

@@ -306,12 +306,51 @@ def test_server_down_at_claim_is_125_without_loop(tmp_path: Path) -> None:
     assert code == 125
 
 
-def test_claim_asks_for_the_lease_and_long_polls_in_bounded_chunks(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("lease", "poll"), [(42, 14.0), (600, 30.0), (0, 30.0)])
+def test_claim_asks_for_the_lease_and_long_polls_in_bounded_chunks(
+    tmp_path: Path, lease: int, poll: float
+) -> None:
+    # Each long-poll is at most 30 s (signals, --idle-timeout), and at most a third of the
+    # lease: the lease counts from the request's send time, and the claim may come at its end.
     client = FakeClient(jobs=[claimed_job()])
-    code, _, _ = run(client, options(tmp_path, ["true"], wait=math.inf, lease_seconds=42))
+    code, _, _ = run(client, options(tmp_path, ["true"], wait=math.inf, lease_seconds=lease))
     assert code == 0
     [claim] = client.named("claim_next")
-    assert claim.kwargs == {"lease_seconds": 42, "wait": 30.0}
+    assert claim.kwargs == {"lease_seconds": lease, "wait": poll}
+
+
+def test_a_claim_that_took_much_of_the_lease_heartbeats_at_once(tmp_path: Path) -> None:
+    # The server granted 3 s although we asked for 60, and answered after 2.5 s: counted from
+    # the send time, the lease has 0.5 s left. An immediate heartbeat re-anchors it.
+    job = claimed_job(lease_seconds=3)
+
+    def slow() -> object:
+        time.sleep(2.5)
+        return job
+
+    client = FakeClient(on_claim=slow)  # type: ignore[arg-type]
+    code, _, records = run(client, options(tmp_path, ["sleep", "1"], lease_seconds=60))
+    assert code == 0
+    assert records[0]["heartbeats"] >= 1
+    assert reports(client)[0][0] is JobStatus.SUCCESSFUL
+
+
+def test_a_claim_gone_before_the_command_starts_never_runs_it(tmp_path: Path) -> None:
+    job = claimed_job(lease_seconds=3)
+
+    def slow() -> object:
+        time.sleep(1.5)
+        return job
+
+    def cancelled(_: int) -> None:
+        raise ClaimLost("claim gone", details={"jobStatus": "cancelled"})
+
+    client = FakeClient(on_claim=slow, on_heartbeat=cancelled)  # type: ignore[arg-type]
+    code, _, records = run(client, options(tmp_path, ["touch", str(tmp_path / "ran")]))
+    assert code == 143
+    assert not (tmp_path / "ran").exists()
+    assert reports(client) == []
+    assert records[0]["reason"] == "cancelled"
 
 
 # --- the lease -------------------------------------------------------------------------------
