@@ -139,7 +139,8 @@ chmod +x "$tmp/job.sh"
 say "3. Two workers run the queue: jobagentctl run --loop -- job.sh"
 for worker in alice bob; do
   # The lease is the client's to ask for (default 60 s); the server clamps it to its bounds.
-  WORKER=$worker STATE="$tmp/state" jobagentctl run --loop --lease-seconds "$LEASE" \
+  # (TMPDIR: where run puts each job's private files; a SIGKILLed agent leaves them behind.)
+  TMPDIR="$tmp" WORKER=$worker STATE="$tmp/state" jobagentctl run --loop --lease-seconds "$LEASE" \
     --report "$tmp/$worker.jsonl" -- "$tmp/job.sh" >"$tmp/$worker.out" 2>"$tmp/$worker.err" &
   pids+=($!)
   eval "${worker}_pid=\$!"
