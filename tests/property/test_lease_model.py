@@ -254,7 +254,7 @@ def _machine(
 
         # --- rules -----------------------------------------------------------------------
         @initialize(
-            max_reclaims=st.sampled_from([2, 0, 1]),
+            max_reclaims=st.sampled_from([1, 2, 0]),
             queued=st.integers(1, 4),
             claims=st.lists(st.sampled_from((*LEASES, None)), max_size=3),
         )
@@ -405,6 +405,32 @@ def _machine(
             before = raw.snapshot()
             assert self.run(store.reap(batch_size, self.max_reclaims)).total == 0
             assert raw.snapshot() == before
+
+        @precondition(lambda self: self.jobs)
+        @rule(data=st.data(), lease=st.sampled_from(LEASES))
+        def release_and_reclaim(self, data: st.DataObject, lease: int) -> None:
+            """The agent gives a job back and claims it again: the first claim id is stale
+            from now on, while a claim row exists (the fencing case that matters most)."""
+            job = self.pick(data, leased)
+            claim_id = self.claim_id_for(data, job, "current")
+            self.set_status(job, JobStatus.QUEUED, claim_id, "own", False, None)
+            if job.status == JobStatus.QUEUED:
+                self.claimed(job, self.run(store.claim_job(ws, job.agent, job.id, lease)), lease)
+
+        @precondition(lambda self: self.jobs)
+        @rule(
+            data=st.data(),
+            status=st.sampled_from(WRITE_STATUSES),
+            heartbeat=st.booleans(),
+        )
+        def stale_write(self, data: st.DataObject, status: JobStatus, heartbeat: bool) -> None:
+            """A late agent writes with the claim id of an earlier attempt of the job."""
+            job = self.pick(data, has_stale_claims)
+            claim_id = self.claim_id_for(data, job, "stale")
+            if heartbeat:
+                self.beat(job, claim_id, None, "own")
+            else:
+                self.set_status(job, status, claim_id, "own", False, "late")
 
         @precondition(lambda self: self.jobs)
         @rule(
