@@ -10,8 +10,9 @@ import json
 import math
 import signal
 import sys
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import typer
 
@@ -134,7 +135,8 @@ def run(
 
     state = get_state(ctx)
     try:
-        options = _options(
+        # Flags first: a bad flag is a usage error (exit 2) whatever the settings say.
+        partial_options = _options(
             command=command or [],
             job=job,
             wait=wait,
@@ -154,7 +156,7 @@ def run(
     except UsageError as exc:
         raise typer.BadParameter(exc.message) from None
     try:
-        _connect(state, options, lease_seconds)
+        options = partial_options(**_connection(state, lease_seconds))
     except JobAgentError as exc:
         # Nothing was claimed yet: 125, as timeout(1) does for its own failures.
         _print_error(state, exc)
@@ -180,10 +182,9 @@ def _options(
     on_lease_lost: str,
     pass_api_key: bool,
     report_timeout: str,
-) -> RunOptions:
-    """Flags → options, before any settings are read. UsageError on a bad flag."""
-    from uuid import UUID
-
+) -> partial[RunOptions]:
+    """Flags → options, but for the connection (settings are read after). UsageError on a
+    bad flag."""
     from jobagentctl.cli.params import uuid_arg
     from jobagentctl.durations import parse_duration
     from jobagentctl.supervisor import RunOptions
@@ -199,12 +200,9 @@ def _options(
     if not loop and (max_jobs is not None or idle_timeout is not None):
         raise UsageError("--max-jobs and --idle-timeout need --loop")
     default_wait = "inf" if loop else "0"
-    return RunOptions(
+    return partial(
+        RunOptions,
         command=list(command),
-        # Placeholders until _connect fills them from the settings.
-        agent_id=UUID(int=0),
-        url="",
-        workspace_id=UUID(int=0),
         job_id=uuid_arg(job, "--job") if job is not None else None,
         wait=parse_duration(wait or default_wait, name="--wait"),
         timeout=parse_duration(timeout, name="--timeout"),
@@ -224,24 +222,21 @@ def _options(
     )
 
 
-def _connect(state: AppState, options: RunOptions, lease_seconds: int | None) -> None:
-    """Fill in where to connect from the settings; ConfigError when something is missing."""
-    from jobagentctl.errors import ConfigError
+def _connection(state: AppState, lease_seconds: int | None) -> dict[str, Any]:
+    """Where to connect and as whom, from the settings; ConfigError when something is missing.
 
+    A missing API key is left to the first request (AuthError, also exit 125 here).
+    """
+    state.client().close()  # builds a client only to check the URL, as every command does
     settings = state.settings
-    if settings.url is None:
-        raise ConfigError(
-            "no server URL: use --url, JOBAGENTCTL_URL, CTRLPLANE_URL or a config profile"
-        )
-    if settings.api_key is None:
-        raise ConfigError(
-            "no API key: set JOBAGENTCTL_API_KEY, use --api-key-file, or a config profile"
-        )
-    options.url = settings.url
-    options.workspace_id = state.require_workspace()
-    options.agent_id = state.require_agent()
-    options.api_key = settings.api_key.get_secret_value()
-    options.lease_seconds = lease_seconds if lease_seconds is not None else settings.lease_seconds
+    assert settings.url is not None
+    return {
+        "url": settings.url,
+        "workspace_id": state.require_workspace(),
+        "agent_id": state.require_agent(),
+        "api_key": settings.api_key.get_secret_value() if settings.api_key else None,
+        "lease_seconds": lease_seconds if lease_seconds is not None else settings.lease_seconds,
+    }
 
 
 def _log(state: AppState) -> Log:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from uuid import UUID
 
 from jobagentctl.errors import ClaimLost, ClaimMismatch, JobTerminal, NotFound
-from jobagentctl.supervisor.protocol import SupervisorClient, is_transient
+from jobagentctl.supervisor.protocol import SupervisorClient, describe_error, is_transient
 
 __all__ = [
     "Beat",
@@ -145,7 +145,7 @@ class Heartbeater:
             self.failures += 1
             if not self._stop.is_set():
                 kind = "transient" if is_transient(exc) else "unexpected"
-                self._log(f"heartbeat failed ({kind} error, will retry): {_describe(exc)}")
+                self._log(f"heartbeat failed ({kind} error, will retry): {describe_error(exc)}")
             return Beat.RETRY
         self.beats += 1
         self.lease.renew(sent_at, granted.lease_seconds)
@@ -172,8 +172,3 @@ class Heartbeater:
                 in_a_row += 1
             else:
                 return
-
-
-def _describe(exc: BaseException) -> str:
-    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {message}"

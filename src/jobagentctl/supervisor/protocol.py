@@ -11,7 +11,7 @@ from uuid import UUID
 from jobagentctl.errors import JobAgentError, ServerError, ServerUnavailable
 from jobagentctl.models import ClaimedJob, Heartbeat, JobStatus
 
-__all__ = ["SupervisorClient", "is_transient"]
+__all__ = ["SupervisorClient", "describe_error", "is_transient"]
 
 
 class SupervisorClient(Protocol):
@@ -63,3 +63,12 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, ServerUnavailable | ServerError):
         return True
     return isinstance(exc, JobAgentError) and exc.status in (408, 429)
+
+
+def describe_error(exc: BaseException | None) -> str:
+    """A one-line account of ``exc`` for stderr: our errors by their message, others by type."""
+    if exc is None:
+        return "unknown error"
+    if isinstance(exc, JobAgentError):
+        return exc.message
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

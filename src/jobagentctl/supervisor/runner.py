@@ -27,7 +27,6 @@ from jobagentctl.durations import format_duration
 from jobagentctl.errors import (
     ClaimLost,
     ClaimMismatch,
-    JobAgentError,
     JobTerminal,
     NoJob,
     NotClaimable,
@@ -47,7 +46,7 @@ from jobagentctl.supervisor.options import (
     MAX_POLL_SECONDS,
     RunOptions,
 )
-from jobagentctl.supervisor.protocol import SupervisorClient, is_transient
+from jobagentctl.supervisor.protocol import SupervisorClient, describe_error, is_transient
 from jobagentctl.supervisor.record import JobRecord, utc_now, write_record
 from jobagentctl.supervisor.tail import OutputTail
 
@@ -264,12 +263,12 @@ class Supervisor:
             if loop and error is not None and is_transient(error):
                 failures += 1
                 delay = self._retry_delay(failures)
-                self._log.warn(f"claim failed, retrying in {delay:.1f}s: {_describe(error)}")
+                self._log.warn(f"claim failed, retrying in {delay:.1f}s: {describe_error(error)}")
                 if time.monotonic() + delay >= deadline:
                     return EXIT_NO_JOB
                 self._pause(delay, "idle")
                 continue
-            self._log.warn(f"cannot claim a job: {_describe(error)}")
+            self._log.warn(f"cannot claim a job: {describe_error(error)}")
             return EXIT_FAILED
 
     def _give_back(self, job: ClaimedJob) -> None:
@@ -280,7 +279,7 @@ class Supervisor:
         except Exception as exc:
             self._log.warn(
                 f"claimed job {job.id} while stopping and could not release it "
-                f"({_describe(exc)}): its lease will expire"
+                f"({describe_error(exc)}): its lease will expire"
             )
         else:
             self._log.info(f"claimed job {job.id} while stopping: released it")
@@ -471,16 +470,16 @@ class Supervisor:
                 return EXIT_CANCELLED
             if isinstance(error, ClaimLost | ClaimMismatch | JobTerminal | NotFound):
                 self._log.warn(
-                    f"lease lost before the report ({_describe(error)}): "
+                    f"lease lost before the report ({describe_error(error)}): "
                     f"{status.value} not reported"
                 )
                 return EXIT_LEASE_LOST
             failures += 1
             delay = self._retry_delay(failures)
             if not is_transient(error) or time.monotonic() + delay > deadline:
-                self._log.warn(f"cannot report {status.value}: {_describe(error)}")
+                self._log.warn(f"cannot report {status.value}: {describe_error(error)}")
                 return EXIT_FAILED
-            self._log.warn(f"report failed, retrying in {delay:.1f}s: {_describe(error)}")
+            self._log.warn(f"report failed, retrying in {delay:.1f}s: {describe_error(error)}")
             if self._pause(delay, "report"):
                 assert self.interrupted is not None
                 return 128 + self.interrupted
@@ -503,7 +502,7 @@ class Supervisor:
             if not is_transient(call.error) or time.monotonic() + delay > deadline:
                 self._log.warn(
                     f"{why}: could not release job {job.id} "
-                    f"({_describe(call.error)}); its lease will expire instead"
+                    f"({describe_error(call.error)}); its lease will expire instead"
                 )
                 return False
             if self._pause(delay, "report"):
@@ -813,12 +812,3 @@ def _signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
-
-
-def _describe(exc: BaseException | None) -> str:
-    if exc is None:
-        return "unknown error"
-    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    if isinstance(exc, JobAgentError):
-        return message
-    return f"{type(exc).__name__}: {message}"
