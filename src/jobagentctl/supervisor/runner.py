@@ -205,10 +205,10 @@ class Supervisor:
                     self._log.info("no job came within the idle limit: exiting")
                     return EXIT_OK
                 return claimed
-            code = self._run_job(*claimed)
+            self._run_job(*claimed)
             done += 1
             if self.interrupted is not None:
-                return code
+                return 128 + self.interrupted
 
     # --- claiming ----------------------------------------------------------------------------
 
