@@ -122,7 +122,9 @@ class Harness:
         workdir = self.tmp_path / name
         workdir.mkdir(parents=True, exist_ok=True)
         full_env = {**self.server.base_env(), **self.server.env()}
-        full_env.update({"JOBAGENTCTL_AGENT": self.agent_id, **(env or {})})
+        # TMPDIR: the job files of a run a test SIGKILLs stay in the test's own directory.
+        full_env.update({"JOBAGENTCTL_AGENT": self.agent_id, "TMPDIR": str(workdir)})
+        full_env.update(env or {})
         argv = [sys.executable, "-m", "jobagentctl", "run", *args]
         argv += ["--report", str(workdir / "report.jsonl"), "--", *command]
         with (workdir / "stdout").open("wb") as out, (workdir / "stderr").open("wb") as err:

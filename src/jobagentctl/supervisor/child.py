@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,20 +22,31 @@ from pathlib import Path
 from jobagentctl.models import ClaimedJob
 from jobagentctl.supervisor.options import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, RunOptions
 
-__all__ = ["Child", "JobFiles", "SpawnError", "child_environment"]
+__all__ = ["Child", "JobFiles", "SpawnError", "child_environment", "sweep_stale_job_files"]
 
 # Variables that carry the API key (or point at it); never inherited unless --pass-api-key.
 _SECRET_VARIABLES = ("JOBAGENTCTL_API_KEY", "JOBAGENTCTL_API_KEY_FILE", "CTRLPLANE_API_KEY")
+# Job directories are named so a later run can find the ones a killed run left behind.
+_DIRECTORY_PREFIX = "jobagentctl-job-"
+_LOCK_NAME = ".lock"
+# A directory younger than this is never swept: its run may not have locked it yet.
+_SWEEP_MIN_AGE_SECONDS = 60.0
 
 
 class JobFiles:
     """A private directory (0700) with the claimed job as JSON (0600) and the stop-reason file.
 
-    The stop-reason file does not exist until the run asks the child to stop.
+    The stop-reason file does not exist until the run asks the child to stop. The run holds an
+    exclusive lock on the directory's lock file while it lives (the kernel drops it even on
+    SIGKILL), which is how :func:`sweep_stale_job_files` tells leftovers from live runs.
     """
 
     def __init__(self, job: ClaimedJob) -> None:
-        self.directory = Path(tempfile.mkdtemp(prefix=f"jobagentctl-{job.id}-"))
+        self.directory = Path(tempfile.mkdtemp(prefix=f"{_DIRECTORY_PREFIX}{job.id}-"))
+        self._lock_fd = os.open(
+            self.directory / _LOCK_NAME, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600
+        )
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self.job_file = self.directory / "job.json"
         self.stop_reason_file = self.directory / "stop-reason"
         fd = os.open(self.job_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -51,6 +64,45 @@ class JobFiles:
 
     def remove(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.close(self._lock_fd)
+
+
+def sweep_stale_job_files(base: Path | None = None) -> int:
+    """Remove job directories whose run is gone (killed before it could); how many.
+
+    Only directories older than a minute whose lock nobody holds: a live run holds its lock,
+    and a directory that young may belong to a run that has not taken it yet.
+    """
+    root = Path(base or tempfile.gettempdir())
+    removed = 0
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return 0
+    cutoff = time.time() - _SWEEP_MIN_AGE_SECONDS
+    for entry in entries:
+        try:
+            if not (
+                entry.name.startswith(_DIRECTORY_PREFIX)
+                and entry.is_dir(follow_symlinks=False)
+                and entry.stat(follow_symlinks=False).st_mtime < cutoff
+            ):
+                continue
+            fd = os.open(
+                os.path.join(entry.path, _LOCK_NAME), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
+            )
+        except OSError:
+            continue  # not a job directory of ours (or not ours to open)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # held: its run is alive
+        finally:
+            os.close(fd)
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed += 1
+    return removed
 
 
 def child_environment(

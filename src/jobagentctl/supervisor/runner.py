@@ -33,7 +33,13 @@ from jobagentctl.errors import (
     NotFound,
 )
 from jobagentctl.models import ClaimedJob, JobStatus
-from jobagentctl.supervisor.child import Child, JobFiles, SpawnError, child_environment
+from jobagentctl.supervisor.child import (
+    Child,
+    JobFiles,
+    SpawnError,
+    child_environment,
+    sweep_stale_job_files,
+)
 from jobagentctl.supervisor.events import Events, SignalReceived
 from jobagentctl.supervisor.heartbeat import Beat, Heartbeater, Lease
 from jobagentctl.supervisor.options import (
@@ -170,6 +176,9 @@ class Supervisor:
     def run(self) -> int:
         """The whole run; returns the exit code of SPEC §6.9."""
         self._client = self._factory()
+        swept = sweep_stale_job_files()
+        if swept:
+            self._log.debug(f"removed the job files of {swept} run(s) killed before cleaning up")
         with Events() as events:
             self._events = events
             try:

@@ -5,13 +5,20 @@ from __future__ import annotations
 import json
 import os
 import stat
+import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from jobagentctl.supervisor.child import Child, JobFiles, SpawnError, child_environment
+from jobagentctl.supervisor.child import (
+    Child,
+    JobFiles,
+    SpawnError,
+    child_environment,
+    sweep_stale_job_files,
+)
 from jobagentctl.supervisor.options import RunOptions
 
 from .fakes import claimed_job
@@ -131,3 +138,25 @@ def test_child_leads_its_own_process_group() -> None:
     while child.signal_group(0) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not child.signal_group(0)  # nothing left in the group
+
+
+def test_sweep_removes_only_old_directories_whose_run_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    old = time.time() - 3600
+    live, dead, young = JobFiles(claimed_job()), JobFiles(claimed_job()), JobFiles(claimed_job())
+    os.close(dead._lock_fd)  # as if its run had been SIGKILLed: the kernel drops the lock
+    os.close(young._lock_fd)
+    stranger = tmp_path / "jobagentctl-job-not-ours"
+    stranger.mkdir()
+    for path in (live.directory, dead.directory, stranger):
+        os.utime(path, (old, old))
+    try:
+        assert sweep_stale_job_files() == 1
+        assert not dead.directory.exists()
+        assert live.directory.exists()  # its run holds the lock
+        assert young.directory.exists()  # its run may not have locked it yet
+        assert stranger.exists()  # no lock file: not a job directory
+    finally:
+        live.remove()
