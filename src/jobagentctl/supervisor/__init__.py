@@ -1,6 +1,6 @@
 """The supervisor behind `jobagentctl run -- CMD`: claim, heartbeat, child process, report.
 
-Imports only the standard library, :mod:`jobagentctl.models` and :mod:`jobagentctl.errors`.
+Imports only the standard library and jobagentctl.{models, errors, durations}: never the client.
 """
 
 from __future__ import annotations
