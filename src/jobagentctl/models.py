@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import Any, Generic, Literal, TypeVar
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 from pydantic.alias_generators import to_camel
 
 __all__ = [
@@ -178,18 +178,19 @@ class UpsertJobAgentRequest(RequestModel):
     metadata: dict[str, Any] | None = None
 
 
+# Strict numbers: JSON booleans are not numbers ({"leaseSeconds": false} must not mean 0).
 class ClaimRequest(RequestModel):
-    lease_seconds: int | None = Field(default=None, ge=0)
+    lease_seconds: StrictInt | None = Field(default=None, ge=0)
 
 
 class ClaimNextRequest(RequestModel):
-    lease_seconds: int | None = Field(default=None, ge=0)
-    wait_seconds: float | None = Field(default=None, ge=0)
+    lease_seconds: StrictInt | None = Field(default=None, ge=0)
+    wait_seconds: StrictFloat | None = Field(default=None, ge=0)
 
 
 class HeartbeatRequest(RequestModel):
     claim_id: UUID | None = None
-    lease_seconds: int | None = Field(default=None, ge=0)
+    lease_seconds: StrictInt | None = Field(default=None, ge=0)
 
 
 class UpdateJobStatusRequest(RequestModel):

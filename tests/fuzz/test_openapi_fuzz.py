@@ -97,15 +97,26 @@ def test_the_document_declares_every_operation_and_its_errors() -> None:
                 assert "409" in op["responses"] or path.endswith("/job-agents/{agentId}/claim")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GET /metrics answers text/plain (Prometheus) but the document declares "
-    "application/json; owner: api (declare response_class=PlainTextResponse or the "
-    "text/plain content in server/app.py)",
-)
 def test_regression_metrics_content_type_is_documented() -> None:
     content = _document()["paths"][METRICS_PATH]["get"]["responses"]["200"]["content"]
     assert any(media.startswith("text/plain") for media in content), content
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="every /api/v1 operation declares FastAPI's default 422 HTTPValidationError, which "
+    "the server never sends (validation errors are 400 VALIDATION_ERROR with ErrorBody): "
+    "clients generated from the document expect the wrong status and shape; owner: api "
+    "(drop the 422 responses in _document_security)",
+)
+def test_regression_the_document_declares_no_422() -> None:
+    declared = [
+        f"{method.upper()} {path}"
+        for path, ops in _document()["paths"].items()
+        for method, op in ops.items()
+        if "422" in op.get("responses", {})
+    ]
+    assert declared == []
 
 
 # --- fuzzing ----------------------------------------------------------------------------------

@@ -355,13 +355,6 @@ def test_injection_strings_in_admin_commands_are_stored_verbatim(
 # --- known defects ---------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='JSON booleans are taken as numbers: {"leaseSeconds": false} claims UNLEASED '
-    '(false → 0) and {"waitSeconds": true} waits 1 s, where the document says integer/'
-    "number and SPEC §4 says malformed bodies → 400; owner: api (strict int/float fields "
-    "in the request models)",
-)
 async def test_regression_booleans_are_not_numbers(api: Api) -> None:
     agent = await api.agent()
     job = await api.enqueue(agent)
@@ -385,15 +378,6 @@ async def test_regression_lone_surrogate_is_refused_not_stored(
     UTF-8 text. PostgreSQL refuses it (400); SQLite stores it, and from then on every answer
     that carries the job — its own GET and the workspace's job list — fails with a 500: any
     key that may write metadata (an agent key too) can break the operators' job list."""
-    if api.database_url.startswith("sqlite"):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="SQLite stores a lone surrogate and every later answer holding it is a "
-                "500; owner: store (refuse what PostgreSQL refuses: check the JSON text is "
-                "UTF-8 encodable in dump_json) or api",
-            )
-        )
     agent = await api.agent()
     client = raw_client
     headers = {"X-API-Key": api.api_key, "Content-Type": "application/json"}
@@ -424,15 +408,6 @@ async def test_regression_huge_offset_is_not_a_500(
 ) -> None:
     """``offset`` has no upper bound in the document; past 2**63 - 1 PostgreSQL refuses it
     (400) while SQLite's driver raises OverflowError, which nothing maps: a 500."""
-    if api.database_url.startswith("sqlite"):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="SQLite: offset > 2**63-1 on any paginated list is a 500 (OverflowError "
-                "escapes the store); owner: api (bound offset, le=2**63-1, in the document) or "
-                "store (map OverflowError to ValidationError)",
-            )
-        )
     agent = await api.agent()
     headers = {"X-API-Key": api.api_key}
     async with raw_client as client:

@@ -18,7 +18,7 @@ from fastapi import Body, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobagentctl import __version__
@@ -282,7 +282,7 @@ WsPath = Annotated[UUID, Path(alias="ws", description="Workspace id")]
 AgentPath = Annotated[UUID, Path(alias="agentId", description="Job agent id")]
 JobPath = Annotated[UUID, Path(alias="jobId", description="Job id")]
 Limit = Annotated[int, Query(ge=1, le=1000, description="Page size, 1–1000")]
-Offset = Annotated[int, Query(ge=0, description="Items to skip")]
+Offset = Annotated[int, Query(ge=0, le=2**63 - 1, description="Items to skip")]
 StatusFilter = Annotated[
     list[JobStatus] | None, Query(alias="status", description="Only jobs with this status")
 ]
@@ -404,7 +404,12 @@ def _add_operational_routes(app: FastAPI, service: JobService, metrics: Metrics)
             )
         return _json(b'{"status":"ready"}')
 
-    @app.get("/metrics", tags=["operations"], summary="Prometheus metrics")
+    @app.get(
+        "/metrics",
+        tags=["operations"],
+        summary="Prometheus metrics",
+        response_class=PlainTextResponse,  # documents text/plain, as Prometheus serves it
+    )
     async def prometheus_metrics() -> Response:
         return Response(await metrics.render(service.store), media_type=METRICS_CONTENT_TYPE)
 

@@ -118,9 +118,13 @@ def migrations(dialect: str) -> tuple[tuple[int, str], ...]:
 def dump_json(value: Any) -> str:
     """JSON text for a column; NaN/Infinity and unserialisable values are the caller's fault."""
     try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+        text.encode("utf-8")  # a lone surrogate is valid JSON but no column can hold it
+    except UnicodeEncodeError as exc:
+        raise ValidationError("text must be valid UTF-8 (no lone surrogates)") from exc
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"value is not valid JSON: {exc}") from exc
+    return text
 
 
 def _json(value: Any) -> Any:

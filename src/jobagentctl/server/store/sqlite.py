@@ -150,6 +150,13 @@ class SqliteStore:
             ) from exc
         except sqlite3.Error as exc:
             raise ServerError("unexpected SQLite error") from exc
+        except UnicodeEncodeError as exc:
+            # A lone surrogate ("\\ud800" in JSON) is valid JSON but not UTF-8 text; PostgreSQL
+            # refuses it too.
+            raise ValidationError("text must be valid UTF-8 (no lone surrogates)") from exc
+        except OverflowError as exc:
+            # sqlite3 binds integers as 64-bit; PostgreSQL refuses larger ones the same way.
+            raise ValidationError("a number is out of range (64-bit integers only)") from exc
 
     @staticmethod
     @contextmanager
