@@ -3,7 +3,7 @@ attempts in every string parameter and body field, on SQLite and PostgreSQL.
 
 Injection strings must be inert: stored and returned verbatim where the field is free text, or
 refused with 400 where it is not (ids, statuses, states, numbers) — and every table intact.
-Known defects are pinned as strict xfails named ``test_regression_*``.
+``test_regression_*`` hold defects this suite found (and that were fixed) to their fix.
 """
 
 from __future__ import annotations
@@ -352,10 +352,12 @@ def test_injection_strings_in_admin_commands_are_stored_verbatim(
     assert counts["workspace"] == 1 + 6 and counts["api_key"] == 1 + 6
 
 
-# --- known defects ---------------------------------------------------------------------------
+# --- regressions: defects found here, fixed ---------------------------------------------------
 
 
 async def test_regression_booleans_are_not_numbers(api: Api) -> None:
+    """``{"leaseSeconds": false}`` was taken as 0 (an unleased claim) and
+    ``{"waitSeconds": true}`` as 1: malformed bodies are a 400 (SPEC §4)."""
     agent = await api.agent()
     job = await api.enqueue(agent)
     r = await api.claim(agent, job["id"], {"leaseSeconds": False})
@@ -372,12 +374,12 @@ def raw_client(api: Api) -> Iterator[httpx.AsyncClient]:
 
 
 async def test_regression_lone_surrogate_is_refused_not_stored(
-    api: Api, raw_client: httpx.AsyncClient, request: pytest.FixtureRequest
+    api: Api, raw_client: httpx.AsyncClient
 ) -> None:
     """A JSON string escape of a lone surrogate (``"\\ud800"``) is valid JSON but not valid
-    UTF-8 text. PostgreSQL refuses it (400); SQLite stores it, and from then on every answer
-    that carries the job — its own GET and the workspace's job list — fails with a 500: any
-    key that may write metadata (an agent key too) can break the operators' job list."""
+    UTF-8 text. PostgreSQL refused it; SQLite stored it, and from then on every answer that
+    carried the job — its own GET and the workspace's job list — was a 500: any key that may
+    write metadata (an agent key too) could break the operators' job list."""
     agent = await api.agent()
     client = raw_client
     headers = {"X-API-Key": api.api_key, "Content-Type": "application/json"}
@@ -403,11 +405,9 @@ async def test_injection_does_not_stall_the_database(api: Api) -> None:
     assert created.status_code == 201
 
 
-async def test_regression_huge_offset_is_not_a_500(
-    api: Api, raw_client: httpx.AsyncClient, request: pytest.FixtureRequest
-) -> None:
-    """``offset`` has no upper bound in the document; past 2**63 - 1 PostgreSQL refuses it
-    (400) while SQLite's driver raises OverflowError, which nothing maps: a 500."""
+async def test_regression_huge_offset_is_not_a_500(api: Api, raw_client: httpx.AsyncClient) -> None:
+    """Past 2**63 - 1 an ``offset`` was a 400 on PostgreSQL but a 500 on SQLite (the driver's
+    OverflowError escaped the store)."""
     agent = await api.agent()
     headers = {"X-API-Key": api.api_key}
     async with raw_client as client:
