@@ -414,3 +414,27 @@ async def test_regression_huge_offset_is_not_a_500(api: Api, raw_client: httpx.A
         for rest in ("jobs", "job-agents", "job-claims", f"job-agents/{agent}/jobs"):
             r = await client.get(api.path(rest), params={"offset": 2**64}, headers=headers)
             assert r.status_code in (200, 400), (rest, r.status_code, r.text)
+
+
+async def test_nul_characters_are_stored_verbatim_or_refused(api: Api) -> None:
+    """PostgreSQL cannot hold NUL in text or JSON (400); SQLite stores it verbatim. Never a
+    500, and never a truncated value."""
+    agent = await api.agent()
+    job = await api.enqueue(agent)
+    writes = [
+        ("POST", f"job-agents/{agent}/jobs", {"metadata": {"a\u0000": "x\u0000y"}}),
+        ("PUT", f"job-agents/{agent}", {"name": "a\u0000b", "type": "shell"}),
+        ("PUT", f"jobs/{job['id']}/status", {"status": "failure", "message": "m\u0000n"}),
+    ]
+    sqlite = api.database_url.startswith("sqlite")
+    for method, rest, body in writes:
+        r = await api.call(method, rest, body)
+        if not sqlite:
+            _assert_error(r, 400, "VALIDATION_ERROR")
+            continue
+        assert r.status_code in (201, 202), r.text
+    if sqlite:
+        assert (await api.call("GET", f"job-agents/{agent}")).json()["name"] == "a\u0000b"
+        assert (await api.job(job["id"]))["message"] == "m\u0000n"
+    else:
+        assert (await api.job(job["id"]))["status"] == "queued"
