@@ -747,29 +747,56 @@ class ChaosRun:
 # --- reporting -------------------------------------------------------------------------------
 
 
-def figures_table(results: list[RunResult]) -> str:
-    """A Markdown table: one row per figure, one column per run, and a total column."""
-    per_run = [r.figures() for r in results]
+def _aggregate(name: str, values: list[Any]) -> str:
+    """One cell summarising ``values`` of figure ``name`` over several runs."""
+    present = [v for v in values if v not in ("n/a", None)]
+    if not present:
+        return "n/a"
+    if name == "invariants":
+        return "ok" if all(v == "ok" for v in present) else "VIOLATED"
+    if name.startswith("worst") or name == "settled after faults (s)":
+        numbers = [v for v in present if isinstance(v, int | float)]
+        return str(max(numbers)) if len(numbers) == len(present) else "NO"
+    if name.startswith("detection bound"):
+        return str(present[0]) if len(set(present)) == 1 else ""
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+        return str(sum(present))
+    if name == "wall time (s)":
+        return f"{sum(float(v) for v in present):.0f}"
+    if all(isinstance(v, str) and v.lstrip("≥ ").isdigit() for v in present):
+        bound = "≥ " if any(str(v).startswith("≥") for v in present) else ""
+        return bound + str(sum(int(str(v).lstrip("≥ ")) for v in present))
+    return ""
+
+
+def figures_table(results: list[RunResult], *, by_mode: bool = False) -> str:
+    """A Markdown table, one row per figure: a column per run and a total column, or with
+    ``by_mode`` a column per database mode (its seeds summed) and the total."""
+    return table_of([r.figures() for r in results], [r.config.db for r in results], by_mode)
+
+
+def table_of(per_run: list[dict[str, Any]], modes_of_runs: list[str], by_mode: bool) -> str:
+    """:func:`figures_table` from figures already computed (e.g. read back from ``--json``)."""
     names: list[str] = []
     for figures in per_run:
         names += [n for n in figures if n not in names and n != "run"]
-    header = ["figure", *(f["run"] for f in per_run)]
-    if len(results) > 1:
-        header.append("all runs")
+    columns: list[tuple[str, list[dict[str, Any]]]] = []
+    if by_mode:
+        for mode in DB_MODES:
+            group = [f for f, m in zip(per_run, modes_of_runs, strict=True) if m == mode]
+            if group:
+                columns.append((f"{mode} ({len(group)} runs)", group))
+    else:
+        columns = [(str(f["run"]), [f]) for f in per_run]
+    if len(per_run) > 1:
+        columns.append(("all runs", per_run))
+    header = ["figure", *(title for title, _ in columns)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name in names:
-        values = [f.get(name, "n/a") for f in per_run]
-        cells = [str(v) for v in values]
-        if len(results) > 1:
-            numbers = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
-            if name.startswith("worst"):
-                cells.append(str(max((v for v in values if isinstance(v, float)), default="")))
-            elif name == "invariants":
-                cells.append("ok" if all(v == "ok" for v in values) else "VIOLATED")
-            elif numbers and all(isinstance(v, int) or v == "n/a" for v in values):
-                cells.append(str(sum(numbers)))
-            else:
-                cells.append("")
+        cells = []
+        for _, group in columns:
+            values = [f.get(name, "n/a") for f in group]
+            cells.append(str(values[0]) if len(group) == 1 else _aggregate(name, values))
         lines.append("| " + " | ".join([name, *cells]) + " |")
     return "\n".join(lines)
 
@@ -837,7 +864,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep every run's work dir")
     parser.add_argument("--verbose", "-v", action="store_true", help="narrate each fault")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
+    parser.add_argument(
+        "--table-from", type=Path, default=None, help="print the tables of a --json file; no run"
+    )
     args = parser.parse_args(argv)
+    if args.table_from is not None:
+        per_run = json.loads(args.table_from.read_text(encoding="utf-8"))
+        modes = [str(f["run"]).split()[2] for f in per_run]
+        print(table_of(per_run, modes, by_mode=False))
+        print()
+        print(table_of(per_run, modes, by_mode=True))
+        return 0
     seeds = args.seeds or (5 if args.long else 1)
     modes = list(DB_MODES) if args.db == "all" else [args.db]
     overrides = {
@@ -854,6 +891,9 @@ def main(argv: list[str] | None = None) -> int:
 
     results = run_many(list(range(args.seed, args.seed + seeds)), modes, echo=echo, **overrides)
     print(figures_table(results))
+    if seeds > 1:
+        print()
+        print(figures_table(results, by_mode=True))
     if args.json is not None:
         args.json.write_text(json.dumps([r.figures() for r in results], indent=2) + "\n")
     return 0 if all(r.ok for r in results) else 1
