@@ -98,13 +98,6 @@ def test_regression_metrics_content_type_is_documented() -> None:
     assert any(media.startswith("text/plain") for media in content), content
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="every /api/v1 operation declares FastAPI's default 422 HTTPValidationError, which "
-    "the server never sends (validation errors are 400 VALIDATION_ERROR with ErrorBody): "
-    "clients generated from the document expect the wrong status and shape; owner: api "
-    "(drop the 422 responses in _document_security)",
-)
 def test_regression_the_document_declares_no_422() -> None:
     declared = [
         f"{method.upper()} {path}"

@@ -660,9 +660,15 @@ def _document_security(app: FastAPI) -> None:
             "description": "<prefix>.<secret>; a workspace key or an agent key",
         }
         for path, operations in schema.get("paths", {}).items():
-            if path.startswith(_V1):
-                for operation in operations.values():
+            for operation in operations.values():
+                # Validation errors are answered 400 VALIDATION_ERROR (declared per route), never
+                # FastAPI's default 422: a generated client must not expect that shape.
+                operation.get("responses", {}).pop("422", None)
+                if path.startswith(_V1):
                     operation["security"] = [{"ApiKey": []}]
+        schemas = components.get("schemas", {})
+        for unused in ("HTTPValidationError", "ValidationError"):
+            schemas.pop(unused, None)
         app.openapi_schema = schema
         return schema
 
