@@ -423,7 +423,10 @@ def _unexplained_losses(ev: Evidence) -> list[str]:
         begin = claim.t_recv
         if claim.fault:
             continue
-        if any(lo < finished and hi > begin - ev.lease_seconds for lo, hi in ev.downs):
+        # An outage while the claim was still waiting (a long-poll) does not touch the lease:
+        # it starts when the server answered; only an outage since then explains a loss.
+        since = claim.t_resp - ev.lease_seconds
+        if any(lo < finished and hi > since for lo, hi in ev.downs):
             continue
         if any(s == slot and lo < finished and hi > begin for s, lo, hi in ev.pauses):
             continue
