@@ -89,7 +89,8 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        return self.check.ok and self.settle_seconds is not None
+        # An agent in --loop must outlive every fault: one that exits by itself is a defect.
+        return self.check.ok and self.settle_seconds is not None and not self.agent_exits
 
     def figures(self) -> dict[str, Any]:
         out: dict[str, Any] = {"run": self.config.name}
@@ -237,7 +238,7 @@ class ChaosRun:
             settle = self._phase("settle", self._settle)
             evidence = self._phase("collect", self._collect)
             result = check(evidence)
-            failed = not result.ok or settle is None
+            failed = not result.ok or settle is None or bool(self.agent_exits)
         finally:
             self._phase("teardown", lambda: self._teardown(keep=self.config.keep or failed))
         self.log("phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items()))
@@ -468,6 +469,11 @@ class ChaosRun:
             )
             return
         self.interrupt_exits[code] += 1
+        if code != 128 + signal.SIGINT:
+            self.agent_exits.append(
+                f"agent {agent.slot} exited {code} after SIGINT (SPEC §6.7: 130): "
+                + agent.log_tail(3).replace("\n", " | ")
+            )
         agent.start()
 
     def _clear_proxy(self) -> None:

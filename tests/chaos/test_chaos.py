@@ -50,16 +50,10 @@ def test_no_job_is_lost_or_completed_twice(
     assert result.settle_seconds is not None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "run --loop drops every job that reaches an agent whose long-poll is older than its "
-        "lease (see test_regression_long_poll_claim_loses_lease); owner: run"
-    ),
-)
 def test_a_calm_run_reruns_nothing(request: pytest.FixtureRequest, tmp_path: Path) -> None:
     """The control: no faults, work arriving in bursts after quiet spells longer than a
-    lease. Nothing may be re-run, no lease lost, and every attempt must complete."""
+    lease. Nothing may be re-run, no lease lost, and every attempt must complete. (It caught
+    the long-poll lease defect, test_regression_long_poll_claim_loses_lease.)"""
     config = ChaosConfig(
         seed=1, db="sqlite", jobs=10, agents=3, duration=8.0, calm=True, settle_timeout=15.0
     )

@@ -1,7 +1,7 @@
 """Regression tests for defects the chaos harness found, one per defect, named after it.
 
 Each reproduces the defect directly (a real server, a real ``jobagentctl run``) without the
-harness's randomness, so it fails the same way every time until the owner fixes the code.
+harness's randomness: strict xfail while the defect is open, a plain test once it is fixed.
 """
 
 from __future__ import annotations
@@ -30,16 +30,11 @@ def _long_polls_waiting(server: LiveServer) -> float:
     return 0.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "run --loop counts the local lease deadline from when the long-poll claim was sent, so "
-        "a job that arrives after the agent has waited longer than its lease is declared lost "
-        "at once (exit 75, the child stopped, nothing reported); with an idle fleet the job "
-        "livelocks (re-claimed and dropped every lease + reap interval); owner: run"
-    ),
-)
 def test_regression_long_poll_claim_loses_lease(live_server: LiveServer, tmp_path: Path) -> None:
+    """Fixed in 7d14782 (owner: run). Before it, ``run --loop`` counted the local lease deadline
+    from when its long-poll claim was sent, so a job arriving after the agent had waited longer
+    than its lease was declared lost at once (the child stopped, nothing reported), and with
+    an idle fleet the job livelocked."""
     agent = live_server.create_agent("long-poller")
     report = tmp_path / "report.jsonl"
     env = {**live_server.base_env(), **live_server.env(), "JOBAGENTCTL_AGENT": agent}
@@ -72,8 +67,8 @@ def test_regression_long_poll_claim_loses_lease(live_server: LiveServer, tmp_pat
             assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
             assert time.monotonic() < deadline, "the agent never started its long-poll"
             time.sleep(0.05)
-        # The scenario itself is a wait: the agent's long-poll must grow older than its lease
-        # (the server's long-poll lasts up to 30 s, so the request is still the same one).
+        # The scenario itself is a wait: the agent must have been waiting for work for longer
+        # than its lease when the job arrives (before the fix, in one long-poll request).
         time.sleep(_LEASE + 1.5)
         live_server.enqueue(agent)
         _, stderr = proc.communicate(timeout=60)
