@@ -98,6 +98,7 @@ class RunResult:
         for kind in KINDS:
             sqlite_db_fault = kind == "db_restart" and self.config.db == "sqlite"
             out[f"faults: {kind}"] = "n/a" if sqlite_db_fault else self.injected[kind]
+        out["faults skipped (target busy)"] = sum(self.skipped.values())
         out["proxy requests hit"] = sum(v for k, v in self.injected.items() if k.startswith("hit:"))
         for name, value in self.check.figures.items():
             if name != "jobs":
@@ -404,11 +405,7 @@ class ChaosRun:
                 agent.kill(with_job)
                 self._at(self._now() + fault.duration, "agent restart", agent.start)
             elif kind == "agent_interrupt":
-                if (
-                    not children(agent.pid)
-                    and fault.detail != "idle"
-                    and self._now() < fault.at + 3
-                ):
+                if not children(agent.pid) and self._now() < fault.at + 3:
                     # Interrupting an idle agent tests little: wait for it to hold a job.
                     self._at(self._now() + 0.25, kind, functools.partial(self._inject, fault))
                     return
