@@ -28,7 +28,7 @@ unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
 test: $(STAMP) lint typecheck
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -p no:cacheprovider
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -p no:cacheprovider -n 2 --durations=10
 
 bench: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m benchmarks.run --out benchmarks/results/latest.md
