@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 from pydantic.alias_generators import to_camel
 
 __all__ = [
+    "CLAIM_ROW_STATES",
     "TERMINAL_STATUSES",
     "AcceptedResponse",
+    "AttemptOutcome",
     "ClaimNextRequest",
     "ClaimRequest",
     "ClaimState",
@@ -65,8 +67,33 @@ TERMINAL_STATUSES: frozenset[JobStatus] = frozenset(
     }
 )
 
-ClaimState = Literal["active", "expired", "unleased"]
-AttemptOutcome = Literal["completed", "expired", "released", "cancelled"]
+
+class ClaimState(StrEnum):
+    """The state of a claim, as ``GET /job-claims`` reports it and ``--state`` filters it.
+
+    A claim row is ``ACTIVE`` (lease holds), ``EXPIRED`` (lease ran out, not yet reaped) or
+    ``UNLEASED`` (claimed without a lease: a V1 claim). ``ALL`` is only a filter value ("every
+    state"); no row is ever in it. :data:`CLAIM_ROW_STATES` is the set a row can be in.
+    """
+
+    ACTIVE = "active"
+    EXPIRED = "expired"
+    UNLEASED = "unleased"
+    ALL = "all"
+
+
+CLAIM_ROW_STATES: frozenset[ClaimState] = frozenset(
+    {ClaimState.ACTIVE, ClaimState.EXPIRED, ClaimState.UNLEASED}
+)
+
+
+class AttemptOutcome(StrEnum):
+    """How one attempt (one claim) of a job ended, as ``GET /jobs/{id}/attempts`` reports it."""
+
+    COMPLETED = "completed"  # reported a terminal status other than cancelled
+    EXPIRED = "expired"  # the lease ran out and the reaper ended the attempt
+    RELEASED = "released"  # given back to the queue (status queued) by the holder or an operator
+    CANCELLED = "cancelled"  # the job was cancelled while this attempt held it
 
 
 class WireModel(BaseModel):

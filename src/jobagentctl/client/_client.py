@@ -26,6 +26,7 @@ from jobagentctl.models import (
     ClaimedJob,
     ClaimNextRequest,
     ClaimRequest,
+    ClaimState,
     CreateJobRequest,
     Heartbeat,
     HeartbeatRequest,
@@ -341,11 +342,16 @@ class Client:
         self,
         *,
         agent_id: UUID | None = None,
-        state: str = "all",
+        state: ClaimState | str = ClaimState.ALL,
         limit: int = 50,
         offset: int = 0,
     ) -> Page[JobClaim]:
-        params = {"jobAgentId": agent_id, "state": state, "limit": limit, "offset": offset}
+        params = {
+            "jobAgentId": agent_id,
+            "state": ClaimState(state).value,
+            "limit": limit,
+            "offset": offset,
+        }
         response = self._call("GET", f"{self._ws()}/job-claims", params=params, v2_route=True)
         return self._parse(response, Page[JobClaim].model_validate)
 
