@@ -73,6 +73,9 @@ class JobAgentError(Exception):
         self.details = details
         # The HTTP status actually seen (client side) or to answer with (server side).
         self.status = status if status is not None else self.http_status
+        # Only the status a server really answered with; None for local errors (a bad flag, a
+        # refused connection, a timeout, the admin commands' own database work).
+        self.response_status = status
 
     def body(self) -> dict[str, Any]:
         """The API's error body: ``{"message", "code", "details"}``."""

@@ -5,10 +5,13 @@ Every environment variable and config key the client reads is named here and now
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
+import tempfile
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,7 +28,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from jobagentctl.errors import ConfigError
+from jobagentctl.errors import ConfigError, UsageError
 
 __all__ = [
     "ATTEMPT_ENV",
@@ -37,8 +40,14 @@ __all__ = [
     "LEASE_SECONDS_ENV",
     "PROFILE_KEYS",
     "ClientSettings",
+    "JobContext",
     "config_path",
+    "ensure_profile_free",
+    "job_context",
     "normalize_url",
+    "parse_uuid",
+    "validation_problems",
+    "write_profile",
 ]
 
 ENV_PREFIX = "JOBAGENTCTL_"
@@ -272,11 +281,7 @@ class ClientSettings(BaseSettings):
         try:
             return cls(**flags)
         except PydanticValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
-                for err in exc.errors(include_input=False, include_url=False)
-            )
-            raise ConfigError(f"invalid settings: {problems}") from None
+            raise ConfigError(f"invalid settings: {validation_problems(exc)}") from None
 
     def api_key_value(self) -> str | None:
         """The API key in clear, for the one place that sends it."""
@@ -289,3 +294,148 @@ JOB_ID_ENV = f"{ENV_PREFIX}JOB_ID"
 CLAIM_ID_ENV = f"{ENV_PREFIX}CLAIM_ID"
 ATTEMPT_ENV = f"{ENV_PREFIX}ATTEMPT"
 LEASE_SECONDS_ENV = f"{ENV_PREFIX}LEASE_SECONDS"
+
+
+def validation_problems(exc: PydanticValidationError) -> str:
+    """A pydantic validation error as one line, ``field: problem; …`` (never the input value)."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+        for err in exc.errors(include_input=False, include_url=False)
+    )
+
+
+# --- the job context: what `claim -o env` exports and `run` gives its child --------------------
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """The job a command acts on and the claim that fences it (``None``: no claim id)."""
+
+    job_id: UUID
+    claim_id: UUID | None
+
+
+def parse_uuid(value: str, name: str) -> UUID:
+    """``value`` as a UUID, or a usage error (exit 2) naming the argument ``name``."""
+    try:
+        return UUID(value.strip())
+    except ValueError:
+        raise UsageError(f"{name}: not a UUID: {value!r}") from None
+
+
+def job_context(job_id: str | None = None, claim_id: str | None = None) -> JobContext:
+    """The job and claim from the arguments, else ``JOBAGENTCTL_JOB_ID`` / ``_CLAIM_ID``.
+
+    The one place these variables are read. Empty means unset, for the arguments and the
+    variables alike (``claim -o env`` exports an empty claim id for a claim without a lease).
+    """
+    job_text = job_id or os.environ.get(JOB_ID_ENV) or None
+    if job_text is None:
+        raise UsageError(
+            f"missing JOB_ID: pass it, or set {JOB_ID_ENV} (see: jobagentctl claim -o env)"
+        )
+    claim_text = claim_id or os.environ.get(CLAIM_ID_ENV) or None
+    return JobContext(
+        job_id=parse_uuid(job_text, "JOB_ID"),
+        claim_id=parse_uuid(claim_text, "--claim-id") if claim_text is not None else None,
+    )
+
+
+# --- writing a profile (`server init --write-config`) ------------------------------------------
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        # A JSON string is a valid TOML basic string (same escapes, \uXXXX included).
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise ConfigError(f"cannot rewrite the config file: unsupported value {value!r}")
+
+
+def _toml_key(key: str) -> str:
+    if key and all(c.isalnum() or c in "-_" for c in key):
+        return key
+    return json.dumps(key)
+
+
+def _toml_dump(data: dict[str, Any], prefix: str = "") -> str:
+    lines: list[str] = []
+    tables: list[tuple[str, dict[str, Any]]] = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            tables.append((key, value))
+        else:
+            lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
+    out = "\n".join(lines)
+    for key, table in tables:
+        name = f"{prefix}.{_toml_key(key)}" if prefix else _toml_key(key)
+        body = _toml_dump(table, name)
+        has_scalars = any(not isinstance(v, dict) for v in table.values())
+        header = f"[{name}]\n" if has_scalars or not table else ""
+        out += ("\n\n" if out else "") + header + body
+    return out
+
+
+def _profiles_of(path: Path) -> dict[str, Any]:
+    data = _load_toml(path) if path.exists() else {}
+    profiles = data.get("profiles", {})
+    if not isinstance(profiles, dict):
+        raise ConfigError(f"{path}: 'profiles' is not a table")
+    return profiles
+
+
+def ensure_profile_free(name: str) -> None:
+    """A :class:`ConfigError` if the config file already has ``[profiles.NAME]``."""
+    path = config_path()
+    if name in _profiles_of(path):
+        raise ConfigError(
+            f"profile {name!r} already exists in {path}: pass --force to replace it "
+            "(its workspace and API key would be lost from the file)"
+        )
+
+
+def write_profile(name: str, values: dict[str, str], *, force: bool = False) -> Path:
+    """Store ``[profiles.NAME]`` in the config file (the default profile if none is set).
+
+    An existing profile of that name is replaced only with ``force``: it may hold the only copy
+    of another workspace's key. The file is written 0600 through a temporary file and a rename.
+    """
+    path = config_path()
+    data: dict[str, Any] = {}
+    if path.exists():
+        data = _load_toml(path)
+    profiles = data.setdefault("profiles", {})
+    if not isinstance(profiles, dict):
+        raise ConfigError(f"{path}: 'profiles' is not a table")
+    if not force:
+        ensure_profile_free(name)
+    profiles[name] = dict(values)
+    data.setdefault("default_profile", name)
+    # Top-level scalars must come before any table in TOML.
+    ordered = {k: v for k, v in data.items() if not isinstance(v, dict)}
+    ordered.update({k: v for k, v in data.items() if isinstance(v, dict)})
+    text = _toml_dump(ordered) + "\n"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # A 0600 temporary file renamed over the old one: the key is never readable by others,
+        # even for an instant, and a crash leaves the old file intact.
+        fd, tmp = tempfile.mkstemp(prefix=".config.", dir=path.parent)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the config file {path}: {exc.strerror}") from exc
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise ConfigError(f"cannot write the config file {path}: {exc.strerror}") from exc
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -199,10 +199,12 @@ def test_server_init_writes_the_config_file_0600(tmp_path: Path) -> None:
     assert _mode(path) == 0o600
     assert json.loads(first.stdout)["apiKey"] in path.read_text()
 
-    # Rewriting an existing, world-readable file leaves it 0600 as well.
+    # Rewriting an existing, world-readable file (--force: the profile exists) leaves it 0600.
     path.chmod(0o644)
     second = _cli(
-        ["server", "init", "--write-config", "-o", "json", "--database", database], env, umask=0o022
+        ["server", "init", "--write-config", "--force", "-o", "json", "--database", database],
+        env,
+        umask=0o022,
     )
     assert second.returncode == 0, second.stderr
     assert _mode(path) == 0o600

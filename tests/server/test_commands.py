@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from jobagentctl.cli.server_cmd import server_app
+from jobagentctl.cli.app import app
 from jobagentctl.server.auth import split_key
 from tests.fixtures.databases import sql
 
@@ -30,7 +30,7 @@ def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
 
 
 def run(runner: CliRunner, *args: str, code: int = 0) -> Any:
-    result = runner.invoke(server_app, list(args))
+    result = runner.invoke(app, ["server", *args])
     assert result.exit_code == code, (result.stdout, result.stderr, result.exception)
     return result
 
@@ -80,12 +80,14 @@ def test_create_key_for_an_agent_and_unknown_ids(runner: CliRunner, database_url
     run(runner, "create-key", "--workspace", "not-a-uuid", "--database", database_url, code=2)
 
 
-def test_human_output_by_default(runner: CliRunner, database_url: str) -> None:
+def test_tsv_when_piped(runner: CliRunner, database_url: str) -> None:
+    # The output paths of every command: tsv when piped (the table form: tests/unit).
     result = run(runner, "init", "--database", database_url)
-    assert "Workspace:" in result.stdout
-    assert "API key:" in result.stdout
+    workspace, api_key, _database = result.stdout.rstrip("\n").split("\t")
+    uuid.UUID(workspace)
+    assert api_key.startswith("jac_")
     result = run(runner, "migrate", "--database", database_url)
-    assert "Applied migrations: none" in result.stdout
+    assert result.stdout.split("\t")[0] == "[]"
 
 
 def test_migrate_is_idempotent(runner: CliRunner, tmp_path: Path) -> None:
@@ -114,7 +116,7 @@ def test_unreachable_database_is_exit_3(runner: CliRunner) -> None:
 def test_env_settings_are_read(runner: CliRunner, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'env.db'}"
     result = runner.invoke(
-        server_app, ["init", "-o", "json"], env={"JOBAGENTCTL_SERVER_DATABASE": url}
+        app, ["server", "init", "-o", "json"], env={"JOBAGENTCTL_SERVER_DATABASE": url}
     )
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["database"] == url
@@ -167,7 +169,7 @@ def test_server_commands_do_not_import_the_server_at_import_time() -> None:
     import sys
 
     code = (
-        "import sys, jobagentctl.cli.server_cmd; "
+        "import sys, jobagentctl.cli.server; "
         "heavy = [m for m in ('fastapi', 'uvicorn', 'psycopg', 'prometheus_client', "
         "'jobagentctl.server.app') if m in sys.modules]; print(heavy)"
     )

@@ -13,10 +13,11 @@ import respx
 
 from jobagentctl import __version__
 from jobagentctl.cli import output
+from jobagentctl.errors import NotFound
 
 from . import wire
 from .clirun import Cli
-from .wire import AGENT, JOB, WORKSPACE, WS
+from .wire import AGENT, BASE, JOB, WORKSPACE, WS
 
 
 @pytest.fixture
@@ -326,43 +327,84 @@ def test_debug_trace_on_stderr_without_key(cli: Cli, api: respx.MockRouter) -> N
     assert "[http]" not in result.stdout
 
 
-def test_global_options_after_the_command_are_hoisted() -> None:
-    import typer
-    from typer.testing import CliRunner
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--json", "jobs", "get", str(JOB)],
+        ["jobs", "get", str(JOB), "--json"],
+        ["jobs", "get", "--json", str(JOB)],
+        ["-o", "json", "jobs", "get", str(JOB)],
+        ["jobs", "get", str(JOB), "-ojson"],
+        ["jobs", "get", str(JOB), "--output=json"],
+    ],
+)
+def test_global_options_before_or_after_the_command(
+    cli: Cli, api: respx.MockRouter, args: list[str]
+) -> None:
+    api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job())
+    result = cli(*args)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["id"] == str(JOB)
 
-    from jobagentctl.cli.app import RootGroup
 
-    demo = typer.Typer(cls=RootGroup)
+def test_global_connection_options_after_the_command(cli: Cli, api: respx.MockRouter) -> None:
+    other = "99999999-9999-4999-8999-999999999999"
+    route = api.get(f"{BASE}/api/v1/workspaces/{other}/jobs/{JOB}").respond(200, json=wire.job())
+    result = cli("jobs", "get", str(JOB), "--workspace", other, "-q", "--debug")
+    assert result.exit_code == 0, result.stderr
+    assert route.called
+    assert "[http] > GET" in result.stderr  # --debug after the command took effect too
+
+
+def test_conflicting_output_options_are_a_usage_error(cli: Cli) -> None:
+    result = cli("--json", "jobs", "get", str(JOB), "-o", "tsv")
+    assert result.exit_code == 2
+    assert "--json conflicts with -o tsv" in result.stderr
+    assert cli("jobs", "get", str(JOB), "-o", "yaml").exit_code == 2
+
+
+def test_a_command_keeps_its_own_option_of_a_global_name(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`server create-key --workspace` is the command's; the global one is not touched."""
+    import jobagentctl.server.admin as admin
+
     seen: dict[str, object] = {}
 
-    @demo.callback()
-    def root(
-        workspace: str = typer.Option("", "--workspace"),
-        quiet: bool = typer.Option(False, "-q"),
-        output: str = typer.Option("", "-o"),
-    ) -> None:
-        seen.update(root_workspace=workspace, quiet=quiet, output=output)
+    async def create(database: str, workspace_id: object, agent_id: object) -> object:
+        seen.update(own=str(workspace_id))
+        raise NotFound("no such workspace")
 
-    @demo.command("create-key")
-    def create_key(workspace: str = typer.Option("", "--workspace")) -> None:
-        seen["own_workspace"] = workspace
+    monkeypatch.setattr(admin, "create_key", create)
+    ws = "99999999-9999-4999-8999-999999999999"
+    result = cli("server", "create-key", "--workspace", ws, "--json", "--database", "sqlite://")
+    assert seen["own"] == ws
+    assert result.exit_code == 5
+    assert json.loads(result.stderr.splitlines()[-1])["error"]["code"] == "NOT_FOUND"
 
-    @demo.command("exec", context_settings={"allow_interspersed_args": False})
-    def exec_(args: list[str] = typer.Argument(None)) -> None:
-        seen["args"] = args
 
-    runner = CliRunner()
-    # An option the command defines itself stays with the command.
-    assert runner.invoke(demo, ["create-key", "--workspace", "W", "-q", "-ojson"]).exit_code == 0
-    assert seen == {"root_workspace": "", "quiet": True, "output": "json", "own_workspace": "W"}
+def test_run_passes_options_after_its_command_to_the_command(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import jobagentctl.supervisor as supervisor
+
+    seen: dict[str, object] = {}
+
+    class Fake:
+        def __init__(self, options: object, client: object, log: object) -> None:
+            seen["command"] = options.command  # type: ignore[attr-defined]
+
+        def run(self) -> int:
+            return 0
+
+    monkeypatch.setattr(supervisor, "Supervisor", Fake)
+    result = cli("run", "-q", "--json", "--", "tool", "--json", "-q", "--workspace", "X")
+    assert result.exit_code == 0, result.stderr
+    assert seen["command"] == ["tool", "--json", "-q", "--workspace", "X"]
     seen.clear()
-    assert runner.invoke(demo, ["exec", "-q", "cmd", "-o", "x", "--workspace", "V"]).exit_code == 0
-    assert seen == {
-        "root_workspace": "",
-        "quiet": True,
-        "output": "",
-        "args": ["cmd", "-o", "x", "--workspace", "V"],
-    }
+    result = cli("--json", "run", "tool", "-o", "tsv")  # no `--`: CMD starts at `tool`
+    assert result.exit_code == 0, result.stderr
+    assert seen["command"] == ["tool", "-o", "tsv"]
 
 
 # --- every remaining command with a TTY forced -------------------------------------------------

@@ -255,12 +255,18 @@ def test_heartbeat_against_v1_server(cli: Cli, api: respx.MockRouter) -> None:
     assert "server has no lease support" in result.stderr
 
 
-def test_heartbeat_of_a_v1_claim_fails_before_any_request(cli: Cli, api: respx.MockRouter) -> None:
-    route = api.post(f"{WS}/jobs/{JOB}/heartbeat")
-    result = cli("heartbeat", env={"JOBAGENTCTL_JOB_ID": str(JOB), "JOBAGENTCTL_CLAIM_ID": ""})
-    assert result.exit_code == 1
-    assert "server has no lease support" in result.stderr
-    assert not route.called
+@pytest.mark.parametrize("claim_env", ["", None])
+def test_an_empty_claim_id_is_unset(cli: Cli, api: respx.MockRouter, claim_env: str | None) -> None:
+    """Empty = unset, for heartbeat as for complete: the heartbeat goes without a claim id."""
+    route = api.post(f"{WS}/jobs/{JOB}/heartbeat").respond(200, json=wire.heartbeat())
+    result = cli(
+        "heartbeat", env={"JOBAGENTCTL_JOB_ID": str(JOB), "JOBAGENTCTL_CLAIM_ID": claim_env}
+    )
+    assert result.exit_code == 0, result.stderr
+    assert body(route) == {}
+    empty_job = cli("heartbeat", env={"JOBAGENTCTL_JOB_ID": ""})
+    assert empty_job.exit_code == 2
+    assert "missing JOB_ID" in empty_job.stderr
 
 
 # --- complete ---------------------------------------------------------------------------------

@@ -128,3 +128,30 @@ def test_usage_errors_are_2(args: list[str]) -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.stderr
     assert result.stdout == ""
+
+
+def test_json_error_status_is_what_a_server_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`status` is the HTTP status a server sent; null when none answered (README: errors)."""
+    import socket
+
+    with socket.socket() as sock:  # bound, never listening: the connection is refused
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        env = {
+            "JOBAGENTCTL_URL": f"http://127.0.0.1:{port}",
+            "JOBAGENTCTL_API_KEY": API_KEY,
+            "JOBAGENTCTL_WORKSPACE": str(WORKSPACE),
+        }
+        refused = CliRunner().invoke(app, ["jobs", "get", str(JOB), "--json"], env=env)
+    assert refused.exit_code == 3
+    error = json.loads(refused.stderr.splitlines()[-1])["error"]
+    assert (error["code"], error["status"]) == ("SERVICE_UNAVAILABLE", None)
+
+    def answered(self: Client, job_id: object) -> None:
+        raise errors.ServerUnavailable("busy", status=503)
+
+    monkeypatch.setattr(Client, "get_job", answered)
+    env["JOBAGENTCTL_URL"] = BASE
+    busy = CliRunner().invoke(app, ["jobs", "get", str(JOB), "--json"], env=env)
+    assert busy.exit_code == 3
+    assert json.loads(busy.stderr.splitlines()[-1])["error"]["status"] == 503

@@ -38,7 +38,7 @@ def test_json_of_a_model_uses_wire_names_and_utc() -> None:
 
 def test_tsv_escapes_what_would_break_rows(capsys: pytest.CaptureFixture[str]) -> None:
     job = Job.model_validate(wire.job(message="a\tb\nc\\d", externalId=None))
-    output.emit(AppState(output="tsv"), "job", [job])
+    output.emit(AppState(output_flag="tsv"), "job", [job])
     line = capsys.readouterr().out
     assert line.count("\n") == 1
     fields = line.rstrip("\n").split("\t")
@@ -48,7 +48,7 @@ def test_tsv_escapes_what_would_break_rows(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_env_lines_are_shell_quoted(capsys: pytest.CaptureFixture[str]) -> None:
-    output.emit_env(AppState(output="env"), {"A": "it's $(rm -rf ~)", "B": None, "C": 7})
+    output.emit_env(AppState(output_flag="env"), {"A": "it's $(rm -rf ~)", "B": None, "C": 7})
     lines = capsys.readouterr().out.splitlines()
     assert shlex.split(lines[0]) == ["export", "A=it's $(rm -rf ~)"]
     assert lines[1] == "export B=''"
@@ -65,7 +65,7 @@ def test_colour_switches(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_server_text_is_not_rich_markup(capsys: pytest.CaptureFixture[str]) -> None:
     job = Job.model_validate(wire.job(message="[bold red]boom[/] :smile:"))
-    output.emit(AppState(output="table"), "job", [job])
+    output.emit(AppState(output_flag="table"), "job", [job])
     assert "[bold red]boom[/] :smile:" in capsys.readouterr().out
 
 

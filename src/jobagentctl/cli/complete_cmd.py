@@ -43,14 +43,13 @@ def complete(
       make build; jobagentctl complete --exit-code $? --link "Logs=$CI_LOG_URL"
     """
     import json
-    import os
 
     from jobagentctl.cli import output
-    from jobagentctl.cli.params import env_or, key_values, uuid_arg
+    from jobagentctl.cli.params import key_values
     from jobagentctl.cli.status import terminal_status
     from jobagentctl.errors import UsageError
     from jobagentctl.models import JobStatus
-    from jobagentctl.settings import CLAIM_ID_ENV, JOB_ID_ENV
+    from jobagentctl.settings import job_context
 
     state = get_state(ctx)
     if (status is None) == (exit_code is None):
@@ -61,23 +60,21 @@ def complete(
         final = JobStatus.SUCCESSFUL if exit_code == 0 else JobStatus.FAILURE
         if exit_code != 0 and message is None:
             message = f"exit code {exit_code}"
-    job = uuid_arg(env_or(job_id, JOB_ID_ENV, "JOB_ID"), "JOB_ID")
-    # An empty JOBAGENTCTL_CLAIM_ID is a V1 claim: report without fencing.
-    claim_text = claim_id if claim_id is not None else os.environ.get(CLAIM_ID_ENV) or None
-    claim = uuid_arg(claim_text, "--claim-id") if claim_text else None
+    # No claim id (a V1 claim exports an empty one): report without fencing.
+    target = job_context(job_id, claim_id)
     metadata = None
     if links:
         metadata = {LINKS_KEY: json.dumps(key_values(links, "--link"))}
     with state.client() as client:
         accepted = client.update_status(
-            job,
+            target.job_id,
             final,
-            claim_id=claim,
+            claim_id=target.claim_id,
             message=message,
             external_id=external_id,
             metadata=metadata,
         )
-    output.emit_accepted(state, accepted, f"job {job}: {final.value}")
+    output.emit_accepted(state, accepted, f"job {target.job_id}: {final.value}")
 
 
 def register(app: typer.Typer) -> None:

@@ -63,13 +63,20 @@ class Flags:
 
 @dataclass
 class AppState:
-    """What the root callback parsed, and the lazily built settings and client."""
+    """What the global options said, and the lazily built settings and client.
 
-    output: str = "tsv"
+    Global options may come before or after the command; each occurrence is stored here as it
+    is parsed (:func:`set_global`), and the output format is decided on first use, once all of
+    them are known.
+    """
+
+    output_flag: str | None = None
+    json_flag: bool = False
     quiet: bool = False
     debug: bool = False
     no_color: bool = False
     flags: Flags = field(default_factory=Flags)
+    _output: str | None = field(default=None, repr=False)
     _settings: ClientSettings | None = field(default=None, repr=False)
 
     @property
@@ -90,6 +97,24 @@ class AppState:
     @settings.setter
     def settings(self, value: ClientSettings) -> None:
         self._settings = value
+
+    @property
+    def output(self) -> str:
+        """table, json, tsv or env: from ``-o``/``--json``, else table on a TTY, tsv piped."""
+        if self._output is None:
+            self._output = resolve_output(self.output_flag, self.json_flag)
+        return self._output
+
+    @output.setter
+    def output(self, value: str) -> None:
+        self._output = value
+
+    def output_or_default(self) -> str:
+        """The output format, or tsv when the flags themselves are in conflict (for errors)."""
+        try:
+            return self.output
+        except ConfigError:
+            return "tsv"
 
     def client(self, **overrides: Any) -> Client:
         """A new API client from the settings; the caller closes it (``with state.client()``)."""
@@ -134,9 +159,8 @@ class AppState:
 
 
 def get_state(ctx: typer.Context) -> AppState:
-    """The :class:`AppState` the root callback stored; a default one outside the full app."""
-    state = ctx.find_object(AppState)
-    if state is None:
-        state = AppState(output=resolve_output(None, False))
-        ctx.find_root().obj = state
-    return state
+    """The invocation's :class:`AppState`, kept on the root context (made on first use)."""
+    root = ctx.find_root()
+    if not isinstance(root.obj, AppState):
+        root.obj = AppState()
+    return root.obj

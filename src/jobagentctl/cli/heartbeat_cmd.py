@@ -27,32 +27,23 @@ def heartbeat(
     """Send one heartbeat: the lease runs for another lease length from now.
 
     Exit 6 when the claim is gone (reaped, released, cancelled) or held by another attempt:
-    stop working on the job then.
+    stop working on the job then. Without a claim id (--claim-id not given,
+    JOBAGENTCTL_CLAIM_ID unset or empty) the heartbeat is not fenced.
 
     \b
     Example:
       claim=$(jobagentctl claim -o env) && eval "$claim"
       while sleep 20; do jobagentctl heartbeat >/dev/null || break; done &
     """
-    import os
-
     from jobagentctl.cli import output
-    from jobagentctl.cli.params import env_or, uuid_arg
-    from jobagentctl.errors import LeaseUnsupported
-    from jobagentctl.settings import CLAIM_ID_ENV, JOB_ID_ENV
+    from jobagentctl.settings import job_context
 
     state = get_state(ctx)
-    job = uuid_arg(env_or(job_id, JOB_ID_ENV, "JOB_ID"), "JOB_ID")
-    claim_text = claim_id if claim_id is not None else os.environ.get(CLAIM_ID_ENV)
-    if claim_text == "":
-        # `claim -o env` exports an empty claim id when the server granted no lease.
-        raise LeaseUnsupported(
-            f"server has no lease support: the claim of job {job} has no claim id "
-            "(a V1 claim), so there is no lease to extend"
-        )
-    claim = uuid_arg(claim_text, "--claim-id") if claim_text is not None else None
+    target = job_context(job_id, claim_id)
     with state.client() as client:
-        beat = client.heartbeat(job, claim_id=claim, lease_seconds=lease_seconds)
+        beat = client.heartbeat(
+            target.job_id, claim_id=target.claim_id, lease_seconds=lease_seconds
+        )
     output.emit(state, "heartbeat", beat)
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "emit_accepted",
     "emit_env",
     "info",
+    "notice",
     "relative",
     "render_table",
     "rfc3339",
@@ -157,6 +158,25 @@ VIEWS: dict[str, View] = {
         )
     ),
     "agent": View((Column("id", "ID"), Column("name", "NAME"), Column("type", "TYPE"))),
+    # `server …` results: printed once, the API key among them.
+    "server-init": View(
+        (
+            Column("workspaceId", "WORKSPACE"),
+            Column("apiKey", "API KEY"),
+            Column("database", "DATABASE"),
+        )
+    ),
+    "workspace-created": View((Column("workspaceId", "WORKSPACE"), Column("apiKey", "API KEY"))),
+    "key-created": View(
+        (
+            Column("id", "KEY ID"),
+            Column("apiKey", "API KEY"),
+            Column("workspaceId", "WORKSPACE"),
+            Column("jobAgentId", "AGENT"),
+        )
+    ),
+    "migrated": View((Column("applied", "APPLIED MIGRATIONS"), Column("database", "DATABASE"))),
+    "key-revoked": View((Column("id", "KEY ID"), Column("revoked", "REVOKED"))),
     "attempt": View(
         (
             Column("attempt", "ATTEMPT"),
@@ -203,16 +223,16 @@ def _rows(items: Sequence[Any], overrides: Sequence[Mapping[str, Any]] | None) -
 def emit(
     state: AppState,
     view: str,
-    data: BaseModel | Sequence[BaseModel],
+    data: BaseModel | Mapping[str, Any] | Sequence[BaseModel],
     *,
     overrides: Sequence[Mapping[str, Any]] | None = None,
     title: str | None = None,
 ) -> None:
-    """Print a result (one model or a list) on stdout in the state's output format.
+    """Print a result (one model or mapping, or a list) on stdout in the state's output format.
 
     ``overrides`` replace fields per item (e.g. ``state: stale``) in every format.
     """
-    many = not hasattr(data, "model_dump")
+    many = not (hasattr(data, "model_dump") or isinstance(data, Mapping))
     items: Sequence[Any] = data if many else [data]  # type: ignore[assignment]
     rows = _rows(items, overrides)
     if state.output == "json":
@@ -249,6 +269,11 @@ def info(state: AppState, message: str) -> None:
     """A confirmation or progress note on stderr, unless ``-q``."""
     if not state.quiet:
         print(message, file=sys.stderr)
+
+
+def notice(message: str) -> None:
+    """Something the reader must see on stderr, even with ``-q`` (e.g. "shown only once")."""
+    print(message, file=sys.stderr)
 
 
 def warn(message: str) -> None:

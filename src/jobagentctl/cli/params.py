@@ -6,33 +6,14 @@ Every failure is a :class:`~jobagentctl.errors.UsageError` (exit 2) naming the o
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
-from uuid import UUID
 
 from jobagentctl.errors import UsageError
+from jobagentctl.settings import parse_uuid as uuid_arg
 
-__all__ = ["env_or", "json_object", "key_values", "uuid_arg"]
-
-
-def uuid_arg(value: str, name: str) -> UUID:
-    """``value`` as a UUID, or a usage error naming ``name``."""
-    try:
-        return UUID(value.strip())
-    except ValueError:
-        raise UsageError(f"{name}: not a UUID: {value!r}") from None
-
-
-def env_or(value: str | None, env: str, name: str) -> str:
-    """The argument, else the environment variable ``env`` (as set by ``claim -o env``)."""
-    if value:
-        return value
-    from_env = os.environ.get(env)
-    if from_env:
-        return from_env
-    raise UsageError(f"missing {name}: pass it, or set {env} (see: jobagentctl claim -o env)")
+__all__ = ["json_object", "key_values", "uuid_arg"]
 
 
 def json_object(text: str | None, name: str) -> dict[str, Any] | None:

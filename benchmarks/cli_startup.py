@@ -1,0 +1,140 @@
+"""CLI start-up, whole processes, side by side in one run (issue 15): every figure is a ratio.
+
+The floor is the chosen stack's own import, ``python -c "import typer, httpx, pydantic_settings"``.
+Each round runs every process once, in turn, so a busy machine slows them all alike; the table
+shows medians. The round trips go to a real ``jobagentctl server start`` on SQLite.
+
+    .venv/bin/python -m benchmarks.cli_startup            # 15 rounds
+    .venv/bin/python -m benchmarks.cli_startup --runs 5 --json
+
+Targets: heartbeat, complete, ``claim -o env`` ≤ 1.0× the floor; ``list`` ≤ 1.1×; one Tab
+completion ≤ 0.10 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.common import Server, database
+
+FLOOR = "python -c 'import typer, httpx, pydantic_settings'"
+
+
+def _program() -> list[str]:
+    """The console script a shell runs (``python -m jobagentctl`` if it is not installed)."""
+    script = Path(sys.executable).parent / "jobagentctl"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "jobagentctl"]
+
+
+def _time(argv: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv} exited {proc.returncode}: {proc.stderr.decode()[-500:]}")
+    return elapsed
+
+
+def measure(runs: int) -> dict[str, float]:
+    py, prog = sys.executable, _program()
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBAGENTCTL_", "CTRL"))}
+    base_env["XDG_CONFIG_HOME"] = "/nonexistent"
+    samples: dict[str, list[float]] = {}
+    with database("sqlite") as url, Server(url) as server:
+        env = {
+            **base_env,
+            "JOBAGENTCTL_URL": server.url,
+            "JOBAGENTCTL_WORKSPACE": server.workspace,
+            "JOBAGENTCTL_API_KEY": server.api_key,
+            "JOBAGENTCTL_AGENT": server.agent,
+        }
+
+        def job(lease: int = 3600) -> dict[str, str]:
+            _, body = asyncio.run(
+                server.call("POST", f"/job-agents/{server.agent}/jobs", {"jobAgentConfig": {}})
+            )
+            made = json.loads(body)
+            _, body = asyncio.run(
+                server.call(
+                    "POST",
+                    f"/job-agents/{server.agent}/jobs/{made['id']}/claim",
+                    {"leaseSeconds": lease},
+                )
+            )
+            claimed = json.loads(body)
+            return {"JOBAGENTCTL_JOB_ID": claimed["id"], "JOBAGENTCTL_CLAIM_ID": claimed["claimId"]}
+
+        held = {**env, **job()}
+        done = {**env, **job()}
+        # Ten queued jobs for `list`, and one queued job per `claim` round.
+        for _ in range(10 + runs):
+            asyncio.run(
+                server.call("POST", f"/job-agents/{server.agent}/jobs", {"jobAgentConfig": {}})
+            )
+        complete_env = {
+            **base_env,
+            "_JOBAGENTCTL_COMPLETE": "complete_bash",
+            "COMP_WORDS": "jobagentctl inspect",
+            "COMP_CWORD": "1",
+        }
+        cases: dict[str, tuple[list[str], dict[str, str]]] = {
+            "python -c pass": ([py, "-c", "pass"], base_env),
+            FLOOR: ([py, "-c", "import typer, httpx, pydantic_settings"], base_env),
+            "--version": ([*prog, "--version"], base_env),
+            "heartbeat -q": ([*prog, "-q", "heartbeat"], held),
+            "complete --status successful": ([*prog, "complete", "--status", "successful"], done),
+            "claim -o env": ([*prog, "claim", "-o", "env"], env),
+            "list": ([*prog, "list"], env),
+            "Tab completion (bash)": (prog, complete_env),
+        }
+        for argv, case_env in cases.values():  # warm the page cache and .pyc files
+            _time(argv, case_env)
+        for _ in range(runs):
+            for name, (argv, case_env) in cases.items():
+                samples.setdefault(name, []).append(_time(argv, case_env))
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+TARGETS = {
+    "heartbeat -q": 1.0,
+    "complete --status successful": 1.0,
+    "claim -o env": 1.0,
+    "list": 1.1,
+}
+
+
+def table(figures: dict[str, float]) -> str:
+    floor = figures[FLOOR]
+    lines = [
+        "| process | median | ratio to the floor | target |",
+        "|---|---|---|---|",
+    ]
+    for name, seconds in figures.items():
+        target = ""
+        if name in TARGETS:
+            target = f"≤ {TARGETS[name]:.1f}×"
+        elif name.startswith("Tab"):
+            target = "≤ 0.10 s"
+        lines.append(f"| `{name}` | {seconds * 1000:.0f} ms | {seconds / floor:.2f}× | {target} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--json", action="store_true", help="print the medians as JSON")
+    args = parser.parse_args()
+    figures = measure(args.runs)
+    print(json.dumps(figures, indent=2) if args.json else table(figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""What the `server` commands share: the --database option, server settings, running async work."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import typer
+
+if TYPE_CHECKING:
+    from jobagentctl.server.settings import ServerSettings
+
+__all__ = ["LOCAL_PROFILE", "database_option", "run_async", "server_settings"]
+
+T = TypeVar("T")
+
+# The config profile `server init --write-config` writes.
+LOCAL_PROFILE = "local"
+
+_DATABASE_HELP = (
+    "Database URL: sqlite:///PATH or postgresql://user@host:port/db "
+    "[env JOBAGENTCTL_SERVER_DATABASE; default sqlite:///$XDG_DATA_HOME/jobagentctl/jobagent.db]"
+)
+
+
+def database_option() -> Any:
+    return typer.Option(None, "--database", help=_DATABASE_HELP, show_default=False)
+
+
+def server_settings(**overrides: Any) -> ServerSettings:
+    """``ServerSettings`` from flags (those given) over ``JOBAGENTCTL_SERVER_*`` over defaults."""
+    from pydantic import ValidationError as PydanticValidationError
+
+    from jobagentctl.errors import ConfigError
+    from jobagentctl.server.settings import ServerSettings, check_database_url
+    from jobagentctl.settings import validation_problems
+
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        settings = ServerSettings(**given)
+    except PydanticValidationError as exc:
+        raise ConfigError(f"invalid server settings: {validation_problems(exc)}") from None
+    check_database_url(settings.database)
+    return settings
+
+
+def run_async(work: Callable[[], Awaitable[T]]) -> T:
+    """Run one coroutine of the admin module to completion."""
+    import asyncio
+
+    async def awaited() -> T:
+        return await work()
+
+    return asyncio.run(awaited())

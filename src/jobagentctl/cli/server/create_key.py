@@ -1,0 +1,49 @@
+"""`jobagentctl server create-key`: a workspace key, or one scoped to an agent (printed once)."""
+
+from __future__ import annotations
+
+import typer
+
+from jobagentctl.cli.context import get_state
+from jobagentctl.cli.server._common import database_option
+
+__all__ = ["register"]
+
+
+def create_key(
+    ctx: typer.Context,
+    workspace: str = typer.Option(..., "--workspace", help="Workspace id."),
+    agent: str | None = typer.Option(
+        None, "--agent", help="Job agent id: the key may then act only for this agent."
+    ),
+    database: str | None = database_option(),
+) -> None:
+    """Create an API key (workspace-wide, or scoped to one agent); print it once.
+
+    Example: jobagentctl server create-key --workspace WS_ID --agent AGENT_ID -o json
+    """
+    from jobagentctl.cli import output
+    from jobagentctl.cli.params import uuid_arg
+    from jobagentctl.cli.server._common import run_async, server_settings
+    from jobagentctl.server import admin
+
+    state = get_state(ctx)
+    workspace_id = uuid_arg(workspace, "--workspace")
+    agent_id = uuid_arg(agent, "--agent") if agent is not None else None
+    settings = server_settings(database=database)
+    created = run_async(lambda: admin.create_key(settings.database, workspace_id, agent_id))
+    output.emit(
+        state,
+        "key-created",
+        {
+            "id": str(created.id),
+            "apiKey": created.api_key,
+            "workspaceId": str(created.workspace_id),
+            "jobAgentId": str(created.job_agent_id) if created.job_agent_id else None,
+        },
+    )
+    output.notice("The API key is shown only once: store it now.")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("create-key")(create_key)

@@ -1,0 +1,73 @@
+"""`jobagentctl server init`: schema, a workspace "default" and its first key (printed once)."""
+
+from __future__ import annotations
+
+import typer
+
+from jobagentctl.cli.context import get_state
+from jobagentctl.cli.server._common import LOCAL_PROFILE, database_option
+
+__all__ = ["register"]
+
+
+def init(
+    ctx: typer.Context,
+    database: str | None = database_option(),
+    write_config: bool = typer.Option(
+        False, "--write-config", help=f"Store the workspace and key as profile '{LOCAL_PROFILE}'."
+    ),
+    force: bool = typer.Option(
+        False, "--force", help=f"With --write-config: replace an existing '{LOCAL_PROFILE}'."
+    ),
+    url: str | None = typer.Option(
+        None,
+        "--url",
+        help="Server URL for the written profile [default: http://HOST:PORT from the server "
+        "settings, 127.0.0.1:8080].",
+        show_default=False,
+    ),
+) -> None:
+    """Create the schema, a workspace "default" and a workspace key; print them once.
+
+    --write-config refuses to replace an existing profile 'local' (its workspace and key would
+    be lost) unless --force is given; nothing is created then.
+
+    Example: jobagentctl server init --write-config
+    """
+    from jobagentctl.cli import output
+    from jobagentctl.cli.server._common import run_async, server_settings
+    from jobagentctl.server import admin
+    from jobagentctl.server.settings import redact_url
+    from jobagentctl.settings import ensure_profile_free, write_profile
+
+    state = get_state(ctx)
+    settings = server_settings(database=database)
+    if write_config and not force:
+        # Refuse before creating anything: a second workspace nobody can reach helps no one.
+        ensure_profile_free(LOCAL_PROFILE)
+    created = run_async(lambda: admin.init(settings.database))
+    written = None
+    if write_config:
+        host = settings.host if settings.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        profile = {
+            "url": url or f"http://{host}:{settings.port}",
+            "workspace": str(created.workspace_id),
+            "api_key": created.api_key,
+        }
+        written = write_profile(LOCAL_PROFILE, profile, force=force)
+    output.emit(
+        state,
+        "server-init",
+        {
+            "workspaceId": str(created.workspace_id),
+            "apiKey": created.api_key,
+            "database": redact_url(settings.database),
+        },
+    )
+    output.notice("The API key is shown only once: store it now.")
+    if written is not None:
+        output.info(state, f"Wrote profile '{LOCAL_PROFILE}' to {written}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("init")(init)

@@ -1,0 +1,35 @@
+"""`jobagentctl server revoke-key KEY_ID`: requests with that key get 401."""
+
+from __future__ import annotations
+
+import typer
+
+from jobagentctl.cli.context import get_state
+from jobagentctl.cli.server._common import database_option
+
+__all__ = ["register"]
+
+
+def revoke_key(
+    ctx: typer.Context,
+    key_id: str = typer.Argument(..., help="The key's id (from create-key)."),
+    database: str | None = database_option(),
+) -> None:
+    """Revoke an API key: requests with it get 401 within a few seconds (key cache TTL).
+
+    Not in SPEC: an operator addition. Example: jobagentctl server revoke-key KEY_ID
+    """
+    from jobagentctl.cli import output
+    from jobagentctl.cli.params import uuid_arg
+    from jobagentctl.cli.server._common import run_async, server_settings
+    from jobagentctl.server import admin
+
+    state = get_state(ctx)
+    key_uuid = uuid_arg(key_id, "KEY_ID")
+    settings = server_settings(database=database)
+    run_async(lambda: admin.revoke_key(settings.database, key_uuid))
+    output.emit(state, "key-revoked", {"id": str(key_uuid), "revoked": True})
+
+
+def register(app: typer.Typer) -> None:
+    app.command("revoke-key")(revoke_key)
