@@ -37,12 +37,44 @@ def free_port() -> int:
 
 
 def proc_cpu_seconds(pid: int) -> float:
-    """utime + stime of one live process."""
+    """Time on a CPU of one live process, all threads (/proc/PID/schedstat: nanoseconds)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError):
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, IndexError, ValueError):
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def database_name(url: str) -> str:
+    return urlsplit(url).path.lstrip("/")
+
+
+class BackendCpu:
+    """CPU of the PostgreSQL backends connected to one database (by PID, from
+    pg_stat_activity): every benchmark run has a database of its own, so these are exactly the
+    run's connections, not other clients' and not PostgreSQL's background processes.
+
+    A backend that connects during the run counts from zero; one that disconnects before
+    ``seconds()`` is lost (the clients measured here keep their connections open until then).
+    """
+
+    def __init__(self, url: str) -> None:
+        self._db = database_name(url)
+        self._start = self.snapshot()
+
+    def pids(self) -> list[int]:
+        out = psql(
+            PG_URL,
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' "
+            f"AND datname = '{self._db}'",
+        )
+        return [int(x) for x in out.split()]
+
+    def snapshot(self) -> dict[int, float]:
+        return {pid: proc_cpu_seconds(pid) for pid in self.pids()}
+
+    def seconds(self) -> float:
+        end = self.snapshot()
+        return sum(max(0.0, v - self._start.get(pid, 0.0)) for pid, v in end.items())
 
 
 def _postgres_pids() -> list[int]:
@@ -143,6 +175,22 @@ class Server:
     def start(self) -> Server:
         init = json.loads(cli("server", "init", "--database", self.database_url, "-o", "json"))
         self.workspace, self.api_key = init["workspaceId"], init["apiKey"]
+        self._spawn()
+        self.agent = str(uuid.uuid4())
+        status, _ = asyncio.run(
+            self.call("PUT", f"/job-agents/{self.agent}", {"name": "bench", "type": "bench"})
+        )
+        if status != 202:
+            raise RuntimeError(f"agent registration failed: {status}")
+        return self
+
+    def start_more(self, first: Server) -> Server:
+        """Another server process on ``first``'s database, workspace, key and agent."""
+        self.workspace, self.api_key, self.agent = first.workspace, first.api_key, first.agent
+        self._spawn()
+        return self
+
+    def _spawn(self) -> None:
         port = free_port()
         env = {
             **os.environ,
@@ -165,16 +213,11 @@ class Server:
                 socket.create_connection(("127.0.0.1", port), timeout=0.2),
             ):
                 break
+            if self.proc.poll() is not None:
+                raise RuntimeError("server exited at start")
             time.sleep(0.05)
         else:
             raise RuntimeError("server did not start")
-        self.agent = str(uuid.uuid4())
-        status, _ = asyncio.run(
-            self.call("PUT", f"/job-agents/{self.agent}", {"name": "bench", "type": "bench"})
-        )
-        if status != 202:
-            raise RuntimeError(f"agent registration failed: {status}")
-        return self
 
     @property
     def headers(self) -> dict[str, str]:

@@ -37,6 +37,7 @@ class Row:
     ratio: str
     target: str
     met: str
+    gate: str = "not gated"
 
 
 def _verdict(ok: bool | None) -> str:

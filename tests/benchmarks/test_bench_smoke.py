@@ -31,9 +31,9 @@ def test_benchmarks_smoke_run_fills_every_row() -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and "---" not in line]
     figures = rows[1:]  # rows[0] is the header
-    # cycles: 2 dbs × 3 concurrencies + CPU + peer (8); heartbeats 2; reaper 1; pickup 2;
+    # ceilings 6; cycles 5 (sqlite × 3, postgres × 2); heartbeats 2; reaper 1; pickup 2;
     # recovery 2; cli 2; supervision 1.
-    assert len(figures) == 18, out.stdout
+    assert len(figures) == 21, out.stdout
     for row in figures:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[1] and cells[2], f"empty figure in {row!r}"

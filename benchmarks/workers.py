@@ -1,0 +1,223 @@
+"""Load generators spread over several processes, so the client side is never the bottleneck.
+
+One process runs ``agents`` agents, each looping claim → complete until the queue is empty:
+
+    python -m benchmarks.workers http URLS PREFIX API_KEY AGENT_ID AGENTS
+    python -m benchmarks.workers direct DATABASE_URL WORKSPACE_ID AGENT_ID AGENTS
+
+``http`` speaks to one or more server processes (URLS comma-separated; agent i uses
+URLS[i % n], the round-robin of the scale-out figures) with the minimal keep-alive client;
+``direct`` issues the store's own calls in-process (``Store.claim_next`` + ``update_status``).
+Protocol on stdin/stdout: prints ``ready``, waits for ``go``, runs, prints one JSON line
+{"cycles", "seconds", "cpu"} (this process's CPU during the run), then waits for a line before
+closing its connections (so the parent can read their backends' CPU while they are alive).
+The parent side is ``run_workers``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from benchmarks.httpclient import Connection
+
+
+async def _http(urls: list[str], prefix: str, key: str, agent_id: str, agents: int) -> int:
+    headers = {"X-API-Key": key}
+    conns = [await Connection.open(urls[i % len(urls)]) for i in range(agents)]
+    print("ready", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    done = 0
+
+    async def agent(conn: Connection) -> None:
+        nonlocal done
+        claim = f"{prefix}/job-agents/{agent_id}/claim"
+        body = {"leaseSeconds": 60, "waitSeconds": 0}
+        while True:
+            status, raw = await conn.request("POST", claim, body=body, headers=headers)
+            if status == 204:
+                return
+            if status != 200:
+                raise RuntimeError(f"claim: {status} {raw[:200]!r}")
+            job = json.loads(raw)
+            status, raw = await conn.request(
+                "PUT",
+                f"{prefix}/jobs/{job['id']}/status",
+                body={"status": "successful", "claimId": job["claimId"]},
+                headers=headers,
+            )
+            if status != 202:
+                raise RuntimeError(f"complete: {status} {raw[:200]!r}")
+            done += 1
+
+    cpu0, t0 = _cpu(), time.perf_counter()
+    await asyncio.gather(*(agent(c) for c in conns))
+    _report(done, time.perf_counter() - t0, _cpu() - cpu0)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    for c in conns:
+        await c.close()
+    return done
+
+
+async def _direct(url: str, ws: str, agent_id: str, agents: int) -> int:
+    from jobagentctl.models import JobStatus
+    from jobagentctl.server.store import open_store
+
+    store = open_store(url, min_size=agents, max_size=agents)
+    await store.open()
+    wsid, aid = UUID(ws), UUID(agent_id)
+    # Open every pooled connection before the clock starts.
+    await store.claim_next(wsid, UUID(int=0), 60)
+    print("ready", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    done = 0
+
+    async def agent() -> None:
+        nonlocal done
+        while True:
+            job = await store.claim_next(wsid, aid, 60)
+            if job is None:
+                return
+            await store.update_status(
+                wsid,
+                job.id,
+                JobStatus.SUCCESSFUL,
+                claim_id=job.claim_id,
+                message=None,
+                external_id=None,
+                metadata=None,
+            )
+            done += 1
+
+    cpu0, t0 = _cpu(), time.perf_counter()
+    await asyncio.gather(*(agent() for _ in range(agents)))
+    _report(done, time.perf_counter() - t0, _cpu() - cpu0)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    await store.close()
+    return done
+
+
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def _report(cycles: int, seconds: float, cpu: float) -> None:
+    print(json.dumps({"cycles": cycles, "seconds": seconds, "cpu": cpu}), flush=True)
+
+
+# --- the parent side ------------------------------------------------------------------------------
+
+
+@dataclass
+class WorkersResult:
+    cycles: int
+    seconds: float  # wall time from "go" to the last process's result
+    cpu: list[float]  # per process
+    process_seconds: list[float]
+
+    @property
+    def rate(self) -> float:
+        return self.cycles / self.seconds if self.seconds else 0.0
+
+    @property
+    def client_cores(self) -> float:
+        return sum(self.cpu) / self.seconds if self.seconds else 0.0
+
+    @property
+    def busiest_share(self) -> float:
+        """The busiest client process's CPU over its run: ≥ 0.8 means client-bound."""
+        return max(c / s for c, s in zip(self.cpu, self.process_seconds, strict=True) if s)
+
+
+class Workers:
+    """``processes`` worker processes sharing ``agents`` agents; ``start`` waits until all are
+    ready, ``go`` runs them and returns the totals; ``close`` lets them disconnect."""
+
+    def __init__(self, mode: str, args: list[str], processes: int, agents: int) -> None:
+        per = [agents // processes + (1 if i < agents % processes else 0) for i in range(processes)]
+        self.procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "benchmarks.workers", mode, *args, str(n)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for n in per
+            if n > 0
+        ]
+        for p in self.procs:
+            assert p.stdout
+            line = p.stdout.readline().strip()
+            if line != "ready":
+                self.close()
+                raise RuntimeError(f"benchmark worker failed to start ({line!r})")
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def go(self) -> WorkersResult:
+        t0 = time.perf_counter()
+        for p in self.procs:
+            assert p.stdin
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        results: list[dict[str, Any]] = []
+        for p in self.procs:
+            assert p.stdout
+            line = p.stdout.readline()
+            if not line:
+                raise RuntimeError("benchmark worker died")
+            results.append(json.loads(line))
+        wall = time.perf_counter() - t0
+        return WorkersResult(
+            sum(r["cycles"] for r in results),
+            wall,
+            [r["cpu"] for r in results],
+            [r["seconds"] for r in results],
+        )
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None and p.stdin:
+                try:
+                    p.stdin.write("exit\n")
+                    p.stdin.flush()
+                except OSError:
+                    pass
+        for p in self.procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def main(argv: list[str]) -> None:
+    mode, *rest = argv
+    if mode == "http":
+        urls, prefix, key, agent, agents = rest
+        asyncio.run(_http(urls.split(","), prefix, key, agent, int(agents)))
+    elif mode == "direct":
+        url, ws, agent, agents = rest
+        asyncio.run(_direct(url, ws, agent, int(agents)))
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
