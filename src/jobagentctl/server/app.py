@@ -1,14 +1,15 @@
 """The HTTP API (SPEC §4): routes → ``JobService``; errors always ``{message, code, details}``.
 
-The four hot endpoints are answered by ``fastpath.FastPath`` before the framework runs; for the
-rest, one pure-ASGI middleware does the shared per-request work (authentication, body limit,
-latency metric). Responses are ``model_dump_json`` bytes, never re-validated by the framework.
+Every request enters through ``edge.Edge`` (admission: key, body limit, JSON depth; response
+step: metric and 5xx log); the four hot endpoints may then be answered by the fast path
+(``fastpath.py``) before the framework's routing runs. Route templates live in
+``operations.Routes``. Responses are ``model_dump_json`` bytes, never re-validated by the
+framework.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
@@ -19,10 +20,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import PlainTextResponse, Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from jobagentctl import __version__
-from jobagentctl.errors import AuthError, JobAgentError, PayloadTooLarge, ValidationError
+from jobagentctl.errors import JobAgentError
 from jobagentctl.models import (
     AcceptedResponse,
     ClaimedJob,
@@ -42,6 +43,7 @@ from jobagentctl.models import (
     UpsertJobAgentRequest,
 )
 from jobagentctl.server.auth import Authenticator, Principal
+from jobagentctl.server.edge import PRINCIPAL, Edge
 from jobagentctl.server.encoding import (
     NO_CONTEXT,
     error_bytes,
@@ -51,16 +53,18 @@ from jobagentctl.server.encoding import (
     model_bytes,
     page_bytes,
 )
-from jobagentctl.server.fastpath import (
-    FastPath,
+from jobagentctl.server.fastpath import FastPath
+from jobagentctl.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from jobagentctl.server.metrics import Metrics
+from jobagentctl.server.operations import (
+    API_PREFIX,
+    V1_PREFIX,
+    Routes,
     claim_job_op,
     claim_next_op,
     heartbeat_op,
-    match,
     update_status_op,
 )
-from jobagentctl.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from jobagentctl.server.metrics import Metrics
 from jobagentctl.server.reaper import Reaper
 from jobagentctl.server.service import JobService
 from jobagentctl.server.settings import ServerSettings
@@ -70,11 +74,7 @@ __all__ = ["API_PREFIX", "JobAgentApp", "create_app"]
 
 logger = logging.getLogger("jobagentctl.server")
 
-API_PREFIX = "/api"
-_V1 = f"{API_PREFIX}/v1/"
-_PRINCIPAL = "jobagentctl.principal"
 _JSON = "application/json"
-_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 # --- responses --------------------------------------------------------------------------------
 
@@ -95,122 +95,8 @@ def _error_response(exc: JobAgentError) -> Response:
 
 
 def _principal(request: Request) -> Principal:
-    principal: Principal = request.scope[_PRINCIPAL]
+    principal: Principal = request.scope[PRINCIPAL]
     return principal
-
-
-# --- the per-request middleware ---------------------------------------------------------------
-
-
-class _ApiMiddleware:
-    """Authentication and the body limit for ``/api/v1/*``; latency for every request.
-
-    Authentication happens before routing and validation: a caller without a valid key gets
-    401 and learns nothing, not even that its path or body was malformed.
-    """
-
-    def __init__(
-        self, app: ASGIApp, *, auth: Authenticator, metrics: Metrics, max_body_bytes: int
-    ) -> None:
-        self.app = app
-        self.auth = auth
-        self.metrics = metrics
-        self.max_body_bytes = max_body_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def send_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            if scope["path"].startswith(_V1):
-                error, receive = await self._admit(scope, receive)
-                if error is not None:
-                    await _error_response(error)(scope, receive, send_status)
-                    return
-            await self.app(scope, receive, send_status)
-        finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
-            self.metrics.request_latency.labels(scope["method"], template, str(status)).observe(
-                time.perf_counter() - started
-            )
-
-    async def _admit(self, scope: Scope, receive: Receive) -> tuple[JobAgentError | None, Receive]:
-        api_key: str | None = None
-        content_length: int | None = None
-        chunked = False
-        foreign_type = False
-        for name, value in scope["headers"]:
-            if name == b"x-api-key":
-                api_key = value.decode("latin-1")
-            elif name == b"content-length":
-                try:
-                    content_length = int(value)
-                except ValueError:
-                    return ValidationError("invalid Content-Length header"), receive
-            elif name == b"transfer-encoding":
-                chunked = True
-            elif name == b"content-type" and b"json" not in value.lower():
-                foreign_type = True
-        if foreign_type:
-            # Bodies are JSON whatever the client labelled them (`curl -d` says form data).
-            scope["headers"] = [
-                (n, b"application/json" if n == b"content-type" else v) for n, v in scope["headers"]
-            ]
-        try:
-            scope[_PRINCIPAL] = await self.auth.authenticate(api_key)
-        except AuthError as exc:
-            return exc, receive
-        if content_length is not None:
-            if content_length > self.max_body_bytes:
-                return self._too_large(), receive
-            # The HTTP server never delivers more than Content-Length bytes: nothing to count.
-            return None, receive
-        if chunked and scope["method"] in _BODY_METHODS:
-            return await self._buffer(receive)
-        return None, receive
-
-    def _too_large(self) -> PayloadTooLarge:
-        return PayloadTooLarge(
-            f"request body exceeds {self.max_body_bytes} bytes",
-            details={"maxBodyBytes": self.max_body_bytes},
-        )
-
-    async def _buffer(self, receive: Receive) -> tuple[JobAgentError | None, Receive]:
-        """Read a body of unknown length up to the limit, then replay it to the app."""
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None, receive
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                return self._too_large(), receive
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        replayed = False
-        body = b"".join(chunks)
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        return None, replay
 
 
 # --- error handlers ---------------------------------------------------------------------------
@@ -236,8 +122,6 @@ async def _on_validation_error(request: Request, exc: Exception) -> Response:
 
 async def _on_job_agent_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, JobAgentError)
-    if exc.status >= 500:
-        logger.warning("%s %s → %d %s", request.method, request.url.path, exc.status, exc.code)
     return _error_response(exc)
 
 
@@ -289,20 +173,15 @@ StatusFilter = Annotated[
 
 
 class JobAgentApp(FastAPI):
-    """FastAPI, with the hot endpoints answered by :class:`FastPath` before the framework's
-    middleware and routing run (see ``fastpath.py``); everything else is plain FastAPI."""
+    """FastAPI behind :class:`Edge`: every request goes through the edge's admission and
+    response steps; the edge hands what the fast path does not answer to the framework."""
 
-    fast_path: FastPath | None = None
+    edge: Edge
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        fast = self.fast_path
-        if fast is not None:
-            hit = match(scope)
-            if hit is not None:
-                replay = await fast.handle(scope, receive, send, *hit)
-                if replay is None:
-                    return
-                receive = replay
+        await self.edge(scope, receive, send)
+
+    async def framework(self, scope: Scope, receive: Receive, send: Send) -> None:
         await super().__call__(scope, receive, send)
 
 
@@ -360,15 +239,19 @@ def create_app(settings: ServerSettings | None = None, store: Store | None = Non
     app.state.auth = auth
     app.state.metrics = metrics
     app.state.reaper = reaper
-    app.fast_path = FastPath(service, auth, metrics, settings.max_body_bytes)
+    app.edge = Edge(
+        app.framework,
+        auth=auth,
+        metrics=metrics,
+        max_body_bytes=settings.max_body_bytes,
+        max_json_depth=settings.max_json_depth,
+        fast_path=FastPath(service) if settings.fast_path else None,
+    )
 
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(JobAgentError, _on_job_agent_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
     app.add_exception_handler(Exception, _on_unexpected)
-    app.add_middleware(
-        _ApiMiddleware, auth=auth, metrics=metrics, max_body_bytes=settings.max_body_bytes
-    )
 
     _add_operational_routes(app, service, metrics)
     _add_v1_routes(app, service)
@@ -378,12 +261,12 @@ def create_app(settings: ServerSettings | None = None, store: Store | None = Non
 
 
 def _add_operational_routes(app: FastAPI, service: JobService, metrics: Metrics) -> None:
-    @app.get("/healthz", tags=["operations"], summary="The process is alive")
+    @app.get(Routes.HEALTHZ, tags=["operations"], summary="The process is alive")
     async def healthz() -> Response:
         return _json(b'{"status":"ok"}')
 
     @app.get(
-        "/readyz",
+        Routes.READYZ,
         tags=["operations"],
         summary="The database is reachable and its schema current",
         responses={503: {"model": ErrorBody}},
@@ -405,7 +288,7 @@ def _add_operational_routes(app: FastAPI, service: JobService, metrics: Metrics)
         return _json(b'{"status":"ready"}')
 
     @app.get(
-        "/metrics",
+        Routes.METRICS,
         tags=["operations"],
         summary="Prometheus metrics",
         response_class=PlainTextResponse,  # documents text/plain, as Prometheus serves it
@@ -415,10 +298,8 @@ def _add_operational_routes(app: FastAPI, service: JobService, metrics: Metrics)
 
 
 def _add_v1_routes(app: FastAPI, service: JobService) -> None:
-    v1 = f"{API_PREFIX}/v1/workspaces/{{ws}}"
-
     @app.put(
-        f"{v1}/job-agents/{{agentId}}",
+        Routes.AGENT,
         status_code=202,
         response_model=AcceptedResponse,
         responses=_ERRORS,
@@ -432,7 +313,7 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
         return _json(model_bytes(result), 202)
 
     @app.get(
-        f"{v1}/job-agents",
+        Routes.AGENTS,
         response_model=Page[JobAgent],
         responses=_ERRORS,
         tags=["job agents"],
@@ -445,7 +326,7 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
         return _json(page_bytes(items, total, limit, offset))
 
     @app.get(
-        f"{v1}/job-agents/{{agentId}}",
+        Routes.AGENT,
         response_model=JobAgent,
         responses=_ERRORS,
         tags=["job agents"],
@@ -456,7 +337,7 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
         return _json(model_bytes(agent))
 
     @app.delete(
-        f"{v1}/job-agents/{{agentId}}",
+        Routes.AGENT,
         status_code=202,
         response_model=AcceptedResponse,
         responses=_ERRORS,
@@ -468,7 +349,7 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
         return _json(model_bytes(result), 202)
 
     @app.get(
-        f"{v1}/job-agents/{{agentId}}/jobs",
+        Routes.AGENT_JOBS,
         response_model=Page[Job],
         responses=_ERRORS,
         tags=["jobs"],
@@ -496,7 +377,7 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
         return _json(page_bytes(items, total, limit, offset, exclude=exclude))
 
     @app.post(
-        f"{v1}/job-agents/{{agentId}}/jobs/{{jobId}}/claim",
+        Routes.CLAIM,
         response_model=ClaimedJob,
         responses={**_ERRORS, **_CONFLICTS},
         tags=["leases"],
@@ -512,7 +393,7 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
         return _result(await claim_job_op(service, _principal(request), ws, agent_id, job_id, body))
 
     @app.get(
-        f"{v1}/jobs",
+        Routes.JOBS,
         response_model=Page[Job],
         responses=_ERRORS,
         tags=["jobs"],
@@ -531,7 +412,7 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
         return _json(page_bytes(items, total, limit, offset, exclude=NO_CONTEXT))
 
     @app.get(
-        f"{v1}/jobs/{{jobId}}",
+        Routes.JOB,
         response_model=Job,
         responses=_ERRORS,
         tags=["jobs"],
@@ -542,7 +423,7 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
         return _json(job_bytes(job, True))
 
     @app.put(
-        f"{v1}/jobs/{{jobId}}/status",
+        Routes.JOB_STATUS,
         status_code=202,
         response_model=AcceptedResponse,
         responses={**_ERRORS, **_CONFLICTS},
@@ -556,10 +437,8 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
 
 
 def _add_v2_routes(app: FastAPI, service: JobService) -> None:
-    v1 = f"{API_PREFIX}/v1/workspaces/{{ws}}"
-
     @app.post(
-        f"{v1}/job-agents/{{agentId}}/claim",
+        Routes.CLAIM_NEXT,
         response_model=ClaimedJob,
         responses={**_ERRORS, 204: {"description": "No job queued within waitSeconds"}},
         tags=["leases"],
@@ -571,10 +450,12 @@ def _add_v2_routes(app: FastAPI, service: JobService) -> None:
         agent_id: AgentPath,
         body: Annotated[ClaimNextRequest | None, Body()] = None,
     ) -> Response:
-        return _result(await claim_next_op(service, _principal(request), ws, agent_id, body))
+        return _result(
+            await claim_next_op(service, _principal(request), ws, agent_id, body, request.receive)
+        )
 
     @app.post(
-        f"{v1}/jobs/{{jobId}}/heartbeat",
+        Routes.HEARTBEAT,
         response_model=Heartbeat,
         responses={**_ERRORS, **_CONFLICTS},
         tags=["leases"],
@@ -589,7 +470,7 @@ def _add_v2_routes(app: FastAPI, service: JobService) -> None:
         return _result(await heartbeat_op(service, _principal(request), ws, job_id, body))
 
     @app.get(
-        f"{v1}/job-claims",
+        Routes.CLAIMS,
         response_model=Page[JobClaim],
         responses=_ERRORS,
         tags=["leases"],
@@ -609,7 +490,7 @@ def _add_v2_routes(app: FastAPI, service: JobService) -> None:
         return _json(page_bytes(items, total, limit, offset))
 
     @app.get(
-        f"{v1}/jobs/{{jobId}}/attempts",
+        Routes.ATTEMPTS,
         response_model=list[JobAttempt],
         responses=_ERRORS,
         tags=["leases"],
@@ -620,7 +501,7 @@ def _add_v2_routes(app: FastAPI, service: JobService) -> None:
         return _json(list_bytes(attempts))
 
     @app.post(
-        f"{v1}/job-agents/{{agentId}}/jobs",
+        Routes.AGENT_JOBS,
         status_code=201,
         response_model=Job,
         responses=_ERRORS,
@@ -664,7 +545,7 @@ def _document_security(app: FastAPI) -> None:
                 # Validation errors are answered 400 VALIDATION_ERROR (declared per route), never
                 # FastAPI's default 422: a generated client must not expect that shape.
                 operation.get("responses", {}).pop("422", None)
-                if path.startswith(_V1):
+                if path.startswith(V1_PREFIX):
                     operation["security"] = [{"ApiKey": []}]
         schemas = components.get("schemas", {})
         for unused in ("HTTPValidationError", "ValidationError"):

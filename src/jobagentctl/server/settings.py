@@ -89,6 +89,11 @@ class ServerSettings(BaseSettings):
     require_claim_id: bool = False
     max_wait_seconds: float = Field(default=30.0, ge=0)
     max_body_bytes: int = Field(default=MIB, ge=1024)
+    # Deepest nesting of arrays/objects accepted in a JSON body (the top-level value is level
+    # 1): anything stored can always be served back (responses wrap it a few levels deeper).
+    max_json_depth: int = Field(default=64, ge=2, le=200)
+    # Serve the four hot endpoints without framework routing (see fastpath.py).
+    fast_path: bool = True
     # How long a verified API key is trusted without asking the database again: bounds how late
     # a revocation (possibly done by another replica or by `server revoke-key`) takes effect.
     key_cache_seconds: float = Field(default=2.0, ge=0)

@@ -1,0 +1,219 @@
+"""The HTTP edge: one admission step and one response step for every request.
+
+Admission (``/api/v1/*`` only): the API key is verified once (before routing and validation: a
+caller without a valid key gets 401 and learns nothing, not even that its path or body was
+malformed), the body is read up to ``max_body_bytes`` and its JSON nesting checked against
+``max_json_depth``. The admitted request then goes to the fast path (``fastpath.py``) when it is
+a hot route, else — or when the fast path hands it back — to the framework, with the principal
+in the scope and the body replayed (never authenticated or read twice).
+
+The response step records the latency metric (method, route template, status) and logs every
+5xx, whichever path answered.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from jobagentctl.errors import JobAgentError, PayloadTooLarge, ValidationError
+from jobagentctl.server.auth import Authenticator, Principal
+from jobagentctl.server.encoding import error_bytes, exception_bytes
+from jobagentctl.server.fastpath import FastPath, match
+from jobagentctl.server.metrics import Metrics
+from jobagentctl.server.operations import V1_PREFIX
+
+__all__ = ["PRINCIPAL", "Edge", "json_too_deep"]
+
+logger = logging.getLogger("jobagentctl.server")
+
+PRINCIPAL = "jobagentctl.principal"
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_UNMATCHED = "unmatched"
+
+# A JSON string literal (escapes included): brackets inside strings do not nest.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_TO_SQUARE = bytes.maketrans(b"{}", b"[]")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def json_too_deep(body: bytes, limit: int) -> bool:
+    """True when the JSON text ``body`` nests arrays/objects more than ``limit`` levels (the
+    top-level value is level 1). Linear in the body, C-speed: at most ``limit`` passes of
+    ``bytes.replace`` over the brackets alone. Malformed JSON is left to the parser."""
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return False
+    if b'"' in body:
+        body = _STRING.sub(b"", body)
+    brackets = body.translate(_TO_SQUARE, _NOT_BRACKETS)
+    for _ in range(limit):
+        if b"[]" not in brackets:
+            return False
+        brackets = brackets.replace(b"[]", b"")
+    # Every pair of height ≤ limit is gone: a pair left means deeper nesting.
+    return b"[]" in brackets
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` that delivers ``body`` once, then the connection's own messages (so a
+    long-poll still sees ``http.disconnect``)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+class _Disconnected(Exception):
+    """The client went away while sending its body: nobody to answer."""
+
+
+class Edge:
+    """The ASGI entry point in front of the framework app (see the module docstring)."""
+
+    def __init__(
+        self,
+        framework: ASGIApp,
+        *,
+        auth: Authenticator,
+        metrics: Metrics,
+        max_body_bytes: int,
+        max_json_depth: int,
+        fast_path: FastPath | None,
+    ) -> None:
+        self.framework = framework
+        self.auth = auth
+        self.metrics = metrics
+        self.max_body_bytes = max_body_bytes
+        self.max_json_depth = max_json_depth
+        self.fast_path = fast_path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.framework(scope, receive, send)
+            return
+        started = time.perf_counter()
+        if not scope["path"].startswith(V1_PREFIX):
+            await self._framework(scope, receive, send, started)
+            return
+        hot = match(scope)
+        template = hot[0].template if hot is not None else _UNMATCHED
+        try:
+            principal, body = await self._admit(scope, receive)
+            if hot is not None and self.fast_path is not None:
+                result = await self.fast_path.serve(hot[0], hot[1], principal, body, receive)
+                if result is not None:
+                    await self._respond(scope, send, started, template, *result)
+                    return
+        except _Disconnected:
+            return
+        except JobAgentError as exc:
+            await self._respond(scope, send, started, template, exc.status, exception_bytes(exc))
+            return
+        except Exception:
+            # Same answer as the framework's handler: details only in the server log.
+            logger.exception("unhandled error on %s %s", scope["method"], template)
+            content = error_bytes("internal server error", "INTERNAL_ERROR", None)
+            await self._respond(scope, send, started, template, 500, content)
+            return
+        await self._framework(scope, _replay(body, receive), send, started)
+
+    # --- admission ----------------------------------------------------------------------------
+    async def _admit(self, scope: Scope, receive: Receive) -> tuple[Principal, bytes]:
+        api_key: str | None = None
+        declared: int | None = None
+        foreign_type = False
+        for name, value in scope["headers"]:
+            if name == b"x-api-key":
+                api_key = value.decode("latin-1")
+            elif name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    raise ValidationError("invalid Content-Length header") from None
+            elif name == b"content-type" and b"json" not in value.lower():
+                foreign_type = True
+        if foreign_type:
+            # Bodies are JSON whatever the client labelled them (`curl -d` says form data).
+            scope["headers"] = [
+                (n, b"application/json" if n == b"content-type" else v) for n, v in scope["headers"]
+            ]
+        principal = await self.auth.authenticate(api_key)
+        scope[PRINCIPAL] = principal
+        if declared is not None and declared > self.max_body_bytes:
+            raise self._too_large()
+        if scope["method"] not in _BODY_METHODS:
+            return principal, b""
+        body = await self._read_body(receive)
+        if body and json_too_deep(body, self.max_json_depth):
+            raise ValidationError(
+                f"JSON nested deeper than {self.max_json_depth} levels",
+                details={"maxJsonDepth": self.max_json_depth},
+            )
+        return principal, body
+
+    def _too_large(self) -> PayloadTooLarge:
+        return PayloadTooLarge(
+            f"request body exceeds {self.max_body_bytes} bytes",
+            details={"maxBodyBytes": self.max_body_bytes},
+        )
+
+    async def _read_body(self, receive: Receive) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _Disconnected
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise self._too_large()
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+
+    # --- the response step --------------------------------------------------------------------
+    async def _respond(
+        self, scope: Scope, send: Send, started: float, template: str, status: int, content: bytes
+    ) -> None:
+        try:
+            headers = [(b"content-length", str(len(content)).encode())]
+            if status != 204:
+                headers.append((b"content-type", b"application/json"))
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": content})
+        finally:
+            self._record(scope, template, status, started)
+
+    async def _framework(self, scope: Scope, receive: Receive, send: Send, started: float) -> None:
+        status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.framework(scope, receive, send_status)
+        finally:
+            route: Any = scope.get("route")
+            self._record(scope, getattr(route, "path", None) or _UNMATCHED, status, started)
+
+    def _record(self, scope: Scope, template: str, status: int, started: float) -> None:
+        method = scope["method"]
+        self.metrics.request_latency.labels(method, template, str(status)).observe(
+            time.perf_counter() - started
+        )
+        if status >= 500:
+            logger.warning("%s %s → %d", method, template, status)

@@ -1,0 +1,179 @@
+"""The API's route templates (declared once) and the operations both HTTP paths call.
+
+The framework routes (``app.py``) and the fast path (``fastpath.py``) answer the hot endpoints
+through the same functions below, so they answer the same bytes; the templates are the routes'
+paths and the latency metric's ``route`` label on both paths.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from pydantic import BaseModel
+from starlette.types import Receive
+
+from jobagentctl.models import (
+    ClaimNextRequest,
+    ClaimRequest,
+    HeartbeatRequest,
+    UpdateJobStatusRequest,
+)
+from jobagentctl.server.auth import Principal
+from jobagentctl.server.encoding import job_bytes, model_bytes
+from jobagentctl.server.service import JobService
+
+__all__ = [
+    "API_PREFIX",
+    "HOT_ROUTES",
+    "HotRoute",
+    "Result",
+    "Routes",
+    "claim_job_op",
+    "claim_next_op",
+    "heartbeat_op",
+    "update_status_op",
+]
+
+API_PREFIX = "/api"
+V1_PREFIX = f"{API_PREFIX}/v1/"
+_WS = f"{API_PREFIX}/v1/workspaces/{{ws}}"
+
+
+class Routes:
+    """Every path template of the API, written once."""
+
+    HEALTHZ = "/healthz"
+    READYZ = "/readyz"
+    METRICS = "/metrics"
+    WORKSPACE_BY_SLUG = f"{API_PREFIX}/v1/workspaces/slug/{{slug}}"
+    AGENTS = f"{_WS}/job-agents"
+    AGENT = f"{_WS}/job-agents/{{agentId}}"
+    AGENT_JOBS = f"{_WS}/job-agents/{{agentId}}/jobs"
+    CLAIM = f"{_WS}/job-agents/{{agentId}}/jobs/{{jobId}}/claim"
+    CLAIM_NEXT = f"{_WS}/job-agents/{{agentId}}/claim"
+    JOBS = f"{_WS}/jobs"
+    JOB = f"{_WS}/jobs/{{jobId}}"
+    JOB_STATUS = f"{_WS}/jobs/{{jobId}}/status"
+    HEARTBEAT = f"{_WS}/jobs/{{jobId}}/heartbeat"
+    ATTEMPTS = f"{_WS}/jobs/{{jobId}}/attempts"
+    CLAIMS = f"{_WS}/job-claims"
+
+
+Result = tuple[int, bytes]
+
+# --- the hot operations ---------------------------------------------------------------------------
+
+
+async def claim_job_op(
+    service: JobService,
+    principal: Principal,
+    ws: UUID,
+    agent_id: UUID,
+    job_id: UUID,
+    body: ClaimRequest | None,
+) -> Result:
+    job = await service.claim_job(principal, ws, agent_id, job_id, body)
+    return 200, job_bytes(job, True)
+
+
+async def claim_next_op(
+    service: JobService,
+    principal: Principal,
+    ws: UUID,
+    agent_id: UUID,
+    body: ClaimNextRequest | None,
+    receive: Receive | None = None,
+) -> Result:
+    """Claim-next. A long-poll also watches the connection (``receive``, after the body has
+    been read): a job queued after the client has gone away is not claimed for nobody (it would
+    sit leased until its lease ran out)."""
+    if receive is None or body is None or not body.wait_seconds:
+        job = await service.claim_next(principal, ws, agent_id, body)
+    else:
+        disconnected = asyncio.Event()
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            disconnected.set()
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            job = await service.claim_next(principal, ws, agent_id, body, disconnected)
+        finally:
+            watcher.cancel()
+            # The watcher only observes; whatever ended it must not change the answer.
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+    if job is None:
+        return 204, b""
+    return 200, job_bytes(job, True)
+
+
+async def heartbeat_op(
+    service: JobService, principal: Principal, ws: UUID, job_id: UUID, body: HeartbeatRequest | None
+) -> Result:
+    beat = await service.heartbeat(principal, ws, job_id, body)
+    return 200, model_bytes(beat)
+
+
+async def update_status_op(
+    service: JobService,
+    principal: Principal,
+    ws: UUID,
+    job_id: UUID,
+    body: UpdateJobStatusRequest,
+) -> Result:
+    accepted = await service.update_status(principal, ws, job_id, body)
+    return 202, model_bytes(accepted)
+
+
+# --- the hot routes, as the fast path serves them -----------------------------------------------
+
+HotCall = Callable[[JobService, Principal, list[UUID], Any, Receive], Awaitable[Result]]
+
+
+@dataclass(frozen=True, slots=True)
+class HotRoute:
+    method: str
+    template: str
+    model: type[BaseModel]
+    body_required: bool
+    call: HotCall
+
+
+HOT_ROUTES: tuple[HotRoute, ...] = (
+    HotRoute(
+        "POST",
+        Routes.CLAIM_NEXT,
+        ClaimNextRequest,
+        False,
+        lambda s, p, ids, body, receive: claim_next_op(s, p, ids[0], ids[1], body, receive),
+    ),
+    HotRoute(
+        "POST",
+        Routes.CLAIM,
+        ClaimRequest,
+        False,
+        lambda s, p, ids, body, receive: claim_job_op(s, p, ids[0], ids[1], ids[2], body),
+    ),
+    HotRoute(
+        "POST",
+        Routes.HEARTBEAT,
+        HeartbeatRequest,
+        False,
+        lambda s, p, ids, body, receive: heartbeat_op(s, p, ids[0], ids[1], body),
+    ),
+    HotRoute(
+        "PUT",
+        Routes.JOB_STATUS,
+        UpdateJobStatusRequest,
+        True,
+        lambda s, p, ids, body, receive: update_status_op(s, p, ids[0], ids[1], body),
+    ),
+)

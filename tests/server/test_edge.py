@@ -1,0 +1,192 @@
+"""The one HTTP edge (issue 9 §2): one admission step and one response step for the fast path
+and the framework routes alike; JSON depth checked at parse time (issue 11 §3)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import pytest
+
+from jobagentctl.errors import ServerUnavailable
+from jobagentctl.server.edge import json_too_deep
+from jobagentctl.server.operations import Routes
+from tests.server.conftest import Api, open_api, wait_until
+
+pytestmark = pytest.mark.anyio
+
+DEPTH = 64  # the default max_json_depth
+
+
+def nested(depth: int) -> Any:
+    """A JSON value nested ``depth`` levels (objects and arrays alternating, a string inside)."""
+    value: Any = "leaf [{"
+    for level in range(depth):
+        value = {"k": value} if level % 2 else [value]
+    return value
+
+
+def test_json_depth_counts_levels_not_brackets_in_strings() -> None:
+    for depth in (1, 2, 5, 63, 64, 65, 200):
+        body = json.dumps(nested(depth)).encode()
+        assert json_too_deep(body, 64) is (depth > 64), depth
+    # Many shallow siblings are not deep; brackets inside strings do not nest.
+    assert not json_too_deep(json.dumps([[1]] * 5000).encode(), 3)
+    assert not json_too_deep(json.dumps({"s": "[" * 500 + '\\"' + "{" * 500}).encode(), 2)
+    assert json_too_deep(b"[[[]]]", 2) and not json_too_deep(b"[[[]]]", 3)
+    assert not json_too_deep(b"[[[[[[", 3)  # malformed: left to the parser
+
+
+async def _count_key_lookups(api: Api) -> list[str]:
+    calls: list[str] = []
+    lookup = api.store.get_api_key
+
+    async def counting(prefix: str) -> Any:
+        calls.append(prefix)
+        return await lookup(prefix)
+
+    api.store.get_api_key = counting  # type: ignore[method-assign]
+    return calls
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+async def test_a_request_handed_to_the_framework_is_authenticated_once(
+    database_url: str, anyio_backend: str, fast_path: bool
+) -> None:
+    async with open_api(database_url, fast_path=fast_path) as api:
+        agent = await api.agent()
+        job = await api.enqueue(agent)
+        calls = await _count_key_lookups(api)
+        # A hot route whose body does not validate: the fast path hands it to the framework.
+        r = await api.claim(agent, job["id"], {"leaseSeconds": "x"})
+        assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR"
+        assert len(calls) == 1
+        r = await api.claim(agent, job["id"], {"leaseSeconds": 30})
+        assert r.status_code == 200
+        assert len(calls) == 2
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+async def test_every_5xx_is_logged_and_counted_on_both_paths(
+    database_url: str, anyio_backend: str, fast_path: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with open_api(database_url, fast_path=fast_path) as api:
+        agent = await api.agent()
+        job = await api.enqueue(agent)
+
+        async def down(*args: Any, **kwargs: Any) -> Any:
+            raise ServerUnavailable("database unavailable")
+
+        api.store.heartbeat = down  # type: ignore[method-assign]
+        with caplog.at_level(logging.WARNING, logger="jobagentctl.server"):
+            r = await api.heartbeat(job["id"], {"claimId": None})
+        assert r.status_code == 503 and r.json()["code"] == "SERVICE_UNAVAILABLE"
+        lines = [rec.getMessage() for rec in caplog.records]
+        assert f"POST {Routes.HEARTBEAT} → 503" in lines
+        assert agent
+        metrics = (await api.client.get("/metrics")).text
+        assert f'method="POST",route="{Routes.HEARTBEAT}",status="503"' in metrics
+
+
+def _deep_bodies(agent: str) -> list[tuple[str, str, Any]]:
+    too_deep = nested(DEPTH)  # inside a body object: DEPTH + 1 levels
+    return [
+        ("POST", f"job-agents/{agent}/jobs", {"dispatchContext": {"x": too_deep}}),
+        ("PUT", f"job-agents/{agent}", {"name": "a", "type": "t", "config": too_deep}),
+        ("POST", f"job-agents/{agent}/claim", {"waitSeconds": 0, "x": too_deep}),
+        ("POST", f"job-agents/{agent}/claim?x=1", {"waitSeconds": 0, "x": too_deep}),
+    ]
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+async def test_regression_json_deeper_than_the_limit_is_refused_on_every_path(
+    database_url: str, anyio_backend: str, fast_path: bool
+) -> None:
+    """Issue 11 §3: deep bodies were stored and then every response holding them was a 500."""
+    async with open_api(database_url, fast_path=fast_path) as api:
+        agent = await api.agent()
+        for method, rest, body in _deep_bodies(agent):
+            r = await api.client.request(
+                method,
+                api.path(rest),
+                content=json.dumps(body),
+                headers={"X-API-Key": api.api_key, "Content-Type": "application/json"},
+            )
+            assert r.status_code == 400, (rest, r.text)
+            assert r.json()["code"] == "VALIDATION_ERROR"
+            assert r.json()["details"] == {"maxJsonDepth": DEPTH}
+        page = await api.call("GET", "jobs")
+        assert page.status_code == 200 and page.json()["total"] == 0  # nothing was stored
+
+
+async def test_regression_json_at_the_limit_round_trips(api: Api) -> None:
+    """The deepest accepted body is stored and served back by every read, and claimed."""
+    agent = await api.agent()
+    context = {"x": nested(DEPTH - 2)}  # body {"dispatchContext": {"x": …}}: DEPTH levels
+    job = await api.enqueue(agent, dispatchContext=context)
+    assert (await api.job(job["id"]))["dispatchContext"] == context
+    for rest, params in (
+        ("jobs", None),
+        (f"job-agents/{agent}/jobs", {"includeDispatchContext": 1}),
+    ):
+        r = await api.call("GET", rest, params=params)
+        assert r.status_code == 200, r.text
+    claimed = await api.claim_next(agent, {"leaseSeconds": 30})
+    assert claimed.status_code == 200 and claimed.json()["dispatchContext"] == context
+    r = await api.status(job["id"], {"status": "successful", "claimId": claimed.json()["claimId"]})
+    assert r.status_code == 202
+
+
+async def test_framework_long_poll_sees_the_client_leave(
+    database_url: str, anyio_backend: str
+) -> None:
+    """Issue 11 §8: a long-poll on the framework path (query string) ends when the client goes
+    away, and the job queued afterwards is not claimed for nobody."""
+    async with open_api(database_url, fast_path=False) as api:
+        agent = await api.agent()
+        received: list[str] = []
+        gone = asyncio.Event()
+        body = json.dumps({"waitSeconds": 30, "leaseSeconds": 30}).encode()
+
+        async def receive() -> dict[str, Any]:
+            if not received:
+                received.append("body")
+                return {"type": "http.request", "body": body, "more_body": False}
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": api.path(f"job-agents/{agent}/claim"),
+            "raw_path": api.path(f"job-agents/{agent}/claim").encode(),
+            "query_string": b"x=1",
+            "root_path": "",
+            "headers": [(b"x-api-key", api.api_key.encode()), (b"host", b"test")],
+            "client": ("127.0.0.1", 1),
+            "server": ("test", 80),
+        }
+        poll = asyncio.ensure_future(api.app(scope, receive, send))
+        await api_wait_for_long_poll(api)
+        gone.set()
+        await asyncio.wait_for(poll, 20)
+        job = await api.enqueue(agent)
+        assert (await api.job(job["id"]))["status"] == "queued"
+
+
+async def api_wait_for_long_poll(api: Api) -> None:
+    async def waiting() -> bool:
+        text = (await api.client.get("/metrics")).text
+        return "jobagentctl_long_polls_waiting 1.0" in text
+
+    await wait_until(waiting)
