@@ -323,9 +323,8 @@ class Handlers:
         ws, agent_id = _uuid(r.params["workspaceId"]), _uuid(r.params["jobAgentId"])
         body = r.body
         for other in self.s.agents.values():  # uniqueIndex(workspaceId, name)
-            if (other["id"], other["workspaceId"], other["name"])[1:] == (ws, body["name"]) and (
-                other["id"] != agent_id
-            ):
+            same = other["workspaceId"] == ws and other["name"] == body["name"]
+            if same and other["id"] != agent_id:
                 raise HttpError(
                     500,
                     {
