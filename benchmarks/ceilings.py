@@ -73,9 +73,17 @@ def _gate(smoke: bool) -> Gate:
 
 
 def api(
-    jobs: int, *, servers: int = 1, loadgen: int = 2, smoke: bool = False, agents: int = AGENTS
+    jobs: int,
+    *,
+    servers: int = 1,
+    loadgen: int = 2,
+    smoke: bool = False,
+    agents: int = AGENTS,
+    database_url: str | None = None,
 ) -> Figure:
-    with postgres_database() as url:
+    """``database_url``: an existing database (``server init`` adds a workspace to it)."""
+    with contextlib.ExitStack() as stack:
+        url = database_url or stack.enter_context(postgres_database())
         first = Server(url).start()
         others: list[Server] = []
         try:

@@ -151,7 +151,12 @@ class Measured:
 
     def _update(self) -> None:
         wall = self.gate.seconds
-        self.gate.foreign_during = max(0.0, self._total - self._mine) / wall if wall else 0.0
+        if wall < 0.5:
+            # /proc/stat counts in 10 ms ticks: a shorter block cannot be split into ours and
+            # others'; such a figure is gated on the load before it only.
+            self.gate.foreign_during = 0.0
+            return
+        self.gate.foreign_during = max(0.0, self._total - self._mine) / wall
 
 
 def cpu_of(pids: Iterable[int]) -> dict[int, float]:

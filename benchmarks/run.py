@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from benchmarks import ceilings, direct
+from benchmarks import ceilings, direct, growth
 from benchmarks.ceilings import Figure
 from benchmarks.common import PG_URL, percentile, psql
 from benchmarks.figures import (
@@ -206,6 +206,91 @@ def section_ceilings(mode: str) -> list[Row]:
     ]
 
 
+def section_scaleout(mode: str) -> list[Row]:
+    """Issue 14 §5: N server processes (separate ports) on one PostgreSQL, 8 agents spread
+    round-robin over them by a 2-process load generator; interleaved rounds, medians."""
+    jobs = pick(mode, full=4000, quick=800, smoke=48)
+    rounds = pick(mode, full=2, quick=1, smoke=1)
+    counts = pick(mode, full=(1, 2, 3, 4), quick=(1, 2), smoke=(1, 2))
+    smoke = mode == "smoke"
+    runs: dict[int, list[Figure]] = {}
+    for r in range(rounds):
+        order = counts if r % 2 == 0 else tuple(reversed(counts))
+        for n in order:
+            print(f"  round {r + 1}: {n} server(s)", file=sys.stderr, flush=True)
+            runs.setdefault(n, []).append(ceilings.api(jobs, servers=n, smoke=smoke))
+    base, base_gate = _pick_runs(runs[counts[0]])
+    base_rate = _median([f.rate for f in base])
+    rows = []
+    for n in counts:
+        figs, gate = _pick_runs(runs[n])
+        rate = _median([f.rate for f in figs])
+        server_ms = _median([1000 * (f.cpu - f.backend_cpu) / f.cycles for f in figs])
+        db_ms = _median([1000 * f.backend_cpu / f.cycles for f in figs])
+        client = _median([f.client_cores for f in figs])
+        busiest = max(f.busiest_client for f in runs[n])
+        rows.append(
+            Row(
+                f"scale-out: {n} server process{'es' if n > 1 else ''} on one PostgreSQL, 8 "
+                f"agents round-robin (CPU per job: servers {server_ms:.2f} ms + their backends "
+                f"{db_ms:.2f} ms; load generator {client:.2f} cores, busiest "
+                f"{100 * busiest:.0f} %{' **client-bound**' if busiest >= 0.8 else ''})",
+                _fmt(rate),
+                f"1 server {_fmt(base_rate)}",
+                f"{rate / base_rate:.2f}×",
+                "",
+                "—",
+                gate if n == counts[0] else f"{gate}; 1 server {base_gate}",
+            )
+        )
+    return rows
+
+
+def section_growth(mode: str) -> list[Row]:
+    """Issue 14 §6: the same figures over 10k and 100k finished jobs (1M: python -m
+    benchmarks.growth --rows 1000000, not part of make bench)."""
+    sizes = pick(mode, full=(10_000, 100_000), quick=(10_000,), smoke=(1_000,))
+    jobs = pick(mode, full=4000, quick=800, smoke=48)
+    project = ceilings.project_script()
+    results = []
+    for rows in sizes:
+        print(f"  {rows:,} rows", file=sys.stderr, flush=True)
+        results.append(growth.measure(rows, jobs, project, smoke=mode == "smoke"))
+    first = results[0]
+    out = []
+    for g in results:
+        _, gate = _pick_runs([g.api])
+        _, pgate = _pick_runs([g.pgbench])
+        out.append(
+            Row(
+                f"flat as it grows: {g.rows:,} finished jobs in job / job_attempt, autovacuum on "
+                f"— API cycles/s, 8 agents (pgbench project SQL {_fmt(g.pgbench.rate)}/s, "
+                f"{g.pgbench.cpu_ms_per_job:.3f} ms PG CPU/cycle)",
+                _fmt(g.api.rate),
+                f"at {first.rows:,} rows: API {_fmt(first.api.rate)}, pgbench "
+                f"{_fmt(first.pgbench.rate)}/s ({first.pgbench.cpu_ms_per_job:.3f} ms)",
+                f"{g.api.rate / first.api.rate:.2f}× / "
+                f"{g.pgbench.cpu_ms_per_job / first.pgbench.cpu_ms_per_job:.2f}× CPU",
+                "",
+                "—",
+                f"api {gate}; pgbench {pgate}",
+            )
+        )
+        _, rgate = _pick_runs([Figure("reap", 1, 1.0, 0.0, 0.0, gate=g.reap_gate)])
+        out.append(
+            Row(
+                f"reaper pass, 10,000 claims with 1,000 expired, over {g.rows:,} finished jobs",
+                _fmt(1000 * g.reap_busy, " ms"),
+                f"empty pass {_fmt(1000 * g.reap_empty, ' ms')}",
+                "",
+                "≤ 20 ms",
+                _verdict(g.reap_busy <= 0.020),
+                rgate,
+            )
+        )
+    return out
+
+
 def section_heartbeats(mode: str) -> list[Row]:
     count = pick(mode, full=20000, quick=2000, smoke=80)
     api = direct.heartbeats_http("postgres", 8, count)
@@ -326,6 +411,8 @@ def section_supervision(mode: str) -> list[Row]:
 
 SECTIONS: dict[str, Callable[[str], list[Row]]] = {
     "ceilings": section_ceilings,
+    "scaleout": section_scaleout,
+    "growth": section_growth,
     "cycles": section_cycles,
     "heartbeats": section_heartbeats,
     "reaper": section_reaper,

@@ -31,9 +31,9 @@ def test_benchmarks_smoke_run_fills_every_row() -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and "---" not in line]
     figures = rows[1:]  # rows[0] is the header
-    # ceilings 6; cycles 5 (sqlite × 3, postgres × 2); heartbeats 2; reaper 1; pickup 2;
-    # recovery 2; cli 2; supervision 1.
-    assert len(figures) == 21, out.stdout
+    # ceilings 6; scale-out 2 (1 and 2 servers); growth 2 (1k rows); cycles 5 (sqlite × 3,
+    # postgres × 2); heartbeats 2; reaper 1; pickup 2; recovery 2; cli 2; supervision 1.
+    assert len(figures) == 25, out.stdout
     for row in figures:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[1] and cells[2], f"empty figure in {row!r}"
