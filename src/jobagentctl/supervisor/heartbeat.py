@@ -14,6 +14,7 @@ from collections.abc import Callable
 from uuid import UUID
 
 from jobagentctl.errors import ClaimLost, ClaimMismatch, JobTerminal, NotFound
+from jobagentctl.supervisor import retry
 from jobagentctl.supervisor.protocol import SupervisorClient, describe_error, is_transient
 
 __all__ = [
@@ -36,9 +37,8 @@ def heartbeat_interval(lease_seconds: float) -> float:
 
 
 def backoff_delay(failures: int, interval: float, rng: random.Random) -> float:
-    """Delay before retry number ``failures`` (≥ 1): exponential, capped, with jitter."""
-    capped = min(interval, BACKOFF_BASE * 2.0 ** min(failures - 1, 16))
-    return capped * rng.uniform(0.5, 1.0)
+    """Delay before retry number ``failures`` (≥ 1): exponential, capped at the interval."""
+    return retry.backoff_delay(failures, BACKOFF_BASE, interval, rng)
 
 
 class Lease:

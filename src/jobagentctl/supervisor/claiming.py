@@ -1,0 +1,114 @@
+"""The claiming phase: get a job (``--job ID``, or claim-next long-polling within a budget).
+
+Without ``--loop`` any error is final (125; 7 when nothing is claimable). With ``--loop``
+transient errors are retried with backoff, so an agent outlives a server restart.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from jobagentctl.errors import NoJob, NotClaimable
+from jobagentctl.models import ClaimedJob
+from jobagentctl.supervisor.options import MAX_POLL_SECONDS, RunOptions
+from jobagentctl.supervisor.outcome import Outcome, Verdict
+from jobagentctl.supervisor.protocol import SupervisorClient, describe_error, is_transient
+from jobagentctl.supervisor.reporting import Reporter
+from jobagentctl.supervisor.waiting import SignalPolicy, Waiter
+
+__all__ = ["Claim", "Claimer"]
+
+# A server that answers "nothing" long before the poll's end is not polled again sooner.
+MIN_POLL_GAP_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claimed job, and when the claim request was sent and answered (monotonic)."""
+
+    job: ClaimedJob
+    sent_at: float
+    received_at: float
+
+
+class Claimer:
+    def __init__(
+        self,
+        options: RunOptions,
+        client: SupervisorClient,
+        waiter: Waiter,
+        policy: SignalPolicy,
+        reporter: Reporter,
+        *,
+        warn: Callable[[str], None],
+    ) -> None:
+        self.options = options
+        self.client = client
+        self.waiter = waiter
+        self.policy = policy
+        self.reporter = reporter
+        self._warn = warn
+
+    def _stopped(self) -> Outcome:
+        if self.policy.draining:
+            return Outcome(Verdict.STOPPED)
+        return Outcome(Verdict.INTERRUPTED, interrupted_by=self.policy.interrupted)
+
+    def acquire(self, budget: float, *, loop: bool) -> Claim | Outcome:
+        """Claim a job within ``budget`` seconds, or say how the run ends."""
+        opts, policy = self.options, self.policy
+        deadline = time.monotonic() + budget
+        retry = self.reporter.retry(budget)
+        while True:
+            if policy.stopping:
+                return self._stopped()
+            remaining = max(0.0, deadline - time.monotonic())
+            poll = min(remaining, MAX_POLL_SECONDS)
+            if opts.lease_seconds > 0:
+                # The lease counts from when the request was sent, and a long-poll may claim
+                # at its very end: keep each poll to a third of the lease, as a heartbeat.
+                poll = min(poll, opts.lease_seconds / 3)
+            sent_at = time.monotonic()
+            call = self.waiter.call(
+                partial(self._claim_once, poll), "idle", on_abandoned=self.reporter.give_back
+            )
+            if call.finished and call.value is not None:
+                if policy.stopping:
+                    # Claimed in the same instant we were told to stop: give it back.
+                    self.reporter.release(call.value, "the run was stopped before the job started")
+                    return self._stopped()
+                return Claim(call.value, sent_at, time.monotonic())
+            if not call.finished:
+                continue  # abandoned to a signal: the checks at the top decide
+            error = call.error
+            if isinstance(error, NoJob):
+                if time.monotonic() >= deadline:
+                    if not loop:
+                        self._warn("no job to claim")
+                    return Outcome(Verdict.NO_JOB)
+                if time.monotonic() - sent_at < MIN_POLL_GAP_SECONDS and poll >= 1.0:
+                    # The server answered "nothing" long before our wait: do not spin.
+                    self.waiter.pause(MIN_POLL_GAP_SECONDS, "idle")
+                retry.succeeded()
+                continue
+            if isinstance(error, NotClaimable):
+                self._warn(f"job {opts.job_id} is not claimable: {error.message}")
+                return Outcome(Verdict.NO_JOB)
+            if loop and error is not None and is_transient(error):
+                delay = retry.failed()
+                if delay is None:
+                    return Outcome(Verdict.NO_JOB)
+                self._warn(f"claim failed, retrying in {delay:.1f}s: {describe_error(error)}")
+                self.waiter.pause(delay, "idle")
+                continue
+            self._warn(f"cannot claim a job: {describe_error(error)}")
+            return Outcome(Verdict.FAILED)
+
+    def _claim_once(self, poll: float) -> ClaimedJob:
+        opts, client = self.options, self.client
+        if opts.job_id is not None:
+            return client.claim_job(opts.agent_id, opts.job_id, lease_seconds=opts.lease_seconds)
+        return client.claim_next(opts.agent_id, lease_seconds=opts.lease_seconds, wait_seconds=poll)
