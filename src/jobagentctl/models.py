@@ -1,18 +1,22 @@
 """Wire models shared by client and server, with ctrlplane's camelCase field names.
 
 Python attributes are snake_case; ``model_dump(by_alias=True)`` / ``model_validate`` speak the
-wire names. Response models ignore unknown fields so the client keeps working against newer
-servers and against ctrlplane itself (which has no V2 lease fields).
+wire names. Response models accept every shape ctrlplane's own handlers produce (ctrlplane
+``apps/api/src/routes/v1/workspaces/jobs.ts`` ``toJobResponse`` at commit 66e0888): unknown fields
+are kept (``releaseId``, ``updatedAt``, whatever a newer server adds), optional fields may be
+absent, ``jobAgentId`` is ``""`` for a job without agent. Fields the server did not send stay
+unset, so ``model_dump(exclude_unset=True)`` gives back what the server sent and invents no
+``null``.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field_validator
 from pydantic.alias_generators import to_camel
 
 __all__ = [
@@ -97,10 +101,10 @@ class AttemptOutcome(StrEnum):
 
 
 class WireModel(BaseModel):
-    """Base for responses: camelCase on the wire, unknown fields ignored."""
+    """Base for responses: camelCase on the wire, unknown fields kept as they came."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=False
+        alias_generator=to_camel, populate_by_name=True, extra="allow", frozen=False
     )
 
 
@@ -111,9 +115,11 @@ class RequestModel(BaseModel):
 
 
 class ErrorBody(WireModel):
+    """Our error body. ctrlplane's validator sends ``details`` as a list: any JSON is kept."""
+
     message: str
     code: str
-    details: dict[str, Any] | None = None
+    details: Any = None
 
 
 T = TypeVar("T")
@@ -136,19 +142,32 @@ class JobAgent(WireModel):
 
 
 class Job(WireModel):
+    """A job. ``job_agent_id`` is ``""`` when the job has no agent (never assigned, or its agent
+    was deleted), as ctrlplane sends it; :attr:`agent_id` gives ``None`` for that."""
+
     id: UUID
     release_id: str = ""
-    job_agent_id: UUID
+    job_agent_id: UUID | Literal[""] = ""
     job_agent_config: dict[str, Any] = Field(default_factory=dict)
     status: JobStatus
     created_at: datetime
-    updated_at: datetime
+    updated_at: datetime | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     external_id: str | None = None
     message: str | None = None
     started_at: datetime | None = None
     completed_at: datetime | None = None
     dispatch_context: dict[str, Any] | None = None
+
+    @field_validator("job_agent_id", mode="before")
+    @classmethod
+    def _no_agent(cls, value: Any) -> Any:
+        return "" if value is None else value
+
+    @property
+    def agent_id(self) -> UUID | None:
+        """The job's agent, or ``None`` when it has none."""
+        return self.job_agent_id or None
 
 
 class ClaimedJob(Job):
@@ -191,8 +210,11 @@ class JobAttempt(WireModel):
 
 
 class AcceptedResponse(WireModel):
-    id: UUID
-    message: str
+    """A 202 ``{id, message}``. ctrlplane echoes the path parameter as it came, so ``id`` is
+    whatever string the server sends (a UUID from us and from our server)."""
+
+    id: UUID | str
+    message: str = ""
 
 
 # --- request bodies -------------------------------------------------------------------------

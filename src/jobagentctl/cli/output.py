@@ -81,7 +81,9 @@ def relative(value: datetime | None, now: datetime | None = None) -> str:
 def to_jsonable(value: Any) -> Any:
     """Models, datetimes, UUIDs and enums as JSON values (camelCase keys, RFC 3339 UTC)."""
     if hasattr(value, "model_dump"):
-        return to_jsonable(value.model_dump(mode="python", by_alias=True))
+        # Only the fields the server sent (plus any it sent that we do not model): a field it
+        # left out is not printed as null.
+        return to_jsonable(value.model_dump(mode="python", by_alias=True, exclude_unset=True))
     if isinstance(value, Mapping):
         return {str(k): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -581,8 +581,8 @@ class SqliteStore:
 
         row = await self._run(run)
         job = job_from_row(row)
-        if job.status == JobStatus.QUEUED:
-            self._waiters.notify(job.job_agent_id)
+        if job.status == JobStatus.QUEUED and job.agent_id is not None:
+            self._waiters.notify(job.agent_id)
         return job
 
     async def reap(self, batch_size: int, max_reclaims: int) -> ReapResult:
