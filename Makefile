@@ -41,6 +41,7 @@ chaos: $(STAMP)
 
 completions: $(STAMP)
 	for sh in bash zsh fish; do $(BIN)/jobagentctl completion $$sh > completions/jobagentctl.$$sh; done
+	$(BIN)/python -m jobagentctl.cli.completion_cmd   # the command tree Tab answers from
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

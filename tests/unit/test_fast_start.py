@@ -1,6 +1,8 @@
-"""Fast start: client commands never import the server's stack, and Rich only for tables.
+"""Fast start: client commands never import the server's stack, and Rich only for tables; the
+hot script commands import no more than they do today; Tab completion imports no framework.
 
 Runs the real entry point in a subprocess with ``-X importtime`` and reads what was imported.
+(Speed itself is measured as ratios by benchmarks/cli_startup.py, never asserted here.)
 """
 
 from __future__ import annotations
@@ -14,21 +16,30 @@ import pytest
 SERVER_STACK = ("fastapi", "starlette", "uvicorn", "psycopg", "psycopg_pool", "prometheus_client")
 
 
-def imported_modules(*args: str) -> set[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBAGENTCTL_", "CTRLPLANE_"))}
+def _parse(stderr: str) -> set[str]:
+    modules = set()
+    for line in stderr.splitlines():
+        fields = line.removeprefix("import time:").split("|")
+        if line.startswith("import time:") and len(fields) == 3 and fields[0].strip().isdigit():
+            modules.add(fields[2].strip())
+    return modules
+
+
+def imported_modules(*args: str, env: dict[str, str] | None = None, code: int = 0) -> set[str]:
+    clean = {
+        k: v for k, v in os.environ.items() if not k.startswith(("JOBAGENTCTL_", "CTRLPLANE_"))
+    }
+    clean.update(env or {})
     result = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "jobagentctl", *args],
         capture_output=True,
         text=True,
-        env=env,
+        env=clean,
         timeout=60,
         check=False,
     )
-    assert result.returncode == 0, result.stderr[-2000:]
-    modules = set()
-    for line in result.stderr.splitlines():
-        if line.startswith("import time:") and "|" in line:
-            modules.add(line.rsplit("|", 1)[1].strip())
+    assert result.returncode == code, result.stderr[-2000:]
+    modules = _parse(result.stderr)
     assert "jobagentctl" in modules  # the trace really is there
     return modules
 
@@ -51,34 +62,128 @@ def test_nothing_heavy_is_imported(args: list[str], forbidden: tuple[str, ...]) 
     assert not loaded & set(forbidden), sorted(loaded & set(forbidden))
 
 
-def test_a_client_command_does_not_import_rich() -> None:
-    """A real request (to a closed port: exit 3) loads httpx and settings, but never Rich."""
+def closed_port_env() -> dict[str, str]:
+    """Settings that point at a port nobody listens on: a request fails at once with exit 3."""
     import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBAGENTCTL_", "CTRLPLANE_"))}
-    env.update(
-        XDG_CONFIG_HOME="/nonexistent",
-        JOBAGENTCTL_URL=f"http://127.0.0.1:{port}",
-        JOBAGENTCTL_API_KEY="k.s",
-        JOBAGENTCTL_WORKSPACE="11111111-1111-4111-8111-111111111111",
-        JOBAGENTCTL_JOB_ID="33333333-3333-4333-8333-333333333333",
-    )
-    result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "jobagentctl", "heartbeat"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 3, result.stderr[-2000:]
-    loaded = {
-        line.rsplit("|", 1)[1].strip().split(".")[0]
-        for line in result.stderr.splitlines()
-        if line.startswith("import time:")
+    return {
+        "XDG_CONFIG_HOME": "/nonexistent",
+        "JOBAGENTCTL_URL": f"http://127.0.0.1:{port}",
+        "JOBAGENTCTL_API_KEY": "k.s",
+        "JOBAGENTCTL_WORKSPACE": "11111111-1111-4111-8111-111111111111",
+        "JOBAGENTCTL_AGENT": "22222222-2222-4222-8222-222222222222",
+        "JOBAGENTCTL_JOB_ID": "33333333-3333-4333-8333-333333333333",
     }
-    assert {"httpx", "pydantic_settings"} <= loaded  # the command really ran
-    assert not loaded & {*SERVER_STACK, "rich", "click", "pygments"}
+
+
+def test_a_client_command_does_not_import_rich() -> None:
+    """A real request (to a closed port: exit 3) loads httpx and pydantic, but never Rich."""
+    loaded = top_level(imported_modules("heartbeat", env=closed_port_env(), code=3))
+    assert {"httpx", "pydantic"} <= loaded  # the command really ran
+    assert not loaded & {*SERVER_STACK, "rich", "click", "pygments", "pydantic_settings"}
+
+
+# What the four script commands may import (issue 15): our modules, and third-party packages
+# (stdlib aside). A new entry here must be worth its start-up time: measure it with
+# `python -m benchmarks.cli_startup` before and after.
+HOT_OWN = {
+    "jobagentctl",
+    "jobagentctl.cli",
+    "jobagentctl.cli.app",
+    "jobagentctl.cli.claim_cmd",
+    "jobagentctl.cli.complete_cmd",
+    "jobagentctl.cli.context",
+    "jobagentctl.cli.entry",
+    "jobagentctl.cli.heartbeat_cmd",
+    "jobagentctl.cli.list_cmd",
+    "jobagentctl.cli.options",
+    "jobagentctl.cli.output",
+    "jobagentctl.cli.params",
+    "jobagentctl.cli.status",
+    "jobagentctl.client",
+    "jobagentctl.client._client",
+    "jobagentctl.client._errors",
+    "jobagentctl.client._trace",
+    "jobagentctl.durations",
+    "jobagentctl.errors",
+    "jobagentctl.models",
+    "jobagentctl.settings",
+}
+HOT_THIRD_PARTY = {
+    # typer and what it loads
+    "typer",
+    "shellingham",
+    "annotated_doc",
+    # httpx and its transport (optional extras are imported when installed)
+    "httpx",
+    "httpcore",
+    "h11",
+    "h2",
+    "hpack",
+    "hyperframe",
+    "anyio",
+    "sniffio",
+    "trio",
+    "certifi",
+    "idna",
+    "brotli",
+    "brotlicffi",
+    "zstandard",
+    "socksio",
+    # pydantic
+    "pydantic",
+    "pydantic_core",
+    "annotated_types",
+    "typing_extensions",
+    "typing_inspection",
+    # site hooks of the interpreter; `org` is the stdlib's copy module probing for Jython's
+    # org.python.core, which some installed package provides as a namespace package
+    "sitecustomize",
+    "org",
+    "_distutils_hack",
+}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["heartbeat"], ["complete", "--status", "successful"], ["claim", "-o", "env"], ["list"]],
+    ids=["heartbeat", "complete", "claim", "list"],
+)
+def test_the_hot_commands_import_set_does_not_grow(args: list[str]) -> None:
+    loaded = imported_modules(*args, env=closed_port_env(), code=3)
+    own = {m for m in loaded if m.split(".")[0] == "jobagentctl"}
+    assert own <= HOT_OWN, sorted(own - HOT_OWN)
+    third = {
+        m.split(".")[0]
+        for m in loaded
+        if m.split(".")[0] not in sys.stdlib_module_names and not m.startswith("_")
+    } - {"jobagentctl"}
+    assert third <= HOT_THIRD_PARTY, sorted(third - HOT_THIRD_PARTY)
+    assert {"typer", "httpx", "pydantic"} <= third  # the command really ran
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {
+            "COMP_WORDS": "jobagentctl inspect",
+            "COMP_CWORD": "1",
+            "_JOBAGENTCTL_COMPLETE": "complete_bash",
+        },
+        {"_TYPER_COMPLETE_ARGS": "jobagentctl jobs ", "_JOBAGENTCTL_COMPLETE": "complete_zsh"},
+        {
+            "_TYPER_COMPLETE_ARGS": "jobagentctl server cr",
+            "_JOBAGENTCTL_COMPLETE": "complete_fish",
+            "_TYPER_COMPLETE_FISH_ACTION": "get-args",
+        },
+    ],
+    ids=["bash", "zsh", "fish"],
+)
+def test_tab_completion_imports_no_framework(env: dict[str, str]) -> None:
+    loaded = imported_modules(env=env)
+    top = top_level(loaded)
+    assert not top & {"typer", "click", "httpx", "pydantic", "pydantic_settings", "rich"}
+    assert not {m for m in loaded if m.startswith("jobagentctl.server")}

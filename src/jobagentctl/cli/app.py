@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import traceback
 from typing import Any
@@ -16,28 +15,38 @@ import typer
 from typer.core import TyperGroup
 
 from jobagentctl import __version__
-from jobagentctl.cli import (
-    agents_cmd,
-    cancel_cmd,
-    claim_cmd,
-    complete_cmd,
-    completion_cmd,
-    heartbeat_cmd,
-    inspect_claims_cmd,
-    jobs_cmd,
-    list_cmd,
-    options,
-    requeue_cmd,
-    run_cmd,
-)
+from jobagentctl.cli import options
 from jobagentctl.cli.context import AppState, get_state
-from jobagentctl.cli.server import server_app
 from jobagentctl.errors import JobAgentError, exit_code_for
 
 __all__ = ["PROG_NAME", "RootGroup", "app", "main", "report_error"]
 
 PROG_NAME = "jobagentctl"
-COMPLETE_VAR = "_JOBAGENTCTL_COMPLETE"
+
+# Every command, in --help order, and the module whose `register(app)` adds it. A command's
+# module is imported, and its Click command built, only when that command runs (or --help and
+# completion tables list them all): `heartbeat` never pays for `server` or `run`.
+COMMANDS: dict[str, str] = {
+    "list": "jobagentctl.cli.list_cmd",
+    "claim": "jobagentctl.cli.claim_cmd",
+    "heartbeat": "jobagentctl.cli.heartbeat_cmd",
+    "complete": "jobagentctl.cli.complete_cmd",
+    "inspect-claims": "jobagentctl.cli.inspect_claims_cmd",
+    "requeue": "jobagentctl.cli.requeue_cmd",
+    "cancel": "jobagentctl.cli.cancel_cmd",
+    "run": "jobagentctl.cli.run_cmd",
+    "completion": "jobagentctl.cli.completion_cmd",
+    "agents": "jobagentctl.cli.agents_cmd",
+    "jobs": "jobagentctl.cli.jobs_cmd",
+    "server": "jobagentctl.cli.server",
+}
+
+_TYPER_SETTINGS: dict[str, Any] = {
+    "add_completion": False,
+    # Plain help and plain tracebacks: Rich is only imported when a table is drawn.
+    "rich_markup_mode": None,
+    "pretty_exceptions_enable": False,
+}
 
 
 def report_error(exc: BaseException, state: AppState | None) -> int:
@@ -67,8 +76,34 @@ def _is_framework_exception(exc: BaseException) -> bool:
     return type(exc).__module__.startswith("typer.")
 
 
+def build_command(name: str) -> Any:
+    """The Click command ``name``, built from its module alone, with the global options."""
+    import importlib
+
+    import typer.main
+
+    module = importlib.import_module(COMMANDS[name])
+    holder = typer.Typer(**_TYPER_SETTINGS)
+    module.register(holder)
+    options.install(holder, root=False)
+    built = typer.main.get_command(holder)
+    # One command alone is returned as itself; a command group comes inside a group.
+    commands = getattr(built, "commands", None)
+    command = commands[name] if isinstance(commands, dict) and name in commands else built
+    command.name = name
+    return command
+
+
 class RootGroup(TyperGroup):
-    """The root command: maps every error a command raises to its exit code."""
+    """The root command: loads commands on demand, maps every error to its exit code."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            self.commands[cmd_name] = build_command(cmd_name)
+        return self.commands.get(cmd_name)
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -84,11 +119,8 @@ app = typer.Typer(
     name=PROG_NAME,
     cls=RootGroup,
     no_args_is_help=True,
-    add_completion=False,
-    # Plain help and plain tracebacks: Rich is only imported when a table is drawn.
-    rich_markup_mode=None,
-    pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
+    **_TYPER_SETTINGS,
 )
 
 
@@ -115,30 +147,9 @@ def root(
     get_state(ctx)
 
 
-for _module in (
-    list_cmd,
-    claim_cmd,
-    heartbeat_cmd,
-    complete_cmd,
-    inspect_claims_cmd,
-    requeue_cmd,
-    cancel_cmd,
-):
-    _module.register(app)
-run_cmd.register(app)
-agents_cmd.register(app)
-jobs_cmd.register(app)
-app.add_typer(server_app, name="server")
-completion_cmd.register(app)
 options.install(app)
 
 
 def main() -> None:
-    """The console-script entry point."""
-    if os.environ.get(COMPLETE_VAR):
-        # Typer's completion scripts expect Typer's completion classes, which add_completion=False
-        # leaves unregistered.
-        from typer._completion_classes import completion_init
-
-        completion_init()
+    """The console-script entry point (Tab completion is answered before: cli/entry.py)."""
     app(prog_name=PROG_NAME)

@@ -1,11 +1,14 @@
 """The console-script entry point, kept free of imports so `jobagentctl --version` is instant.
 
-Everything else goes to the Typer app in :mod:`jobagentctl.cli.app`; `--version` on its own is
-answered here, before Typer and pydantic are imported (they cost ~10× a bare interpreter start).
+`--version` on its own, and Tab completion (answered from the static command tree in
+:mod:`jobagentctl.cli.shell_complete`), are handled here, before Typer, httpx and pydantic are
+imported (they cost ~20× a bare interpreter start). Everything else goes to the Typer app in
+:mod:`jobagentctl.cli.app`.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 from jobagentctl import __version__
@@ -15,6 +18,10 @@ def main() -> None:
     if sys.argv[1:] == ["--version"]:
         sys.stdout.write(f"jobagentctl {__version__}\n")
         return
+    if os.environ.get("_JOBAGENTCTL_COMPLETE"):
+        from jobagentctl.cli.shell_complete import answer
+
+        sys.exit(answer(os.environ))
     from jobagentctl.cli.app import main as app_main
 
     app_main()

@@ -18,7 +18,7 @@ from jobagentctl.cli.server import (
     start,
 )
 
-__all__ = ["server_app"]
+__all__ = ["register", "server_app"]
 
 server_app = typer.Typer(
     help="Run and administer the jobagentctl server (API, reaper, database).",
@@ -27,3 +27,7 @@ server_app = typer.Typer(
 
 for _module in (init, start, migrate, create_key, create_workspace, revoke_key):
     _module.register(server_app)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(server_app, name="server")
