@@ -6,3 +6,15 @@
 """
 
 pytest_plugins = ["tests.fixtures.databases", "tests.fixtures.live_server"]
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _client_process_memory() -> None:
+    """Each test starts as a new process would: the client forgets what it learned about
+    servers (V1-only, workspace slugs, one-time warnings), which in-process CLI runs share."""
+    from jobagentctl.client import MEMORY
+
+    MEMORY.forget()

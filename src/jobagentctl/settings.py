@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -21,6 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from jobagentctl.errors import ConfigError, UsageError
+
+# ctrlplane's Workspace.slug (apps/api/openapi/openapi.json at 66e0888): ^[a-z0-9-]+$
+_SLUG = re.compile(r"[a-z0-9-]+")
 
 __all__ = [
     "ATTEMPT_ENV",
@@ -209,7 +213,8 @@ class ClientSettings(BaseModel):
 
     url: str | None = None
     api_key: SecretStr | None = None
-    workspace: UUID | None = None
+    # A UUID, or a slug that the client resolves with GET /v1/workspaces/slug/{slug} (as ctrlc).
+    workspace: UUID | str | None = None
     agent: UUID | None = None
     lease_seconds: int = Field(default=60, ge=0)
     timeout: float = Field(default=10.0, gt=0)
@@ -221,6 +226,23 @@ class ClientSettings(BaseModel):
         if value is None or value == "":
             return None
         return normalize_url(str(value))
+
+    @field_validator("workspace", mode="before")
+    @classmethod
+    def _workspace(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if not text:
+                return None
+            try:
+                return UUID(text)
+            except ValueError:
+                if not _SLUG.fullmatch(text):
+                    raise ValueError(
+                        "a workspace is a UUID or a slug (lowercase letters, digits and '-')"
+                    ) from None
+                return text
+        return value
 
     @field_validator("api_key", mode="before")
     @classmethod

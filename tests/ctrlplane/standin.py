@@ -241,7 +241,7 @@ class CtrlplaneState:
     """The rows the handlers read and write (guarded by one lock: tests seed from their thread)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.workspaces: dict[str, dict[str, Any]] = {}
         self.api_keys: set[str] = set()
         self.agents: dict[str, dict[str, Any]] = {}
@@ -516,6 +516,9 @@ class CtrlplaneStandIn:
         }
         self.api_key = f"ctrl_{secrets.token_urlsafe(24)}"
         self.state.api_keys.add(self.api_key)
+        # Called (in the server's thread, state lock held) before each handler runs: a test's
+        # way to act "between" two requests of the client, as another agent would.
+        self.before: Callable[[Request], None] | None = None
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self.port = 0
@@ -670,6 +673,8 @@ class CtrlplaneStandIn:
             if handler is None:  # documented in openapi.json but not served: express 404
                 return 404, None, {}
             with self.state.lock:
+                if self.before is not None:
+                    self.before(request)
                 status, payload = handler(request)
             return status, payload, {}
         except HttpError as exc:

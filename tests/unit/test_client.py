@@ -242,11 +242,7 @@ def test_v1_list_without_v2_fields(api: respx.MockRouter, client: Client) -> Non
     ("method", "path", "call"),
     [
         ("POST", f"/jobs/{JOB}/heartbeat", lambda c: c.heartbeat(JOB, claim_id=CLAIM)),
-        (
-            "POST",
-            f"/job-agents/{AGENT}/claim",
-            lambda c: c.claim_next(AGENT, lease_seconds=1, wait_seconds=0),
-        ),
+        # claim-next falls back to V1 instead: tests/ctrlplane/test_client_v1.py
         ("GET", "/job-claims", lambda c: c.list_claims()),
         ("GET", f"/jobs/{JOB}/attempts", lambda c: c.list_attempts(JOB)),
     ],

@@ -173,7 +173,7 @@ def test_key_never_in_repr_or_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "top.secret" not in repr(settings)
     assert "top.secret" not in str(settings)
     assert "top.secret" not in settings.model_dump_json()
-    monkeypatch.setenv("JOBAGENTCTL_WORKSPACE", "not-a-uuid")
+    monkeypatch.setenv("JOBAGENTCTL_WORKSPACE", "Not a UUID nor a slug")
     with pytest.raises(ConfigError) as caught:
         ClientSettings.load()
     assert "top.secret" not in str(caught.value)

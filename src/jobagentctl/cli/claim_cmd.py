@@ -60,11 +60,7 @@ def claim(
             # A spinner only for a real wait: an instant claim would just flicker.
             with output.spinner(state, "waiting for a job…", enabled=waiting > 0):
                 claimed = client.wait_for_job(agent, lease_seconds=lease, wait_seconds=waiting)
-    if claimed.claim_id is None and lease > 0:
-        output.warn(
-            "the server granted no lease (no claim id): it has no V2 lease support, so "
-            "heartbeats are unavailable and a crash leaves the job inProgress"
-        )
+    # A claim without lease on a V1-only server: the client has said so on stderr, once.
     if state.output == "env":
         output.emit_env(
             state,

@@ -131,19 +131,27 @@ class AppState:
             def trace(line: str) -> None:
                 print(f"[http] {line}", file=sys.stderr)
 
-        options: dict[str, Any] = {"timeout": settings.timeout, "trace": trace}
+        from jobagentctl.cli.output import warn
+
+        options: dict[str, Any] = {"timeout": settings.timeout, "trace": trace, "warn": warn}
         options.update(overrides)
         return Client(settings.url, settings.api_key, settings.workspace, **options)
 
     def require_workspace(self) -> UUID:
-        """The workspace id, or a :class:`ConfigError` (exit 2) naming where to set it."""
+        """The workspace id, or a :class:`ConfigError` (exit 2) naming where to set it.
+
+        A slug is resolved by the client (one request, remembered for the process).
+        """
         workspace = self.settings.workspace
         if workspace is None:
             raise ConfigError(
                 "no workspace: use --workspace, JOBAGENTCTL_WORKSPACE, CTRLPLANE_WORKSPACE or a "
                 "config profile"
             )
-        return workspace
+        if isinstance(workspace, UUID):
+            return workspace
+        with self.client() as client:
+            return client.workspace_id()
 
     def require_agent(self) -> UUID:
         """The job agent id, or a :class:`ConfigError` (exit 2) naming where to set it."""

@@ -14,7 +14,7 @@ import types
 # take its documented fallback, so client commands start fast and Rich stays unloaded.
 sys.modules.setdefault("httpx._main", types.ModuleType("httpx._main"))
 
-from jobagentctl.client._client import USER_AGENT, Client, iter_pages  # noqa: E402
+from jobagentctl.client._client import MEMORY, USER_AGENT, Client, iter_pages  # noqa: E402
 from jobagentctl.client._errors import translate  # noqa: E402
 
-__all__ = ["USER_AGENT", "Client", "iter_pages", "translate"]
+__all__ = ["MEMORY", "USER_AGENT", "Client", "iter_pages", "translate"]

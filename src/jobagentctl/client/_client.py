@@ -6,11 +6,15 @@ failure is translated by :func:`jobagentctl.client._errors.translate` in one pla
 
 from __future__ import annotations
 
+import logging
 import math
+import random
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
+from urllib.parse import quote
 from uuid import UUID
 
 import httpx
@@ -20,7 +24,16 @@ from pydantic import ValidationError as PydanticValidationError
 from jobagentctl import __version__
 from jobagentctl.client._errors import translate
 from jobagentctl.client._trace import Tracer
-from jobagentctl.errors import AuthError, ConfigError, NoJob
+from jobagentctl.errors import (
+    AuthError,
+    ConfigError,
+    Conflict,
+    LeaseUnsupported,
+    NoJob,
+    NotClaimable,
+    NotFound,
+    ValidationError,
+)
 from jobagentctl.models import (
     AcceptedResponse,
     ClaimedJob,
@@ -40,7 +53,7 @@ from jobagentctl.models import (
     UpsertJobAgentRequest,
 )
 
-__all__ = ["USER_AGENT", "Client", "iter_pages"]
+__all__ = ["MEMORY", "USER_AGENT", "Client", "iter_pages"]
 
 USER_AGENT = f"jobagentctl/{__version__}"
 API_KEY_HEADER = "X-API-Key"
@@ -50,8 +63,48 @@ LONG_POLL_MARGIN = 10.0
 # waitSeconds), pause this long before asking again instead of spinning.
 MIN_POLL_INTERVAL = 1.0
 
+# V1 fallback (a server without claim-next, as ctrlplane): how often to look for queued jobs.
+# Each pause is V1_POLL_INTERVAL ± 50 % (jitter), so many agents do not poll in step.
+V1_POLL_INTERVAL = 2.0
+V1_PAGE = 200
+
 T = TypeVar("T")
 _ATTEMPTS = TypeAdapter(list[JobAttempt])
+_log = logging.getLogger("jobagentctl.client")
+
+
+class _ProcessMemory:
+    """What this process learned about servers, shared by every :class:`Client` in it.
+
+    ``v1_only[url]``: True once claim-next answered "no such route" (a V1-only server such as
+    ctrlplane), False once any V2 route answered. ``slugs[(url, slug)]``: resolved workspace ids.
+    ``no_status_filter[url]``: ``GET /jobs`` refused the ``status`` parameter. ``warned``: the
+    one-time warnings already given.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.v1_only: dict[str, bool] = {}
+        self.slugs: dict[tuple[str, str], UUID] = {}
+        self.no_status_filter: set[str] = set()
+        self.warned: set[tuple[str, str]] = set()
+
+    def forget(self) -> None:
+        """For tests: start over as a new process would."""
+        with self.lock:
+            self.v1_only.clear()
+            self.slugs.clear()
+            self.no_status_filter.clear()
+            self.warned.clear()
+
+
+MEMORY = _ProcessMemory()
+
+_NO_LEASES = (
+    "the server has no lease support ({why}): claiming with the V1 API instead (list the "
+    "agent's queued jobs, claim one by id). Claims carry no claim id and no lease: heartbeats "
+    "are unavailable, and a crash leaves the job inProgress until someone requeues it"
+)
 
 
 def _base_url(url: str) -> str:
@@ -96,17 +149,31 @@ class Client:
         self,
         url: str,
         api_key: str | SecretStr | None,
-        workspace: UUID | None,
+        workspace: UUID | str | None,
         *,
         timeout: float = 10.0,
         transport: httpx.BaseTransport | None = None,
         trace: Callable[[str], None] | None = None,
+        warn: Callable[[str], None] | None = None,
+        v1_poll_interval: float = V1_POLL_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        """``workspace`` is a UUID or a slug (resolved on first use, as ctrlc does).
+
+        ``warn`` receives the one-time warnings about what the server cannot do (default: the
+        ``jobagentctl.client`` logger, which prints on stderr when nothing else is configured).
+        """
         self.url = _base_url(url)
         secret = api_key if isinstance(api_key, SecretStr) else SecretStr(api_key or "")
         self._api_key = SecretStr(secret.get_secret_value().strip())
-        self.workspace = workspace
+        self.workspace: UUID | str | None = _workspace(workspace)
         self.timeout = timeout
+        self._warn = warn if warn is not None else _log.warning
+        self._v1_poll_interval = v1_poll_interval
+        self._clock = clock
+        self._sleep = sleep
+        self._filtered: dict[str, list[Job]] = {}
         hooks: dict[str, list[Callable[..., Any]]] = {}
         if trace is not None:
             tracer = Tracer(trace, redact=(API_KEY_HEADER,))
@@ -140,11 +207,53 @@ class Client:
     # --- plumbing ---------------------------------------------------------------------------
 
     def _ws(self) -> str:
-        if self.workspace is None:
+        return f"/v1/workspaces/{self.workspace_id()}"
+
+    def workspace_id(self) -> UUID:
+        """The workspace's id; a slug is resolved once per process with
+        ``GET /v1/workspaces/slug/{slug}`` (as ctrlc's ``GetWorkspaceID`` does)."""
+        workspace = self.workspace
+        if workspace is None:
             raise ConfigError(
-                "no workspace: use --workspace, JOBAGENTCTL_WORKSPACE or a config profile"
+                "no workspace: use --workspace, JOBAGENTCTL_WORKSPACE, CTRLPLANE_WORKSPACE or a "
+                "config profile"
             )
-        return f"/v1/workspaces/{self.workspace}"
+        if isinstance(workspace, UUID):
+            return workspace
+        with MEMORY.lock:
+            known = MEMORY.slugs.get((self.url, workspace))
+        if known is not None:
+            return known
+        try:
+            response = self._call("GET", f"/v1/workspaces/slug/{quote(workspace, safe='')}")
+        except NotFound:
+            raise NotFound(
+                f"no workspace with slug {workspace!r} on {self.url} "
+                "(give its id, or check the slug)"
+            ) from None
+        data = self._parse(response, dict)
+        try:
+            resolved = UUID(str(data["id"]))
+        except (KeyError, ValueError):
+            raise translate(ValueError(f"workspace without a valid id: {data!r}")) from None
+        with MEMORY.lock:
+            MEMORY.slugs[(self.url, workspace)] = resolved
+        return resolved
+
+    def _warn_once(self, topic: str, message: str) -> None:
+        with MEMORY.lock:
+            if (self.url, topic) in MEMORY.warned:
+                return
+            MEMORY.warned.add((self.url, topic))
+        self._warn(message)
+
+    def _learned(self, *, v1_only: bool) -> None:
+        with MEMORY.lock:
+            MEMORY.v1_only[self.url] = v1_only
+
+    def _v1_only(self) -> bool | None:
+        with MEMORY.lock:
+            return MEMORY.v1_only.get(self.url)
 
     def _call(
         self,
@@ -232,9 +341,36 @@ class Client:
     def list_jobs(
         self, *, status: str | None = None, limit: int = 50, offset: int = 0
     ) -> Page[Job]:
-        params = {"status": status, "limit": limit, "offset": offset}
-        response = self._call("GET", f"{self._ws()}/jobs", params=params)
-        return self._parse(response, Page[Job].model_validate)
+        """A page of the workspace's jobs, newest first, optionally of one status.
+
+        ctrlplane's ``GET /jobs`` has no ``status`` parameter (its validator answers 400): then
+        the jobs are filtered here, and the page is a page of the matching jobs.
+        """
+        with MEMORY.lock:
+            refused = self.url in MEMORY.no_status_filter
+        if status is not None and not refused:
+            params = {"status": status, "limit": limit, "offset": offset}
+            try:
+                response = self._call("GET", f"{self._ws()}/jobs", params=params)
+            except ValidationError as exc:
+                if "status" not in exc.message:
+                    raise
+                with MEMORY.lock:
+                    MEMORY.no_status_filter.add(self.url)
+            else:
+                return self._parse(response, Page[Job].model_validate)
+        if status is None:
+            params = {"limit": limit, "offset": offset}
+            response = self._call("GET", f"{self._ws()}/jobs", params=params)
+            return self._parse(response, Page[Job].model_validate)
+        matching = self._filtered.get(status)
+        if matching is None:
+            every = iter_pages(lambda n, off: self.list_jobs(limit=n, offset=off), limit=V1_PAGE)
+            matching = [job for job in every if job.status == status]
+            self._filtered[status] = matching
+        return Page[Job](
+            items=matching[offset : offset + limit], total=len(matching), limit=limit, offset=offset
+        )
 
     def get_job(self, job_id: UUID) -> Job:
         response = self._call("GET", f"{self._ws()}/jobs/{job_id}")
@@ -261,15 +397,76 @@ class Client:
     def claim_job(self, agent_id: UUID, job_id: UUID, *, lease_seconds: int | None) -> ClaimedJob:
         """Claim one job by id (V1 route). ``lease_seconds=None`` sends no body, as V1 agents do."""
         body = None if lease_seconds is None else _body(ClaimRequest(lease_seconds=lease_seconds))
-        response = self._call(
-            "POST", f"{self._ws()}/job-agents/{agent_id}/jobs/{job_id}/claim", json=body
-        )
-        return self._parse(response, ClaimedJob.model_validate)
+        try:
+            response = self._call(
+                "POST", f"{self._ws()}/job-agents/{agent_id}/jobs/{job_id}/claim", json=body
+            )
+        except Conflict as exc:
+            if type(exc) is not Conflict:
+                raise
+            # ctrlplane answers 409 {"message": "Job is not available to claim"}, without code.
+            raise NotClaimable(exc.message, details=exc.details, status=exc.status) from exc
+        claimed = self._parse(response, ClaimedJob.model_validate)
+        if claimed.claim_id is None and lease_seconds:
+            self._warn_once(
+                "no-leases",
+                _NO_LEASES.format(why="it granted no lease to a claim that asked for one"),
+            )
+        return claimed
 
     def claim_next(
         self, agent_id: UUID, *, lease_seconds: int | None, wait_seconds: float | None
     ) -> ClaimedJob:
-        """Claim the agent's oldest queued job; :class:`NoJob` when none came within the wait."""
+        """Claim the agent's oldest queued job; :class:`NoJob` when none came within the wait.
+
+        On a server without claim-next (it answers 404: a V1-only server such as ctrlplane;
+        learned once per process), does what ctrlplane's RFC 0014 asks of V1 agents: list the
+        agent's queued jobs, claim the oldest by id, the next one on 409, and poll (with
+        jitter) until ``wait_seconds`` runs out. Such a claim has no claim id and no lease.
+        """
+        if self._v1_only():
+            return self._claim_next_v1(agent_id, wait_seconds)
+        try:
+            claimed = self._claim_next_v2(
+                agent_id, lease_seconds=lease_seconds, wait_seconds=wait_seconds
+            )
+        except LeaseUnsupported as exc:
+            self._learned(v1_only=True)
+            why = f"POST …/job-agents/{{id}}/claim answered {exc.status}"
+            self._warn_once("no-leases", _NO_LEASES.format(why=why))
+            return self._claim_next_v1(agent_id, wait_seconds)
+        except NoJob:
+            self._learned(v1_only=False)
+            raise
+        self._learned(v1_only=False)
+        return claimed
+
+    def _claim_next_v1(self, agent_id: UUID, wait_seconds: float | None) -> ClaimedJob:
+        deadline = self._clock() + (wait_seconds or 0.0)
+        while True:
+            for job in self._queued_oldest_first(agent_id):
+                try:
+                    return self.claim_job(agent_id, job.id, lease_seconds=None)
+                except (NotClaimable, NotFound):
+                    continue  # another agent took it (409), or it went away: the next one
+            left = deadline - self._clock()
+            if left <= 0:
+                raise NoJob("no job queued for this agent")
+            self._sleep(min(left, self._v1_poll_interval * random.uniform(0.5, 1.5)))
+
+    def _queued_oldest_first(self, agent_id: UUID) -> list[Job]:
+        """The agent's queued jobs, oldest first (ctrlplane lists them newest first)."""
+        queued = list(
+            iter_pages(
+                lambda n, off: self.list_agent_jobs(agent_id, status="queued", limit=n, offset=off),
+                limit=V1_PAGE,
+            )
+        )
+        return sorted(queued, key=lambda job: job.created_at)
+
+    def _claim_next_v2(
+        self, agent_id: UUID, *, lease_seconds: int | None, wait_seconds: float | None
+    ) -> ClaimedJob:
         body = ClaimNextRequest(lease_seconds=lease_seconds, wait_seconds=wait_seconds)
         timeout = None
         if wait_seconds:
@@ -323,6 +520,7 @@ class Client:
         response = self._call(
             "POST", f"{self._ws()}/jobs/{job_id}/heartbeat", json=_body(body), v2_route=True
         )
+        self._learned(v1_only=False)
         return self._parse(response, Heartbeat.model_validate)
 
     def update_status(
@@ -346,7 +544,58 @@ class Client:
         except (ValueError, PydanticValidationError) as exc:
             raise ConfigError(f"invalid status update: {exc}") from None
         response = self._call("PUT", f"{self._ws()}/jobs/{job_id}/status", json=_body(body))
-        return self._parse(response, AcceptedResponse.model_validate)
+        accepted = self._parse(response, AcceptedResponse.model_validate)
+        if message is not None or external_id is not None or metadata:
+            self._check_stored(job_id, message, external_id, metadata)
+        return accepted
+
+    def _check_stored(
+        self,
+        job_id: UUID,
+        message: str | None,
+        external_id: str | None,
+        metadata: dict[str, Any] | None,
+    ) -> None:
+        """Say once what a status update's server did not store.
+
+        ctrlplane's ``PUT /jobs/{id}/status`` reads only ``status``, and no other endpoint of
+        its API stores a job's message, external id or metadata (they come only from its
+        GitHub/Terraform/Argo webhooks). On a server not known to be V1-only, the job is read
+        back once to see.
+        """
+        v1_only = self._v1_only()
+        if v1_only is False:
+            return
+        dropped: list[str] = []
+        if v1_only is None:
+            try:
+                job = self.get_job(job_id)
+            except Exception:  # best effort: the check never fails an accepted update
+                return
+            if message is not None and job.message != message:
+                dropped.append("message")
+            if external_id is not None and job.external_id != external_id:
+                dropped.append("external id")
+            if metadata and any(k not in job.metadata for k in metadata):
+                dropped.append("metadata (links)")
+            if not dropped:
+                self._learned(v1_only=False)
+                return
+        else:
+            dropped = [
+                name
+                for name, value in (
+                    ("message", message),
+                    ("external id", external_id),
+                    ("metadata (links)", metadata or None),
+                )
+                if value is not None
+            ]
+        self._warn_once(
+            "not-stored",
+            f"the server accepted the status but did not store the {', '.join(dropped)}: "
+            "its status endpoint reads only the status (as ctrlplane's does)",
+        )
 
     def release(self, job_id: UUID, *, claim_id: UUID | None) -> AcceptedResponse:
         """Give the job back to the queue (status ``queued``), ending this attempt."""
@@ -372,6 +621,19 @@ class Client:
     def list_attempts(self, job_id: UUID) -> list[JobAttempt]:
         response = self._call("GET", f"{self._ws()}/jobs/{job_id}/attempts", v2_route=True)
         return self._parse(response, _ATTEMPTS.validate_python)
+
+
+def _workspace(value: UUID | str | None) -> UUID | str | None:
+    """A UUID stays a UUID (also in text form); any other text is a slug; empty is unset."""
+    if value is None or isinstance(value, UUID):
+        return value
+    text = value.strip()
+    if not text:
+        return None
+    try:
+        return UUID(text)
+    except ValueError:
+        return text
 
 
 def iter_pages(fetch: Callable[[int, int], Page[T]], *, limit: int = 200) -> Iterator[T]:

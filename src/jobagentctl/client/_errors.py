@@ -53,9 +53,11 @@ def _from_status(response: httpx.Response, *, v2_route: bool) -> JobAgentError:
     request = response.request
     where = f"{request.method} {request.url.path}"
     body, fallback = _error_body(response)
-    if body is None and v2_route and status in (404, 405):
-        # A 404 that is not our error shape, on a route only V2 servers have: the route itself
-        # is missing, as on ctrlplane, which has no lease endpoints.
+    ours = body is not None and error_for_code(body.code, 0) is not ProtocolError
+    if v2_route and status in (404, 405) and not ours:
+        # A 404/405 without one of our error codes, on a route only V2 servers have: the route
+        # itself is missing, as on ctrlplane, which has no lease endpoints (its OpenAPI
+        # validator answers {"message": "not found", "code": "Not Found", ...}).
         return LeaseUnsupported(
             f"server has no lease support ({where} answered {status}): it speaks only the V1 "
             "pull-agent API; claim jobs by id and skip heartbeats",
