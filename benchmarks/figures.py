@@ -11,7 +11,6 @@ import json
 import os
 import random
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -248,65 +247,6 @@ async def _wait_queued(server: Server) -> float:
             await asyncio.sleep(0.01)
     finally:
         await conn.close()
-
-
-# --- CLI start-up --------------------------------------------------------------------------------
-
-
-def _time_process(argv: list[str], runs: int, env: dict[str, str] | None = None) -> float:
-    samples = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run(
-            argv,
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
-        )
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
-
-
-def cli_startup(runs: int) -> dict[str, float]:
-    py = sys.executable
-    figures = {
-        "python -c pass": _time_process([py, "-c", "pass"], runs),
-        "bare import": _time_process([py, "-c", "import typer, httpx, pydantic_settings"], runs),
-        "--version": _time_process([py, "-m", "jobagentctl", "--version"], runs),
-    }
-    with database("sqlite") as url, Server(url) as server:
-        _, body = asyncio.run(
-            server.call("POST", f"/job-agents/{server.agent}/jobs", {"jobAgentConfig": {}})
-        )
-        job = json.loads(body)
-        _status, body = asyncio.run(
-            server.call(
-                "POST", f"/job-agents/{server.agent}/jobs/{job['id']}/claim", {"leaseSeconds": 3600}
-            )
-        )
-        claimed = json.loads(body)
-        env = {
-            "JOBAGENTCTL_URL": server.url,
-            "JOBAGENTCTL_WORKSPACE": server.workspace,
-            "JOBAGENTCTL_API_KEY": server.api_key,
-            "JOBAGENTCTL_JOB_ID": claimed["id"],
-            "JOBAGENTCTL_CLAIM_ID": claimed["claimId"],
-        }
-        figures["heartbeat"] = _time_process(
-            [py, "-m", "jobagentctl", "-q", "heartbeat"], runs, env
-        )
-        # One request over a fresh connection, the cost the bare import pays on top.
-        figures["one request"] = _time_process(
-            [
-                py,
-                "-c",
-                "import urllib.request,os;urllib.request.urlopen(os.environ['U']).read()",
-            ],
-            runs,
-            {"U": server.url + "/healthz"},
-        )
-    return figures
 
 
 # --- supervision overhead ------------------------------------------------------------------------

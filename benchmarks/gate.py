@@ -72,6 +72,26 @@ def postgres_aux_pids() -> list[int]:
     return pids
 
 
+def descendants(root: int) -> list[int]:
+    """Live descendants of ``root`` (from each process's parent in /proc/PID/stat)."""
+    parent: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    out: list[int] = []
+    frontier = [root]
+    while frontier:
+        kids = [c for c, p in parent.items() if p == frontier[-1]]
+        frontier.pop()
+        out.extend(kids)
+        frontier.extend(kids)
+    return out
+
+
 @dataclass
 class Gate:
     """One measured run's gate: machine load before it and other people's CPU during it."""
@@ -110,10 +130,11 @@ class Measured:
     """Counts the machine's busy CPU during a block, and how much of it was ours.
 
     ``ours`` is called at the start and at the end and returns {pid: cpu seconds} for the live
-    processes of the run (server, its PostgreSQL backends, load generators); this process and
-    its reaped children, and PostgreSQL's auxiliary processes (they serve every client, ours
-    included), count as ours too. ``add_ours`` charges CPU counted otherwise (the backends of a
-    pgbench run, which exit inside the block). Everything else is others' work.
+    processes of the run that are not our descendants (its PostgreSQL backends); this process,
+    its live descendants and its reaped children, and PostgreSQL's auxiliary processes (they
+    serve every client, ours included), count as ours too. ``add_ours`` charges CPU counted
+    otherwise (the backends of a pgbench run, which exit inside the block). Everything else is
+    others' work.
     """
 
     def __init__(self, gate: Gate, ours: Callable[[], dict[int, float]]) -> None:
@@ -124,7 +145,7 @@ class Measured:
 
     def _snapshot(self) -> dict[int, float]:
         snap = dict(self._ours())
-        for pid in postgres_aux_pids():
+        for pid in [*postgres_aux_pids(), *descendants(os.getpid())]:
             snap.setdefault(pid, proc_cpu(pid))
         t = os.times()
         snap[-1] = t.user + t.system + t.children_user + t.children_system

@@ -47,6 +47,8 @@ class Growth:
     reap_busy: float
     reap_empty: float
     reap_gate: Gate
+    claims: int = 10000
+    expired: int = 1000
 
 
 def load_history(url: str, agent: str, rows: int) -> None:
@@ -98,7 +100,8 @@ def measure(rows: int, jobs: int, project: tuple[str, dict[str, str]], smoke: bo
         bench = Figure(
             "pgbench project", r.cycles, r.cycles / r.tps, r.backend_cpu, r.backend_cpu, gate=gate
         )
-        busy, empty, reap_gate = asyncio.run(_reap(url, 10000, 1000, smoke))
+        claims, expired = (200, 20) if smoke else (10000, 1000)
+        busy, empty, reap_gate = asyncio.run(_reap(url, claims, expired, smoke))
     # The API over the grown tables (a fresh database: the same history, the server's agent).
     with postgres_database() as url:
         server = Server(url).start()
@@ -107,7 +110,7 @@ def measure(rows: int, jobs: int, project: tuple[str, dict[str, str]], smoke: bo
         finally:
             server.stop()
         api = ceilings.api(jobs, smoke=smoke, database_url=url)
-    return Growth(rows, bench, api, busy, empty, reap_gate)
+    return Growth(rows, bench, api, busy, empty, reap_gate, claims, expired)
 
 
 def main() -> None:
