@@ -10,17 +10,25 @@ import asyncio
 import logging
 import socket
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import uvicorn
 
-from jobagentctl.errors import JobAgentError
+from jobagentctl.errors import ConfigError, JobAgentError
 from jobagentctl.server.app import create_app
+from jobagentctl.server.connections import (
+    BACKLOG,
+    EdgeLimits,
+    connection_cap,
+    guarded_protocol,
+    raise_fd_limit,
+)
 from jobagentctl.server.service import JobService
 from jobagentctl.server.settings import ServerSettings, redact_url
 from jobagentctl.server.store.base import Store
 
-__all__ = ["READY_LINE", "configure_logging", "run_server", "serve"]
+__all__ = ["READY_LINE", "configure_logging", "event_loop_factory", "run_server", "serve"]
 
 READY_LINE = "jobagentctl server listening on"
 
@@ -73,6 +81,36 @@ class _Server(uvicorn.Server):
         return self.config.host, self.config.port
 
 
+def _protocol_options(settings: ServerSettings) -> dict[str, Any]:
+    """The HTTP protocol with the connection limits (``connections.py``): httptools guarded
+    by our subclass; without httptools, h11 with its own header cap (no header timeout)."""
+    soft, hard = raise_fd_limit()
+    cap = connection_cap(settings.max_connections, soft)
+    if cap < settings.max_connections:
+        logger.warning(
+            "max_connections %d lowered to %d: the open-file limit is %d (hard %d)",
+            settings.max_connections,
+            cap,
+            soft,
+            hard,
+        )
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        logger.warning(
+            "httptools is not installed: no header timeout and no connection cap "
+            "(pip install 'jobagentctl[server]')"
+        )
+        return {"http": "h11", "h11_max_incomplete_event_size": settings.max_header_bytes}
+    limits = EdgeLimits(
+        max_header_bytes=settings.max_header_bytes,
+        header_timeout=settings.header_timeout,
+        keep_alive_timeout=settings.keep_alive_timeout,
+        max_connections=cap,
+    )
+    return {"http": guarded_protocol(limits), "backlog": BACKLOG}
+
+
 async def serve(settings: ServerSettings, store: Store | None = None) -> None:
     """Serve until a signal asks to stop. The store (opened and migrated here when not given)
     is closed by the app's lifespan."""
@@ -99,8 +137,11 @@ async def serve(settings: ServerSettings, store: Store | None = None) -> None:
         log_config=None,
         access_log=settings.access_log,
         timeout_graceful_shutdown=settings.shutdown_timeout,
+        # uvicorn annotates int but only hands it to loop.call_later: a float is fine.
+        timeout_keep_alive=cast(int, settings.keep_alive_timeout),
         server_header=False,
         proxy_headers=False,
+        **_protocol_options(settings),
     )
     server = _Server(config, app.state.service)
     logger.info(
@@ -124,7 +165,25 @@ async def serve(settings: ServerSettings, store: Store | None = None) -> None:
     logger.info("stopped")
 
 
+def event_loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The loop ``serve`` runs on: uvloop when ``name`` is ``auto`` and uvloop is installed,
+    or ``uvloop`` (an error if it is not); ``asyncio`` = the standard loop (None)."""
+    if name == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if name == "uvloop":
+            raise ConfigError("loop = uvloop, but uvloop is not installed") from None
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
 def run_server(settings: ServerSettings) -> None:
     """Blocking entry point of ``jobagentctl server start``."""
     configure_logging(settings.log_level)
-    asyncio.run(serve(settings))
+    factory = event_loop_factory(settings.loop)
+    logger.info("event loop: %s", "uvloop" if factory is not None else "asyncio")
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(serve(settings))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, field_validator, model_validator
@@ -92,6 +92,15 @@ class ServerSettings(BaseSettings):
     # Deepest nesting of arrays/objects accepted in a JSON body (the top-level value is level
     # 1): anything stored can always be served back (responses wrap it a few levels deeper).
     max_json_depth: int = Field(default=64, ge=2, le=200)
+    # Connection limits (connections.py): request line + headers of one request; seconds from a
+    # request's first byte to the end of its headers; seconds a connection may wait idle for
+    # its first or next request; open connections (also kept below the fd limit).
+    max_header_bytes: int = Field(default=16 * 1024, ge=1024, le=MIB)
+    header_timeout: float = Field(default=10.0, gt=0)
+    keep_alive_timeout: float = Field(default=5.0, gt=0)
+    max_connections: int = Field(default=10_000, ge=1)
+    # The event loop of `server start`: uvloop when installed (auto), or one named.
+    loop: Literal["auto", "uvloop", "asyncio"] = "auto"
     # Serve the four hot endpoints without framework routing (see fastpath.py).
     fast_path: bool = True
     # How long a verified API key is trusted without asking the database again: bounds how late

@@ -1,0 +1,194 @@
+"""Connection limits of the HTTP server, below the ASGI app: they act before any request exists.
+
+uvicorn's httptools protocol has no cap on the request line and headers (the parser buffers a
+50 MB header value), no timeout while headers arrive (a client sending one byte a second holds
+its connection forever), no timeout before a new connection's first request, and no cap on
+open connections. :func:`guarded_protocol` subclasses it with all four:
+
+- **Header cap**: the request line plus headers of one request may take at most
+  ``max_header_bytes``; one byte more is answered ``431`` (``HEADERS_TOO_LARGE``) and the
+  connection closed, before the parser buffers it (counted in ``data_received``).
+- **Header timeout**: from a request's first byte its headers must be complete within
+  ``header_timeout`` seconds, else the connection is closed.
+- **Idle timeout**: a connection waiting for its first request, or between requests, is closed
+  after ``keep_alive_timeout`` seconds (uvicorn's own keep-alive timer, also armed at connect).
+- **Connection cap**: beyond ``max_connections`` open connections, one that serves no request
+  (idle, or still sending headers) is closed to make room; when every one is busy, the new one
+  is closed at once.
+  :func:`raise_fd_limit` lifts the soft descriptor limit to the hard one at start, and the cap
+  is kept below it (:func:`connection_cap`), so ``accept`` does not meet ``EMFILE``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+
+__all__ = ["BACKLOG", "EdgeLimits", "connection_cap", "guarded_protocol", "raise_fd_limit"]
+
+logger = logging.getLogger("jobagentctl.server")
+
+# Descriptors kept free for everything that is not a client connection (the listening socket,
+# the database pool and LISTEN connection, log files, the SQLite WAL, …) and for one batch of
+# accepts: the event loop accepts up to BACKLOG connections before the cap sees any of them, and
+# as many evicted ones may still hold their descriptors until the next loop iteration.
+BACKLOG = 128
+_FD_RESERVE = 128 + 2 * BACKLOG
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeLimits:
+    max_header_bytes: int
+    header_timeout: float
+    keep_alive_timeout: float
+    max_connections: int
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """Raise the soft ``RLIMIT_NOFILE`` to the hard limit; return ``(soft, hard)`` after."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return (-1, -1)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return soft, hard
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (OSError, ValueError) as exc:
+        logger.warning("could not raise the open-file limit from %d to %d: %s", soft, target, exc)
+        return soft, hard
+    return target, hard
+
+
+def connection_cap(max_connections: int, soft_fd_limit: int) -> int:
+    """The effective cap: the setting, kept ``_FD_RESERVE`` descriptors below the fd limit."""
+    if soft_fd_limit <= 0:
+        return max_connections
+    return max(1, min(max_connections, soft_fd_limit - _FD_RESERVE))
+
+
+def _431() -> bytes:
+    body = json.dumps(
+        {
+            "message": "request line and headers too large",
+            "code": "HEADERS_TOO_LARGE",
+            "details": None,
+        }
+    ).encode()
+    head = (
+        b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+        b"content-type: application/json\r\n"
+        b"content-length: " + str(len(body)).encode() + b"\r\n"
+        b"connection: close\r\n\r\n"
+    )
+    return head + body
+
+
+_RESPONSE_431 = _431()
+
+
+def guarded_protocol(limits: EdgeLimits) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol with ``limits`` (see the module docstring)."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    # Connections serving no request (idle, or still sending headers), least recently active
+    # first: the ones the cap evicts. One per server (this class is made per server).
+    idle: OrderedDict[GuardedHttpToolsProtocol, None] = OrderedDict()
+
+    class GuardedHttpToolsProtocol(HttpToolsProtocol):
+        _awaiting_headers = True
+        _header_bytes = 0
+        _tail = b""
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(self.connections) > limits.max_connections and not _evict_one():
+                logger.warning(
+                    "open connections at the cap (%d), none idle: closing a new one",
+                    limits.max_connections,
+                )
+                self.connections.discard(self)
+                transport.abort()
+                return
+            idle[self] = None
+            # The first request is awaited like the next one on a kept-alive connection.
+            self.timeout_keep_alive_task = self.loop.call_later(
+                limits.keep_alive_timeout, self.timeout_keep_alive_handler
+            )
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            idle.pop(self, None)
+            self._cancel_header_timer()
+            super().connection_lost(exc)
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing() and self._awaiting_headers:
+                idle[self] = None  # the most recently active end of the line
+
+        def data_received(self, data: bytes) -> None:
+            if self.parser is None:  # refused or lost: nothing more is read
+                return
+            if self._awaiting_headers:
+                if self._header_timer is None:
+                    self._header_timer = self.loop.call_later(
+                        limits.header_timeout, self._header_timeout
+                    )
+                allowance = limits.max_header_bytes - self._header_bytes
+                if len(data) > allowance:
+                    window = self._tail + data[: max(allowance, 0)]
+                    if b"\r\n\r\n" not in window and b"\n\n" not in window:
+                        self._refuse_headers()
+                        return
+                self._header_bytes += len(data)
+                self._tail = data[-3:]
+            super().data_received(data)
+
+        def on_headers_complete(self) -> None:
+            idle.pop(self, None)
+            self._awaiting_headers = False
+            self._header_bytes = 0
+            self._tail = b""
+            self._cancel_header_timer()
+            super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            super().on_message_complete()
+            self._awaiting_headers = True  # whatever comes next starts another request
+
+        def _cancel_header_timer(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _header_timeout(self) -> None:
+            self._header_timer = None
+            if self._awaiting_headers and not self.transport.is_closing():
+                self.transport.close()
+
+        def _refuse_headers(self) -> None:
+            self._cancel_header_timer()
+            self._awaiting_headers = False
+            self.parser = None  # type: ignore[assignment]  # nothing more is parsed
+            if not self.transport.is_closing():
+                self.transport.write(_RESPONSE_431)
+                self.transport.close()
+
+    def _evict_one() -> bool:
+        """Make room by closing the least recently active idle connection: a flood churns
+        its own connections, not those of a client that has just connected."""
+        while idle:
+            oldest, _ = idle.popitem(last=False)
+            if not oldest.transport.is_closing():
+                oldest.transport.abort()
+                oldest.connections.discard(oldest)
+                return True
+        return False
+
+    return GuardedHttpToolsProtocol
