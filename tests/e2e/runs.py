@@ -6,12 +6,15 @@ in the agent's stderr), polled with a generous deadline: two busy cores, no fixe
 
 from __future__ import annotations
 
+import array
 import contextlib
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +23,15 @@ from typing import Any
 
 from tests.fixtures.live_server import LiveServer
 
-__all__ = ["DEADLINE", "AgentRun", "Harness", "eventually", "gone", "kill_group_of"]
+__all__ = [
+    "DEADLINE",
+    "AgentRun",
+    "Harness",
+    "cli",
+    "eventually",
+    "gone",
+    "kill_group_of",
+]
 
 DEADLINE = 60.0
 
@@ -52,6 +63,14 @@ class AgentRun:
 
     proc: subprocess.Popen[bytes]
     workdir: Path
+    blocked_fd: int | None = None  # read end of the pipe nobody reads (blocked_output)
+
+    def unread_bytes(self) -> int:
+        """How much waits in the pipe nobody reads (its capacity: 64 KiB on Linux)."""
+        assert self.blocked_fd is not None
+        buf = array.array("i", [0])
+        fcntl.ioctl(self.blocked_fd, termios.FIONREAD, buf)
+        return buf[0]
 
     @property
     def pid(self) -> int:
@@ -88,6 +107,19 @@ class AgentRun:
             self.proc.wait()
 
 
+def cli(harness: Harness, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``jobagentctl ARGS`` against the harness's server (as an operator would)."""
+    env = {**harness.server.base_env(), **harness.server.env()}
+    return subprocess.run(
+        [sys.executable, "-m", "jobagentctl", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+
+
 class Harness:
     """A live server, one agent on it, and the runs started for that agent (killed at the end)."""
 
@@ -96,6 +128,7 @@ class Harness:
         self.tmp_path = tmp_path
         self.agent_id = server.create_agent("e2e-agent")
         self.runs: list[AgentRun] = []
+        self._blocked: list[int] = []
 
     def enqueue(self, **fields: Any) -> str:
         job_id: str = self.server.enqueue(self.agent_id, **fields)["id"]
@@ -117,8 +150,13 @@ class Harness:
         *,
         name: str = "run",
         env: dict[str, str] | None = None,
+        blocked_output: bool = False,
     ) -> AgentRun:
-        """``jobagentctl run ARGS --report DIR/report.jsonl -- COMMAND`` in ``tmp_path/NAME``."""
+        """``jobagentctl run ARGS --report DIR/report.jsonl -- COMMAND`` in ``tmp_path/NAME``.
+
+        ``blocked_output``: stdout and stderr go to a pipe nobody ever reads (a reader that
+        never reads); its read end stays open until :meth:`close`.
+        """
         workdir = self.tmp_path / name
         workdir.mkdir(parents=True, exist_ok=True)
         full_env = {**self.server.base_env(), **self.server.env()}
@@ -127,6 +165,25 @@ class Harness:
         full_env.update(env or {})
         argv = [sys.executable, "-m", "jobagentctl", "run", *args]
         argv += ["--report", str(workdir / "report.jsonl"), "--", *command]
+        if blocked_output:
+            read_end, write_end = os.pipe()
+            self._blocked.append(read_end)
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    env=full_env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=write_end,
+                    stderr=write_end,
+                    cwd=workdir,
+                )
+            finally:
+                os.close(write_end)
+            (workdir / "stdout").touch()
+            (workdir / "stderr").write_text("(stdout and stderr went to a pipe nobody reads)\n")
+            run = AgentRun(proc, workdir, blocked_fd=read_end)
+            self.runs.append(run)
+            return run
         with (workdir / "stdout").open("wb") as out, (workdir / "stderr").open("wb") as err:
             proc = subprocess.Popen(
                 argv, env=full_env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=workdir
@@ -138,6 +195,9 @@ class Harness:
     def close(self) -> None:
         for run in self.runs:
             run.stop()
+        for fd in self._blocked:
+            os.close(fd)
+        self._blocked.clear()
 
 
 def kill_group_of(pid_file: Path) -> None:

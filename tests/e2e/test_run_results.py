@@ -81,7 +81,8 @@ def test_timeout_is_124_and_reported(harness: Harness) -> None:
 def test_nothing_to_claim_is_7(harness: Harness) -> None:
     run = harness.start([], ["true"])
     assert run.wait() == 7
-    assert run.report() == []
+    [record] = run.report()
+    assert (record["verdict"], record["jobId"]) == ("no_job", None)
 
 
 def test_a_grandchild_holding_stdout_does_not_hang_the_run(harness: Harness) -> None:

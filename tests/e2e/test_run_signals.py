@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 from .runs import Harness, eventually
 
@@ -73,3 +74,45 @@ def test_loop_with_idle_timeout_exits_0_when_no_work_comes(harness: Harness) -> 
     run = harness.start(["--loop", "--idle-timeout", "1s"], ["true"])
     assert run.wait() == 0, run.stderr()
     assert run.report() == []
+
+
+def _state(pid: int) -> str:
+    """The process's state letter from /proc (T: stopped); X when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return "X"
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def test_ctrl_z_suspends_the_command_with_the_run_and_fg_resumes_both(harness: Harness) -> None:
+    job_id = harness.enqueue()
+    script = "echo $$ > pid; while [ ! -e go ]; do sleep 0.05; done; exit 0"
+    run = harness.start(["--lease-seconds", "60"], ["sh", "-c", script])
+    pid_file = run.workdir / "pid"
+    child = int(eventually(lambda: pid_file.exists() and pid_file.read_text().strip(), "pid"))
+    run.signal(signal.SIGTSTP)
+    eventually(lambda: _state(run.pid) == "T", "the run to stop")
+    eventually(lambda: _state(child) == "T", "the command to stop with it")
+    assert "SIGTSTP: suspending the command and jobagentctl" in run.stderr()
+    run.signal(signal.SIGCONT)
+    eventually(lambda: _state(child) not in ("T", "X"), "the command to resume")
+    (run.workdir / "go").touch()
+    assert run.wait() == 0, run.stderr()
+    assert harness.job(job_id)["status"] == "successful"
+    assert "resumed: the command too" in run.stderr()
+
+
+def test_a_command_that_ignores_sigint_is_waited_for_out_loud(harness: Harness) -> None:
+    job_id = harness.enqueue()
+    script = "trap '' INT; touch ready; while :; do sleep 0.05; done"
+    run = harness.start(["--grace", "2s"], ["sh", "-c", script])
+    eventually((run.workdir / "ready").exists, "the child to start")
+    run.signal(signal.SIGINT)
+    message = eventually(
+        lambda: "SIGINT: stopping the job" in run.stderr() and run.stderr(), "the stop message"
+    )
+    assert "waiting up to 2s for it to exit, then SIGKILL; SIGINT again kills it now" in message
+    assert run.wait() == 130, run.stderr()
+    assert "after the stop signal: SIGKILL" in run.stderr()
+    assert harness.job(job_id)["status"] == "queued"

@@ -92,7 +92,7 @@ def run(
         None,
         "--report",
         metavar="PATH",
-        help="Write a JSON record per job (one line each; appended with --loop).",
+        help="Write a JSON record per job, with its verdict (one line; appended with --loop).",
     ),
     output_tail_bytes: int = typer.Option(
         8192,
@@ -124,7 +124,8 @@ def run(
     JOBAGENTCTL_STOP_REASON_FILE set. Exit 0 reports successful, anything else failure.
 
     Exit codes: CMD's own; 7 no job; 75 lease lost; 124 --timeout; 125 jobagentctl failed;
-    126 not executable; 127 not found; 128+N signal N; 143 cancelled. See docs/run.md.
+    126 not executable; 127 not found; 128+N signal N; 143 cancelled. CMD may exit with
+    any of these itself: the "verdict" of --report says who chose the code. See docs/run.md.
 
     \b
     Examples:
@@ -160,6 +161,7 @@ def run(
     except JobAgentError as exc:
         # Nothing was claimed yet: 125, as timeout(1) does for its own failures.
         _print_error(state, exc)
+        _record_setup_failure(report, loop=loop)
         raise typer.Exit(_EXIT_SETUP_FAILED) from None
     code = Supervisor(options, state.client, log=_log(state)).run()
     raise typer.Exit(code)
@@ -237,6 +239,21 @@ def _connection(state: AppState, lease_seconds: int | None) -> dict[str, Any]:
         "api_key": settings.api_key.get_secret_value() if settings.api_key else None,
         "lease_seconds": lease_seconds if lease_seconds is not None else settings.lease_seconds,
     }
+
+
+def _record_setup_failure(report: Path | None, *, loop: bool) -> None:
+    """Without --loop, --report always gets one record: here, the ``failed`` verdict."""
+    from jobagentctl.supervisor.outcome import Verdict
+    from jobagentctl.supervisor.record import JobRecord, utc_now, write_record
+
+    if report is None or loop:
+        return
+    now = utc_now()
+    record = JobRecord(None, None, None, now, verdict=Verdict.FAILED, finished_at=now)
+    try:
+        write_record(report, record, append=False)
+    except OSError as exc:
+        print(f"error: cannot write --report {report}: {exc}", file=sys.stderr)
 
 
 def _log(state: AppState) -> Log:

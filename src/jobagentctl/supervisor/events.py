@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-__all__ = ["FORWARDED_SIGNALS", "Events", "SignalReceived"]
+__all__ = ["FORWARDED_SIGNALS", "JOB_CONTROL_SIGNALS", "Events", "SignalReceived"]
 
 # Signals that are passed on to the child's process group (SPEC §6.7).
 FORWARDED_SIGNALS: tuple[signal.Signals, ...] = (
@@ -27,6 +27,9 @@ FORWARDED_SIGNALS: tuple[signal.Signals, ...] = (
     signal.SIGUSR1,
     signal.SIGUSR2,
 )
+
+# Ctrl-Z and `fg`: the run suspends the command with itself, and resumes it (issue 12 §7).
+JOB_CONTROL_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTSTP, signal.SIGCONT)
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class Events:
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("the supervisor must run in the main thread (signals)")
         self._saved_wakeup_fd = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
-        for signum in (*FORWARDED_SIGNALS, signal.SIGCHLD):
+        for signum in (*FORWARDED_SIGNALS, *JOB_CONTROL_SIGNALS, signal.SIGCHLD):
             self._saved[signum] = signal.signal(signum, self._on_signal)
         return self
 

@@ -34,13 +34,16 @@ class JobRecord:
     lost or the report failed. ``exitCode`` is the child's exit status (None when a signal
     killed it, 126/127 when it could not start); ``signal`` the number of the signal that
     killed it; ``reason`` why the run stopped it (``lease_lost``, ``cancelled``, ``timeout``,
-    ``interrupted``) or None when it ended on its own.
+    ``interrupted``) or None when it ended on its own. ``verdict`` is how the run ended
+    (:class:`~jobagentctl.supervisor.outcome.Verdict`): ``completed`` means the exit code is
+    the command's own. Without a job (``no_job``, or a ``failed`` claim) ``jobId`` is None.
     """
 
-    job_id: UUID
+    job_id: UUID | None
     claim_id: UUID | None
     attempt: int | None
     started_at: datetime
+    verdict: str | None = None
     status: str | None = None
     exit_code: int | None = None
     signal: int | None = None
@@ -54,7 +57,8 @@ class JobRecord:
     def to_json(self) -> str:
         return json.dumps(
             {
-                "jobId": str(self.job_id),
+                "verdict": self.verdict,
+                "jobId": str(self.job_id) if self.job_id else None,
                 "claimId": str(self.claim_id) if self.claim_id else None,
                 "attempt": self.attempt,
                 "status": self.status,

@@ -11,8 +11,10 @@ an :class:`Outcome`), :mod:`.watching` (the child's run → :class:`ChildEnd`),
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import select
 import signal
 import sys
 import time
@@ -35,6 +37,7 @@ from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.outcome import Outcome, Verdict, exit_code
 from jobagentctl.supervisor.protocol import SupervisorClient
 from jobagentctl.supervisor.record import JobRecord, utc_now, write_record
+from jobagentctl.supervisor.relay import Relay, relayed_stderr
 from jobagentctl.supervisor.reporting import Reporter
 from jobagentctl.supervisor.waiting import SignalPolicy, Waiter
 from jobagentctl.supervisor.watching import ChildEnd, Watch
@@ -83,6 +86,7 @@ class Supervisor:
         self.records: list[JobRecord] = []
         self.outcome: Outcome | None = None
         self._lease: JobLease | None = None
+        self._relays: dict[str, Relay] = {}
 
     @property
     def draining(self) -> bool:
@@ -98,6 +102,27 @@ class Supervisor:
         return exit_code(self.outcome)
 
     def run_outcome(self) -> Outcome:
+        # Our stdout and stderr are written by relays: a reader that never reads blocks
+        # neither the command's supervision nor our own messages (see relay.py).
+        self._relays = {"stdout": Relay(1, name="stdout"), "stderr": Relay(2, name="stderr")}
+        try:
+            with relayed_stderr(self._relays["stderr"]):
+                return self._run_outcome()
+        finally:
+            self._flush_relays()
+
+    def _flush_relays(self) -> None:
+        dropped = {name: relay.flush(self.options.grace) for name, relay in self._relays.items()}
+        lost = {name: n for name, n in dropped.items() if n}
+        if lost:
+            what = ", ".join(f"{n} bytes of {name}" for name, n in lost.items())
+            message = f"jobagentctl: {what} could not be written (not read in time): dropped\n"
+            # Best effort, never blocking: our stderr may be the reader that does not read.
+            with contextlib.suppress(OSError):
+                if select.select([], [2], [], 0)[1]:
+                    os.write(2, message.encode())
+
+    def _run_outcome(self) -> Outcome:
         log = self._log
         client = self._factory()
         swept = sweep_stale_job_files()
@@ -108,6 +133,7 @@ class Supervisor:
                 events,
                 self.policy,
                 on_news=self._on_news,
+                suspend=lambda: self._suspend(None),
                 info=log.info,
                 warn=log.warn,
                 debug=log.debug,
@@ -125,8 +151,14 @@ class Supervisor:
             try:
                 if self.options.loop:
                     return self._run_loop(claimer, reporter, events)
+                started_at = utc_now()
                 claimed = claimer.acquire(self.options.wait, loop=False)
                 if isinstance(claimed, Outcome):
+                    # No job: the record still says why, so a script never has to guess
+                    # from an exit code the command could have chosen too.
+                    record = JobRecord(None, None, None, started_at, verdict=claimed.verdict)
+                    record.finished_at = utc_now()
+                    self._write_record(record)
                     return claimed
                 return self._run_job(claimed, reporter, events)
             finally:
@@ -158,6 +190,32 @@ class Supervisor:
         lease = self._lease
         if lease is not None and (beat := lease.note(news)) is not None:
             self._log.debug(f"heartbeat verdict: {beat.value} ({lease.why})")
+
+    def _suspend(self, child: Child | None) -> None:
+        """Ctrl-Z (SIGTSTP): stop the command's group, then ourselves; on resume, the group.
+
+        The command runs in a session of its own, where the terminal's SIGTSTP does not reach
+        it (and a SIGTSTP of ours would be discarded: an orphaned group), hence SIGSTOP.
+        """
+        lease = self._lease
+        lapse = ""
+        if lease is not None and lease.leased:
+            left = max(0.0, lease.deadline - time.monotonic())
+            lapse = (
+                f"; no heartbeats while suspended: resume within "
+                f"{format_duration(round(left))} or the lease is lost"
+            )
+        self._log.warn(
+            f"SIGTSTP: suspending {'the command and ' if child else ''}jobagentctl{lapse}"
+        )
+        self._relays["stderr"].drain(1.0)  # the message first, if stderr takes it
+        if child is not None:
+            child.signal_group(signal.SIGSTOP)
+        os.kill(os.getpid(), signal.SIGSTOP)
+        # Resumed.
+        if child is not None:
+            child.signal_group(signal.SIGCONT)
+        self._log.info("resumed" + (": the command too" if child else ""))
 
     # --- one job -----------------------------------------------------------------------------
 
@@ -193,20 +251,25 @@ class Supervisor:
             record.heartbeats, record.heartbeat_failures = lease.close()
             if files is not None:
                 files.remove()
+        record.verdict = outcome.verdict
         record.finished_at = utc_now()
         record.duration_seconds = time.monotonic() - started
         self.records.append(record)
-        if opts.report_path is not None:
-            try:
-                write_record(opts.report_path, record, append=opts.loop)
-            except OSError as exc:
-                log.warn(f"cannot write --report {opts.report_path}: {exc}")
+        self._write_record(record)
         log.info(
             f"job {job.id}: {record.status or 'not reported'}"
             f" (exit {exit_code(outcome)}, {format_duration(record.duration_seconds)},"
             f" {record.heartbeats} heartbeat(s))"
         )
         return outcome
+
+    def _write_record(self, record: JobRecord) -> None:
+        path = self.options.report_path
+        if path is not None:
+            try:
+                write_record(path, record, append=self.options.loop)
+            except OSError as exc:
+                self._log.warn(f"cannot write --report {path}: {exc}")
 
     def _execute(
         self, claim: Claim, files: JobFiles, lease: JobLease, events: Events
@@ -223,7 +286,7 @@ class Supervisor:
             log.warn(exc.message)
             return exc
         watch = Watch(
-            opts, child, files, lease, events, self.policy,
-            info=log.info, warn=log.warn, debug=log.debug,
+            opts, child, files, lease, events, self.policy, self._relays,
+            suspend=self._suspend, info=log.info, warn=log.warn, debug=log.debug,
         )  # fmt: skip
         return watch.run()

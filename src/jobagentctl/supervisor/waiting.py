@@ -98,6 +98,7 @@ class Waiter:
         policy: SignalPolicy,
         *,
         on_news: Callable[[object], None],
+        suspend: Callable[[], None],
         info: Callable[[str], None],
         warn: Callable[[str], None],
         debug: Callable[[str], None],
@@ -105,6 +106,7 @@ class Waiter:
         self.events = events
         self.policy = policy
         self._on_news = on_news
+        self._suspend = suspend
         self._info, self._warn, self._debug = info, warn, debug
         self._abandoned: list[threading.Thread] = []
 
@@ -170,6 +172,11 @@ class Waiter:
 
     def _on_signal(self, signum: signal.Signals, phase: Phase) -> bool:
         """A signal while no child runs. True when the current wait must end."""
+        if signum == signal.SIGTSTP:
+            self._suspend()
+            return False
+        if signum == signal.SIGCONT:
+            return False
         action = self.policy.classify(signum)
         if action == "drain":
             self._info(f"{signum.name}: draining (no new jobs)")

@@ -13,7 +13,7 @@ import select
 import selectors
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from jobagentctl.durations import format_duration
@@ -22,10 +22,14 @@ from jobagentctl.supervisor.events import Events, SignalReceived
 from jobagentctl.supervisor.heartbeat import Beat
 from jobagentctl.supervisor.lease import JobLease
 from jobagentctl.supervisor.options import RunOptions
+from jobagentctl.supervisor.relay import Relay
 from jobagentctl.supervisor.tail import OutputTail
 from jobagentctl.supervisor.waiting import TICK_SECONDS, SignalPolicy
 
-__all__ = ["ChildEnd", "Watch"]
+__all__ = ["ChildEnd", "RelayRoom", "Watch"]
+
+# While the command takes its time to stop, a reminder of what we wait for this often.
+REMIND_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,9 @@ class Watch:
         lease: JobLease,
         events: Events,
         policy: SignalPolicy,
+        relays: Mapping[str, Relay],
         *,
+        suspend: Callable[[Child], None],
         info: Callable[[str], None],
         warn: Callable[[str], None],
         debug: Callable[[str], None],
@@ -62,26 +68,32 @@ class Watch:
         self.events = events
         self.policy = policy
         self._info, self._warn, self._debug = info, warn, debug
+        self._suspend = suspend
         self.tail = OutputTail(options.output_tail_bytes)
         self.reason: str | None = None
         self.kill_at: float | None = None
         self.killed = False
+        # While a stopped command takes its time, say now and then what we wait for.
+        self.remind_at: float | None = None
         self.started = time.monotonic()
         self.timeout_at = self.started + options.timeout
+        self.relays = relays
         self.selector = selectors.DefaultSelector()
-        self.passthrough = {"stdout": 1, "stderr": 2}
         self.selector.register(events.read_fd, selectors.EVENT_READ, None)
+        # The child's open pipes; the paused ones are not read while their relay is full.
+        self.pipes: dict[int, str] = {}
+        self.paused: set[int] = set()
         for fd, stream in ((child.stdout_fd, "stdout"), (child.stderr_fd, "stderr")):
             if fd is not None:
+                self.pipes[fd] = stream
                 self.selector.register(fd, selectors.EVENT_READ, stream)
 
     def run(self) -> ChildEnd:
         try:
             self._loop()
         finally:
-            for key in list(self.selector.get_map().values()):
-                if key.data is not None:
-                    self._close_pipe(key.fd, key.data)
+            for fd, stream in list(self.pipes.items()):
+                self._close_pipe(fd, stream)
             self.selector.close()
             # Anything still in the group outlived the child: it is part of the job, and the
             # next job (or the shell) must not inherit it.
@@ -89,13 +101,14 @@ class Watch:
         return ChildEnd(returncode=self.child.returncode, reason=self.reason, tail=self.tail.text())
 
     def _pipes_open(self) -> bool:
-        return any(key.data is not None for key in self.selector.get_map().values())
+        return bool(self.pipes)
 
     def _loop(self) -> None:
         while True:
             exited = self.child.poll() is not None
             if exited and not self._pipes_open():
                 return
+            self._resume_pipes(everything=exited)
             now = time.monotonic()
             if exited and self.kill_at is None:
                 # A background process may hold the pipes: wait at most --grace for EOF.
@@ -110,6 +123,8 @@ class Watch:
                 wake = min(wake, self.lease.deadline)
             if self.kill_at is not None and not self.killed:
                 wake = min(wake, self.kill_at)
+                if self.remind_at is not None:
+                    wake = min(wake, self.remind_at)
             for key, _ in self.selector.select(max(0.0, wake - time.monotonic())):
                 if key.data is None:
                     self._handle_events()
@@ -125,6 +140,18 @@ class Watch:
         if not exited and self.lease.watched and now >= self.lease.deadline:
             self.lease.expire()
             self._lease_lost()
+        if (
+            not exited
+            and self.kill_at is not None
+            and not self.killed
+            and self.remind_at is not None
+            and now >= self.remind_at
+        ):
+            self.remind_at = now + REMIND_SECONDS
+            self._warn(
+                f"still waiting for the command to exit ({self.reason}): SIGKILL in "
+                f"{format_duration(max(0.0, round(self.kill_at - now)))}"
+            )
         if self.kill_at is not None and now >= self.kill_at:
             if not self.killed:
                 self.killed = True
@@ -163,12 +190,24 @@ class Watch:
                 self.reason = "lease_lost"
 
     def _on_signal(self, signum: signal.Signals) -> None:
+        if signum == signal.SIGTSTP:
+            self._suspend(self.child)
+            return
+        if signum == signal.SIGCONT:
+            # Resumed (by `fg`, or a SIGCONT after a SIGSTOP): the command too.
+            self.child.signal_group(signal.SIGCONT)
+            return
         action = self.policy.classify(signum)
         if action == "drain":
             self._info(f"{signum.name}: draining: the current job finishes, then exit")
         elif action == "interrupt":
-            self._warn(f"{signum.name}: stopping the job")
             self._stop("interrupted", signum)
+            again = f"; {signum.name} again kills it now" if signum != signal.SIGHUP else ""
+            self._warn(
+                f"{signum.name}: stopping the job: sent {signum.name} to the command "
+                f"(process group {self.child.pgid}); waiting up to "
+                f"{format_duration(self.opts.grace)} for it to exit, then SIGKILL{again}"
+            )
         elif action == "kill":
             self._warn(f"{signum.name} again: SIGKILL")
             self.killed = True
@@ -185,6 +224,7 @@ class Watch:
         self.child.signal_group(signum)
         if self.kill_at is None:
             self.kill_at = time.monotonic() + self.opts.grace
+            self.remind_at = time.monotonic() + REMIND_SECONDS
 
     def _pump(self, fd: int, stream: str) -> None:
         try:
@@ -195,45 +235,58 @@ class Watch:
             self._close_pipe(fd, stream)
             return
         self.tail.feed(stream, data)
-        self._write_through(stream, data)
-
-    def _write_through(self, stream: str, data: bytes) -> None:
-        target = self.passthrough.get(stream)
-        if target is None:
+        relay = self.relays.get(stream)
+        if relay is None:
             return
-        view = memoryview(data)
-        while view:
-            try:
-                written = os.write(target, view)
-            except BlockingIOError:
-                select.select([], [target], [], TICK_SECONDS)
-                continue
-            except OSError as exc:
-                # Our own stdout/stderr went away (closed pipe): keep the tail, drop the copy.
-                self._debug(f"cannot pass {stream} through: {exc}")
-                del self.passthrough[stream]
-                return
-            view = view[written:]
+        if self.child.returncode is not None:
+            # The job is over: what our reader will not take now is dropped, not waited for.
+            relay.write(data)
+            return
+        relay.write(data, drop_when_full=False)
+        if relay.full:
+            # Back-pressure: stop reading until the relay has room (the child then blocks
+            # in its own write, as with a plain pipe); everything else goes on.
+            self._debug(f"our {stream} is not being read: pausing the command's {stream}")
+            self.selector.unregister(fd)
+            self.paused.add(fd)
+            relay.when_room(lambda: self.events.post(RelayRoom(stream)))
+
+    def _resume_pipes(self, *, everything: bool) -> None:
+        for fd in list(self.paused):
+            relay = self.relays.get(self.pipes[fd])
+            if everything or relay is None or not relay.full:
+                self.paused.discard(fd)
+                self.selector.register(fd, selectors.EVENT_READ, self.pipes[fd])
 
     def _abandon_pipes(self) -> None:
         """Read what is already buffered, then stop reading: someone escaped the group."""
-        for key in list(self.selector.get_map().values()):
-            if key.data is None:
-                continue
-            while select.select([key.fd], [], [], 0)[0]:
+        for fd, stream in list(self.pipes.items()):
+            relay = self.relays.get(stream)
+            while select.select([fd], [], [], 0)[0]:
                 try:
-                    data = os.read(key.fd, 65536)
+                    data = os.read(fd, 65536)
                 except OSError:
                     break
                 if not data:
                     break
-                self.tail.feed(key.data, data)
-                self._write_through(key.data, data)
-            self._close_pipe(key.fd, key.data)
+                self.tail.feed(stream, data)
+                if relay is not None:
+                    relay.write(data)
+            self._close_pipe(fd, stream)
 
     def _close_pipe(self, fd: int, stream: str) -> None:
-        with contextlib.suppress(KeyError, ValueError):
-            self.selector.unregister(fd)
+        if fd not in self.paused:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(fd)
+        self.paused.discard(fd)
+        self.pipes.pop(fd, None)
         with contextlib.suppress(OSError):
             os.close(fd)
         self.tail.close(stream)
+
+
+@dataclass(frozen=True)
+class RelayRoom:
+    """From a relay's writer thread: ``stream``'s relay has room again."""
+
+    stream: str

@@ -283,7 +283,9 @@ def test_nothing_to_claim_is_7(tmp_path: Path) -> None:
     client = FakeClient()
     code, logs, records = run(client, options(tmp_path, ["true"]))
     assert code == 7
-    assert records == []
+    [record] = records  # without --loop there is always one record: it says why
+    assert record["verdict"] == "no_job"
+    assert record["jobId"] is None and record["exitCode"] is None
     assert "no job to claim" in logs
 
 
@@ -552,3 +554,56 @@ def test_a_job_claimed_while_stopping_is_released(tmp_path: Path) -> None:
     assert sup.run() == 0
     assert [c.args[0] for c in client.named("release")] == [job.id]
     assert sup.records == []  # it never ran
+
+
+# --- the command's own exit codes never pass for run's (issue 12 §3) ---------------------
+
+
+@pytest.mark.parametrize("own", [7, 75, 124, 125, 126, 127, 130, 143])
+def test_a_command_exit_code_that_collides_with_runs_own_says_completed(
+    tmp_path: Path, own: int
+) -> None:
+    job = claimed_job()
+    client = FakeClient(jobs=[job])
+    code, _, [record] = run(client, options(tmp_path, sh(f"exit {own}")))
+    assert code == own
+    assert record["verdict"] == "completed"
+    assert (record["exitCode"], record["status"], record["reported"]) == (own, "failure", True)
+    assert reports(client) == [(JobStatus.FAILURE, f"exit code {own}", job.claim_id)]
+
+
+def test_no_job_and_a_command_exiting_7_differ_by_verdict(tmp_path: Path) -> None:
+    _, _, [nothing] = run(FakeClient(), options(tmp_path, sh("exit 7")))
+    _, _, [seven] = run(FakeClient(jobs=[claimed_job()]), options(tmp_path, sh("exit 7")))
+    assert (nothing["verdict"], seven["verdict"]) == ("no_job", "completed")
+
+
+def test_lease_lost_and_a_command_exiting_75_differ_by_verdict(tmp_path: Path) -> None:
+    def lost(n: int) -> None:
+        raise ClaimLost("claim expired", job_status="queued")
+
+    client = FakeClient(jobs=[claimed_job(lease_seconds=3)], on_heartbeat=lost)
+    code, _, [record] = run(client, options(tmp_path, sh("sleep 60")))
+    assert (code, record["verdict"], record["exitCode"]) == (75, "lease_lost", None)
+    assert record["signal"] == 15
+
+
+def test_run_failing_and_a_command_exiting_125_differ_by_verdict(tmp_path: Path) -> None:
+    def down() -> None:
+        raise ServerUnavailable("connection refused")
+
+    code, _, [record] = run(FakeClient(on_claim=down), options(tmp_path, ["true"]))  # type: ignore[arg-type]
+    assert (code, record["verdict"]) == (125, "failed")
+
+    def refused(n: int) -> None:
+        raise AuthError("invalid API key", status=401)
+
+    client = FakeClient(jobs=[claimed_job()], on_update_status=refused)
+    code, _, [record] = run(client, options(tmp_path, sh("exit 0")))
+    # The command succeeded, but its result could not be recorded: run's own failure.
+    assert (code, record["verdict"], record["exitCode"], record["reported"]) == (
+        125,
+        "failed",
+        0,
+        False,
+    )
