@@ -28,6 +28,9 @@ PG_URL = os.environ.get(
     "JOBAGENTCTL_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+# Every database this benchmark run creates carries this tag, so the load gate can tell our
+# PostgreSQL backends from those of anyone else's run (tests use other names).
+RUN_TAG = f"r{os.getpid()}"
 
 
 def free_port() -> int:
@@ -131,7 +134,7 @@ def psql(url: str, sql: str) -> str:
 
 @contextlib.contextmanager
 def postgres_database(prefix: str = "jab") -> Iterator[str]:
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    name = f"{prefix}_{RUN_TAG}_{uuid.uuid4().hex[:10]}"
     psql(PG_URL, f"CREATE DATABASE {name}")
     try:
         yield with_database(PG_URL, name)

@@ -10,6 +10,7 @@ failed is printed with a `busy` mark; docs/benchmarks.md records only figures wh
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -92,6 +93,27 @@ def descendants(root: int) -> list[int]:
     return out
 
 
+def _our_backends() -> list[int]:
+    """PostgreSQL backends connected to this run's databases (named with RUN_TAG)."""
+    from benchmarks.common import PG_URL, RUN_TAG
+
+    try:
+        out = subprocess.run(
+            [
+                "psql",
+                PG_URL,
+                "-qtAc",
+                f"SELECT pid FROM pg_stat_activity WHERE datname LIKE '%\\_{RUN_TAG}\\_%'",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [int(x) for x in out.split()]
+
+
 @dataclass
 class Gate:
     """One measured run's gate: machine load before it and other people's CPU during it."""
@@ -145,7 +167,7 @@ class Measured:
 
     def _snapshot(self) -> dict[int, float]:
         snap = dict(self._ours())
-        for pid in [*postgres_aux_pids(), *descendants(os.getpid())]:
+        for pid in [*postgres_aux_pids(), *descendants(os.getpid()), *_our_backends()]:
             snap.setdefault(pid, proc_cpu(pid))
         t = os.times()
         snap[-1] = t.user + t.system + t.children_user + t.children_system

@@ -449,6 +449,28 @@ SECTIONS: dict[str, Callable[[str], list[Row]]] = {
 }
 
 
+def _commit() -> str:
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(
+            ["git", "-C", root, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{head}{' (with uncommitted changes)' if dirty else ''}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
@@ -467,8 +489,19 @@ def main() -> None:
         if args.only and name not in args.only:
             continue
         print(f"… {name}", file=sys.stderr, flush=True)
-        rows.extend(section(args.mode))
+        # Sections without a gate per run get one for the whole section.
+        gate = ceilings._gate(args.mode == "smoke")
+        with Measured(gate, dict):
+            got = section(args.mode)
+        _, cell = _pick_runs([Figure(name, 1, 1.0, 0.0, 0.0, gate=gate)])
+        for row in got:
+            if row.gate == "not gated":
+                row.gate = f"section: {cell}"
+        rows.extend(got)
+    quiet = sum(r.gate.startswith("quiet") and "BUSY" not in r.gate for r in rows)
     lines = [
+        f"Commit {_commit()}; {quiet} of {len(rows)} rows measured with the machine quiet "
+        "(load gate: see docs/benchmarks.md).",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, PostgreSQL {psql(PG_URL, 'SHOW server_version')}; "
         f"mode {args.mode}; {time.perf_counter() - started:.0f} s.",
@@ -483,6 +516,7 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as fh:
             fh.write(table + "\n")
 
