@@ -1,0 +1,217 @@
+"""Fixtures for running the docs' recipes: a server, an agent, a sandbox with stand-ins.
+
+``sandbox`` is a working directory with stand-in scripts (``deploy.sh``, ``ci/job.sh``, a
+``Makefile`` with a ``deploy`` target), and an environment pointing ``jobagentctl`` (this
+checkout's, first on ``PATH``) at a real server with a fresh agent. Every process a recipe
+starts carries a token, so a test can ask what is still running and kill it afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.live_server import LiveServer, LiveServerFactory
+from tests.fixtures.processes import TOKEN_VARIABLE, kill_tagged, new_token, tagged
+from tests.fixtures.waiting import wait_until
+
+# The stand-in for the recipes' deploy.sh (and ci/job.sh, make deploy): it records each
+# deploy, leaves a background process in its group (a recipe must stop it with the group), and
+# works until the test creates "$RELEASE" (created up front when the test does not care).
+DEPLOY_SH = """#!/usr/bin/env bash
+echo "$JOBAGENTCTL_JOB_ID ${JOBAGENTCTL_ATTEMPT:-} ${1:-}" >> "$DEPLOY_LOG"
+echo "deploying ${1:-}"
+sleep 300 &
+while [ ! -e "$RELEASE" ]; do sleep 0.05; done
+echo "deployed"
+exit "${DEPLOY_EXIT:-0}"
+"""
+
+MAKEFILE = "deploy:\n\t./deploy.sh\n"
+
+
+class Proc:
+    """A recipe process: stdout and stderr read as they come (so a pipe never fills)."""
+
+    def __init__(self, argv: Sequence[str], *, cwd: Path, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        self._out: list[bytes] = []
+        self._err: list[bytes] = []
+        self.stdout_closed = threading.Event()
+        self._readers = [
+            threading.Thread(target=self._read, args=(self.proc.stdout, self._out, True)),
+            threading.Thread(target=self._read, args=(self.proc.stderr, self._err, False)),
+        ]
+        for reader in self._readers:
+            reader.daemon = True
+            reader.start()
+
+    def _read(self, stream: Any, sink: list[bytes], is_stdout: bool) -> None:
+        with stream:
+            for chunk in iter(lambda: stream.read1(65536), b""):
+                sink.append(chunk)
+        if is_stdout:
+            self.stdout_closed.set()
+
+    @property
+    def stdout(self) -> str:
+        return b"".join(self._out).decode(errors="replace")
+
+    @property
+    def stderr(self) -> str:
+        return b"".join(self._err).decode(errors="replace")
+
+    def wait(self, timeout: float = 120.0) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(
+                f"{self.proc.args!r} did not end in {timeout:g}s\n"
+                f"stdout:\n{self.stdout}\nstderr:\n{self.stderr}"
+            ) from None
+
+    def output(self) -> str:
+        return f"exit {self.proc.returncode}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
+
+
+class Sandbox:
+    """A working directory and environment for running recipes against ``server``."""
+
+    def __init__(self, server: LiveServer, workdir: Path) -> None:
+        self.server = server
+        self.dir = workdir
+        self.token = new_token()
+        self.agent_id = server.create_agent(f"docs-{self.token[:8]}")
+        self.deploy_log = workdir / "deploys.log"
+        self.release_file = workdir / "release"
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.write("deploy.sh", DEPLOY_SH, executable=True)
+        self.write("ci/job.sh", DEPLOY_SH, executable=True)
+        self.write("Makefile", MAKEFILE)
+        self.env: dict[str, str] = {
+            **server.base_env(),
+            **server.env(),
+            "JOBAGENTCTL_AGENT": self.agent_id,
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            "HOME": str(workdir / "home"),
+            "DEPLOY_LOG": str(self.deploy_log),
+            "RELEASE": str(self.release_file),
+            TOKEN_VARIABLE: self.token,
+        }
+        self.procs: list[Proc] = []
+
+    def write(self, name: str, text: str, *, executable: bool = False) -> Path:
+        path = self.dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        if executable:
+            path.chmod(0o755)
+        return path
+
+    def release(self) -> None:
+        """Let the stand-in deploys finish."""
+        self.release_file.touch()
+
+    def deploys(self) -> list[str]:
+        try:
+            return self.deploy_log.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+
+    def enqueue(self, **fields: Any) -> str:
+        job_id: str = self.server.enqueue(self.agent_id, **fields)["id"]
+        return job_id
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return self.server.get_job(job_id)
+
+    def attempts(self, job_id: str) -> list[dict[str, Any]]:
+        status, data = self.server.request("GET", f"jobs/{job_id}/attempts")
+        assert status == 200, (status, data)
+        items: list[dict[str, Any]] = data["items"] if isinstance(data, dict) else data
+        return items
+
+    def start(self, argv: Sequence[str], **env: str) -> Proc:
+        proc = Proc(argv, cwd=self.dir, env={**self.env, **env})
+        self.procs.append(proc)
+        return proc
+
+    def bash(self, script: str, **env: str) -> Proc:
+        """Run ``script`` (the recipe's text, verbatim) with ``bash`` in the sandbox."""
+        path = self.write(f"recipe-{len(self.procs)}.sh", script, executable=True)
+        return self.start(["bash", str(path)], **env)
+
+    def leftovers(self) -> list[tuple[int, str]]:
+        found = tagged(self.token)
+        if found is None:
+            pytest.skip("no /proc: cannot look for leftover processes on this system")
+        return found
+
+    def no_leftovers(self, timeout: float = 30.0) -> None:
+        """Wait until nothing this sandbox started runs any more (a process that was just sent
+        SIGTERM may take a moment to die)."""
+        wait_until(lambda: not self.leftovers(), what="no process left behind", timeout=timeout)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.proc.poll() is None:
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.proc.pid, 9)
+                proc.proc.wait()
+        kill_tagged(self.token)
+
+
+def needs(*tools: str) -> None:
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(f"the recipe needs {', '.join(missing)}, which is not installed here")
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """One SQLite server per module (tests that leave it alone share it; each test gets its
+    own agent, hence its own queue)."""
+    workdir = tmp_path_factory.mktemp("docs-server")
+    factory = LiveServerFactory(f"sqlite:///{workdir / 'jobagent.db'}", workdir)
+    try:
+        yield factory()
+    finally:
+        factory.close()
+
+
+@pytest.fixture
+def sandbox(shared_server: LiveServer, tmp_path: Path) -> Iterator[Sandbox]:
+    box = Sandbox(shared_server, tmp_path / "sandbox")
+    try:
+        yield box
+    finally:
+        box.close()
+
+
+@pytest.fixture
+def own_sandbox(live_server: LiveServer, tmp_path: Path) -> Iterator[Sandbox]:
+    """A sandbox on a server of the test's own (SQLite and PostgreSQL), free to restart."""
+    box = Sandbox(live_server, tmp_path / "sandbox")
+    try:
+        yield box
+    finally:
+        box.close()
