@@ -96,13 +96,15 @@ def api(
             pgbench.seed_queue(url, first.agent, jobs)
             urls = ",".join(s.url for s in all_servers)
             prefix = first.path("")
+            # Wait for quiet before the load generator connects: the server closes idle
+            # keep-alive connections after a few seconds.
+            gate = _gate(smoke)
             with Workers(
                 "http", [urls, prefix, first.api_key, first.agent], loadgen, agents
             ) as workers:
                 backends = BackendCpu(url)
                 server_pids = [s.proc.pid for s in all_servers if s.proc]
                 cpu0 = sum(proc_cpu_seconds(p) for p in server_pids)
-                gate = _gate(smoke)
                 with Measured(
                     gate, lambda: cpu_of([*server_pids, *backends.pids(), *workers.pids])
                 ):
