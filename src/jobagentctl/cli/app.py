@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 import traceback
 from typing import Any
@@ -64,7 +66,10 @@ def report_error(exc: BaseException, state: AppState | None) -> int:
         if not debug:
             message += " (use --debug for the traceback)"
         wire_code, status = "INTERNAL_ERROR", None
-    print(f"error: {message}", file=sys.stderr)
+    from jobagentctl.cli.output import safe_text
+
+    # The message may quote the server or a job: no control character reaches the terminal.
+    print(f"error: {safe_text(message)}", file=sys.stderr)
     if state is not None and state.output_or_default() == "json":
         line = {"code": wire_code, "message": message, "status": status, "exitCode": code}
         print(json.dumps({"error": line}), file=sys.stderr)
@@ -108,6 +113,9 @@ class RootGroup(TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            # The reader went away (`| head`): stop quietly, as Unix tools do.
+            raise typer.Exit(_reader_left()) from None
         except Exception as exc:
             if _is_framework_exception(exc):
                 raise
@@ -150,6 +158,31 @@ def root(
 options.install(app)
 
 
+def _reader_left() -> int:
+    """Exit status when stdout's reader has gone (``| head``): 0, quietly.
+
+    What was asked was done, and the reader took what it wanted; under ``set -o pipefail`` a
+    script must not fail because ``head`` stopped reading. Later writes (and the flush at exit)
+    go to /dev/null instead of raising again.
+    """
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return 0
+
+
 def main() -> None:
     """The console-script entry point (Tab completion is answered before: cli/entry.py)."""
-    app(prog_name=PROG_NAME)
+    try:
+        app(prog_name=PROG_NAME)
+    except SystemExit as done:
+        code = done.code
+    else:
+        code = 0
+    try:
+        # Output still buffered is written now, where a closed pipe can be told apart.
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _reader_left()
+    sys.exit(code)

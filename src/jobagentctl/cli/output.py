@@ -192,17 +192,88 @@ VIEWS: dict[str, View] = {
 }
 
 
+def _is_control(char: str) -> bool:
+    """C0 controls (ESC, CR, …), DEL and C1 controls (CSI, OSC as single code points)."""
+    code = ord(char)
+    return code < 0x20 or 0x7F <= code < 0xA0
+
+
+def _escape(char: str) -> str:
+    return f"\\x{ord(char):02x}"
+
+
+# tsv: one record per line, one field per tab, and nothing a terminal would act on.
+_TSV_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def tsv_text(text: str) -> str:
+    """``text`` as one tsv field: ``\\ \t \n \r`` escaped as such, other controls as ``\\xNN``."""
+    return "".join(_TSV_ESCAPES.get(c) or (_escape(c) if _is_control(c) else c) for c in text)
+
+
 def _tsv_cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, dict | list):
         value = json.dumps(value, separators=(",", ":"))
-    text = str(value)
-    # One record per line, one field per tab: escape what would break that, as `gh` does.
-    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return tsv_text(str(value))
 
 
-def _table_cell(column: Column, value: Any, now: datetime) -> str:
+def safe_tokens(text: str, *, keep_newlines: bool = False) -> list[str]:
+    """``text`` for a terminal, one token per character: controls become a visible ``\\xNN``.
+
+    Job output and server messages may hold escape sequences (clear screen, window title,
+    colours); printed raw they would drive the operator's terminal. A tab becomes a space.
+    """
+    tokens = []
+    for char in text:
+        if char == "\n" and keep_newlines:
+            tokens.append(char)
+        elif char == "\t":
+            tokens.append(" ")
+        elif _is_control(char):
+            tokens.append(_escape(char))
+        else:
+            tokens.append(char)
+    return tokens
+
+
+def safe_text(text: str, *, keep_newlines: bool = False) -> str:
+    """``text`` with every control character made visible (see :func:`safe_tokens`)."""
+    return "".join(safe_tokens(text, keep_newlines=keep_newlines))
+
+
+def _truncate(tokens: list[str], width: int, *, keep_end: bool = False) -> str:
+    """At most ``width`` characters, cut between tokens (never inside an escape), with "…"."""
+    if sum(len(t) for t in tokens) <= width:
+        return "".join(tokens)
+    kept: list[str] = []
+    used = 1  # the "…"
+    for token in reversed(tokens) if keep_end else tokens:
+        if used + len(token) > width:
+            break
+        kept.append(token)
+        used += len(token)
+    if keep_end:
+        return "…" + "".join(reversed(kept))
+    return "".join(kept) + "…"
+
+
+CELL_WIDTH = 80
+
+
+def _message_cell(text: str) -> str:
+    """A message in a list: its last lines (a failure's output tail ends with what matters)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    tokens: list[str] = []
+    for line in reversed(lines):
+        tokens = safe_tokens(line) + ([" ⏎ "] if tokens else []) + tokens
+        if sum(len(t) for t in tokens) >= CELL_WIDTH:
+            break
+    return _truncate(tokens, CELL_WIDTH, keep_end=True)
+
+
+def _table_cell(column: Column, value: Any, now: datetime, *, detail: bool = False) -> str:
     if value is None:
         return "-"
     if column.kind in ("age", "until", "time") and isinstance(value, str):
@@ -211,7 +282,11 @@ def _table_cell(column: Column, value: Any, now: datetime) -> str:
     if column.key == "leaseSeconds" and isinstance(value, int):
         return format_duration(value)
     text = str(value)
-    return text if len(text) <= 80 else text[:79] + "…"
+    if detail:
+        return safe_text(text, keep_newlines=True)
+    if column.key == "message":
+        return _message_cell(text)
+    return _truncate(safe_tokens(text), CELL_WIDTH)
 
 
 def _rows(items: Sequence[Any], overrides: Sequence[Mapping[str, Any]] | None) -> list[Any]:
@@ -255,7 +330,7 @@ def emit(
 def emit_accepted(state: AppState, accepted: BaseModel, confirmation: str) -> None:
     """A 202 ``{id, message}``: a confirmation on stderr on a TTY, the object otherwise."""
     if state.output == "table":
-        info(state, f"{confirmation} ({getattr(accepted, 'message', '')})")
+        info(state, f"{confirmation} ({safe_text(str(getattr(accepted, 'message', '')))})")
     else:
         emit(state, "accepted", accepted)
 
@@ -338,15 +413,16 @@ def _detail_table(state: AppState, view: View, row: Mapping[str, Any]) -> Render
     shown = {c.key for c in view.columns}
     for column in view.columns:
         value = row.get(column.key)
-        text = _table_cell(column, value, now)
+        text = _table_cell(column, value, now, detail=True)
         if column.kind != "text" and value is not None:
-            text = f"{value} ({text})"
+            text = f"{safe_text(str(value))} ({text})"
         table.add_row(column.header.lower(), text)
     # The rest of the object (config, metadata, …) as compact JSON, so nothing is hidden.
     for key, value in row.items():
         if key not in shown and value not in (None, {}, [], ""):
+            # json.dumps escapes control characters itself.
             text = json.dumps(value) if isinstance(value, dict | list) else str(value)
-            table.add_row(key, text)
+            table.add_row(safe_text(key), safe_text(text, keep_newlines=True))
     return table
 
 

@@ -1,0 +1,125 @@
+"""What a job's output can do to the operator's terminal (issue 12 §5): nothing.
+
+Every list command in its TTY (table) and piped (tsv) form, with server text that holds escape
+sequences: tables show them as visible ``\\xNN``, tsv escapes them, JSON keeps them exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+import respx
+
+from . import wire
+from .clirun import Cli
+from .wire import AGENT, BASE, JOB, WS
+
+# Clear the screen, set the window title (OSC … BEL), colour, a bare CR, C1 CSI, DEL.
+EVIL = "\x1b[2J\x1b]0;pwned\x07\x1b[31mred\rover\x9b1mdel\x7f"
+RAW = ("\x1b", "\x07", "\r", "\x9b", "\x7f")
+
+
+@pytest.fixture
+def api() -> Iterator[respx.MockRouter]:
+    with respx.mock(base_url=BASE, assert_all_called=False) as router:
+        yield router
+
+
+# The list commands with free text (inspect-claims and jobs attempts carry only ids, states and
+# times, which the client validates: see test_attempts_in_both_forms and tests/unit/test_cli_admin).
+LIST_COMMANDS = {
+    "list": (["list"], f"{WS}/job-agents/{AGENT}/jobs", wire.page([wire.job(message=EVIL)])),
+    "jobs list": (["jobs", "list"], f"{WS}/jobs", wire.page([wire.job(message=EVIL)])),
+    "agents list": (["agents", "list"], f"{WS}/job-agents", wire.page([wire.agent(name=EVIL)])),
+}
+
+
+@pytest.mark.parametrize("name", list(LIST_COMMANDS))
+def test_list_commands_on_a_tty_show_controls_visibly(
+    cli: Cli, api: respx.MockRouter, name: str
+) -> None:
+    args, url, payload = LIST_COMMANDS[name]
+    api.get(url).respond(200, json=payload)
+    result = cli(*args, tty=True)
+    assert result.exit_code == 0, result.stderr
+    assert not any(c in result.stdout for c in RAW), repr(result.stdout)
+    assert "\\x1b" in result.stdout  # shown, not hidden
+
+
+@pytest.mark.parametrize("name", list(LIST_COMMANDS))
+def test_list_commands_piped_escape_controls_in_tsv(
+    cli: Cli, api: respx.MockRouter, name: str
+) -> None:
+    args, url, payload = LIST_COMMANDS[name]
+    api.get(url).respond(200, json=payload)
+    result = cli(*args)
+    assert result.exit_code == 0, result.stderr
+    assert not any(c in result.stdout for c in RAW), repr(result.stdout)
+    line = result.stdout.splitlines()[0]
+    assert "\\x1b[2J\\x1b]0;pwned\\x07\\x1b[31mred\\rover\\x9b1mdel\\x7f" in line.split("\t")
+
+
+def test_json_keeps_the_text_exactly(cli: Cli, api: respx.MockRouter) -> None:
+    api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job(message=EVIL))
+    result = cli("jobs", "get", str(JOB), "--json")
+    assert json.loads(result.stdout)["message"] == EVIL
+    assert "\x1b" not in result.stdout  # JSON's own \\u001b escape
+
+
+def test_jobs_get_on_a_tty_keeps_lines_and_shows_controls(cli: Cli, api: respx.MockRouter) -> None:
+    message = "exit code 2\nfirst line\n\x1b]8;;http://evil\x1b\\link\x1b]8;;\x1b\\\nlast line"
+    api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job(message=message, metadata={"k": EVIL}))
+    result = cli("jobs", "get", str(JOB), tty=True)
+    assert result.exit_code == 0, result.stderr
+    assert not any(c in result.stdout for c in RAW), repr(result.stdout)
+    assert "last line" in result.stdout and "first line" in result.stdout
+
+
+def test_list_table_shows_the_last_lines_of_a_message(cli: Cli, api: respx.MockRouter) -> None:
+    tail = "\n".join(f"compiling unit {n}" for n in range(40))
+    message = f"exit code 2\n{tail}\nerror: linker failed\n\n"
+    api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(
+        200, json=wire.page([wire.job(status="failure", message=message)])
+    )
+    result = cli("list", "--status", "failure", tty=True)
+    assert result.exit_code == 0, result.stderr
+    assert "error: linker failed" in result.stdout
+    assert "compiling unit 0 " not in result.stdout
+    # Piped, the whole message is kept (escaped).
+    piped = cli("list", "--status", "failure")
+    assert "compiling unit 0\\n" in piped.stdout
+
+
+def test_truncation_never_cuts_an_escape(cli: Cli, api: respx.MockRouter) -> None:
+    agent_name = "a" * 76 + "\x1b]0;title\x07"
+    api.get(f"{WS}/job-agents").respond(200, json=wire.page([wire.agent(name=agent_name)]))
+    result = cli("agents", "list", tty=True)
+    assert result.exit_code == 0, result.stderr
+    cell = next(line for line in result.stdout.splitlines() if "aaaa" in line)
+    # 76 a's, then "\x1b" (4 characters) does not fit in 80 with the "…": cut before it.
+    assert "a" * 76 + "…" in cell
+    assert "\\x1" not in cell
+
+
+def test_error_messages_show_controls_visibly(cli: Cli, api: respx.MockRouter) -> None:
+    api.get(f"{WS}/jobs/{JOB}").respond(404, json=wire.error("NOT_FOUND", f"no job {EVIL}"))
+    result = cli("jobs", "get", str(JOB), "--json")
+    assert result.exit_code == 5
+    human, line = result.stderr.splitlines()
+    assert not any(c in human for c in RAW)
+    assert json.loads(line)["error"]["message"] == f"no job {EVIL}"
+
+
+def test_attempts_in_both_forms(cli: Cli, api: respx.MockRouter) -> None:
+    api.get(f"{WS}/jobs/{JOB}/attempts").respond(
+        200, json=[wire.attempt(1, "expired"), wire.attempt(2, None)]
+    )
+    table = cli("jobs", "attempts", str(JOB), tty=True)
+    assert table.exit_code == 0, table.stderr
+    assert "ATTEMPT" in table.stdout and "expired" in table.stdout
+    piped = cli("jobs", "attempts", str(JOB))
+    assert piped.exit_code == 0, piped.stderr
+    rows = [line.split("\t") for line in piped.stdout.splitlines()]
+    assert [row[:2] for row in rows] == [["1", "expired"], ["2", ""]]
