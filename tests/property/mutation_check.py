@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 _DECIDE = """
-import jobagentctl.server.store._sql as q, jobagentctl.server.store.sqlite as s
+import jobagentctl.server.store._sql as q, jobagentctl.server.store.sql_store as s
 from jobagentctl.models import TERMINAL_STATUSES
 orig = q.decide_status_change
 def decide(ctx, status, *, claim_id, agent_scope, require_claim_id):
@@ -23,9 +23,9 @@ def decide(ctx, status, *, claim_id, agent_scope, require_claim_id):
                 require_claim_id=require_claim_id)
 s.decide_status_change = decide
 """
+# Replaces the text of a named SQLite block (before the connector splits it into statements).
 _QUERY = """
 import jobagentctl.server.store.sqlite as s
-s.Q = dict(s.Q)
 s.Q[{name!r}] = {replacement}
 """
 
@@ -46,10 +46,14 @@ MUTANTS = {
         ' "")',
     ),
     "reaped attempts stay open": _QUERY.format(
-        name="reap_close_attempts", replacement='"SELECT 1"'
+        name="reap",
+        replacement='s.Q["reap"].replace("SET outcome = \'expired\', ended_at = :now",'
+        ' "SET outcome = outcome")',
     ),
     "a status change keeps the claim row": _QUERY.format(
-        name="apply_status_release_claim", replacement='"SELECT 1"'
+        name="apply_status",
+        replacement='s.Q["apply_status"].replace("DELETE FROM job_claim WHERE",'
+        ' "DELETE FROM job_claim WHERE false AND")',
     ),
     "claim-next takes the newest job": _QUERY.format(
         name="claim_next",
@@ -57,15 +61,17 @@ MUTANTS = {
         ' "ORDER BY q.created_at DESC, q.rowid DESC")',
     ),
     "maxReclaims is ignored": """
-import jobagentctl.server.store.sqlite as s
-orig = s.SqliteStore.reap
+import jobagentctl.server.store.sql_store as s
+orig = s.SqlStore.reap
 async def reap(self, batch_size, max_reclaims):
     return await orig(self, batch_size, 0)
-s.SqliteStore.reap = reap
+s.SqlStore.reap = reap
 """,
     "cancel closes the attempt as completed": """
-import jobagentctl.server.store.sqlite as s
-s.attempt_outcome_for = lambda status: "released" if status.value == "queued" else "completed"
+import jobagentctl.server.store.sql_store as s
+from jobagentctl.models import AttemptOutcome
+s.attempt_outcome_for = lambda status: (
+    AttemptOutcome.RELEASED if status.value == "queued" else AttemptOutcome.COMPLETED)
 """,
 }
 

@@ -22,7 +22,8 @@ from psycopg.pq import Trace
 from jobagentctl.errors import ValidationError
 from jobagentctl.models import JobStatus
 from jobagentctl.server.store import open_store
-from jobagentctl.server.store.postgres import PostgresStore
+from jobagentctl.server.store.postgres import PostgresConnector
+from jobagentctl.server.store.sql_store import SqlStore
 from tests.fixtures.databases import sql
 
 pytestmark = [
@@ -33,10 +34,12 @@ pytestmark = [
 T = TypeVar("T")
 
 
-async def _traced(store: PostgresStore, trace: Path, operation: Awaitable[T]) -> tuple[T, int]:
+async def _traced(store: SqlStore, trace: Path, operation: Awaitable[T]) -> tuple[T, int]:
     """Run ``operation`` with the protocol traced; return its result and its round trips."""
-    assert store._pool is not None  # a pool of one connection: every operation runs on it
-    async with store._pool.connection() as conn:
+    assert isinstance(store.connector, PostgresConnector)
+    pool = store.connector.pool
+    assert pool is not None  # a pool of one connection: every operation runs on it
+    async with pool.connection() as conn:
         pgconn = conn.pgconn
     with trace.open("w") as out:
         pgconn.trace(out.fileno())
@@ -52,7 +55,7 @@ async def _traced(store: PostgresStore, trace: Path, operation: Awaitable[T]) ->
 
 async def test_claim_heartbeat_complete_round_trips(database_url: str, tmp_path: Path) -> None:
     store = open_store(database_url, min_size=1, max_size=1, listen=False)
-    assert isinstance(store, PostgresStore)
+    assert isinstance(store, SqlStore)
     await store.open()
     try:
         ws = await store.create_workspace("w")

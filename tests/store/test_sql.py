@@ -37,19 +37,12 @@ from jobagentctl.server.store._sql import (
     migrations,
 )
 from jobagentctl.server.store.base import Store
-from jobagentctl.server.store.postgres import PostgresStore, translate_error
-from jobagentctl.server.store.sqlite import SqliteStore
+from jobagentctl.server.store.postgres import PostgresConnector, translate_error
+from jobagentctl.server.store.sql_store import SqlStore
+from jobagentctl.server.store.sqlite import SqliteConnector
 
-# Where PostgreSQL does an operation in one CTE, SQLite runs named steps inside one
-# transaction; LISTEN/ping exist only for the PostgreSQL listener connection.
-SQLITE_ONLY = {
-    "claim_attempt",
-    "claim_lease",
-    "apply_status_release_claim",
-    "apply_status_close_attempt",
-    "reap_close_attempts",
-    "reap_flip_jobs",
-}
+# LISTEN/ping exist only for the PostgreSQL listener connection.
+SQLITE_ONLY: set[str] = set()
 POSTGRES_ONLY = {"listen", "ping"}
 
 
@@ -115,7 +108,7 @@ def test_stores_implement_every_protocol_method_with_its_signature() -> None:
         if inspect.iscoroutinefunction(value) or (callable(value) and not name.startswith("_"))
     ]
     assert "claim_next" in members
-    for cls in (SqliteStore, PostgresStore):
+    for cls in (SqlStore,):
         for name in members:
             expected = inspect.signature(getattr(Store, name))
             actual = inspect.signature(getattr(cls, name))
@@ -138,8 +131,9 @@ def test_stores_implement_every_protocol_method_with_its_signature() -> None:
 def test_sqlite_urls(url: str, path: str) -> None:
     assert sqlite_path(url) == path
     store = open_store(url)
-    assert isinstance(store, SqliteStore)
-    assert store.path == path
+    assert isinstance(store, SqlStore)
+    assert isinstance(store.connector, SqliteConnector)
+    assert store.connector.path == path
 
 
 @pytest.mark.parametrize(
@@ -161,7 +155,8 @@ def test_unknown_database_urls_are_config_errors(url: str) -> None:
 @pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
 def test_postgres_urls(scheme: str) -> None:
     store = open_store(f"{scheme}://user:pw@host:5432/db", max_size=4)
-    assert isinstance(store, PostgresStore)
+    assert isinstance(store, SqlStore)
+    assert isinstance(store.connector, PostgresConnector)
     assert store.dialect == "postgres"
 
 
@@ -286,24 +281,27 @@ def test_sqlite_errors_are_translated_without_their_text() -> None:
     cases: list[tuple[Exception, type[JobAgentError]]] = [
         (sqlite3.OperationalError("database is locked"), ServerUnavailable),
         (sqlite3.OperationalError('near "SELEC": syntax error'), ServerUnavailable),
-        (sqlite3.IntegrityError("UNIQUE constraint failed: api_key.prefix"), ServerError),
+        (sqlite3.IntegrityError("UNIQUE constraint failed: api_key.prefix"), Conflict),
+        (sqlite3.IntegrityError("FOREIGN KEY constraint failed"), NotFound),
+        (sqlite3.IntegrityError("NOT NULL constraint failed: job.status"), ServerError),
         (sqlite3.DatabaseError("file is not a database"), ServerError),
     ]
     for exc, expected in cases:
         with pytest.raises(expected) as caught:
-            SqliteStore._call(fail(exc), None)  # type: ignore[arg-type]
+            SqliteConnector._call(fail(exc), None)  # type: ignore[arg-type]
         assert str(exc) not in caught.value.message
         assert caught.value.__cause__ is exc
     # The project's own errors pass through untouched.
     with pytest.raises(NotFound):
-        SqliteStore._call(fail(NotFound("job not found")), None)  # type: ignore[arg-type]
+        SqliteConnector._call(fail(NotFound("job not found")), None)  # type: ignore[arg-type]
 
 
 @pytest.mark.anyio
 async def test_postgres_claim_retries_once_after_an_attempt_number_race(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    store = PostgresStore("postgresql://u@h/db")
+    connector = PostgresConnector("postgresql://u@h/db")
+    store = SqlStore(connector)
     calls: list[str] = []
 
     def racing(times: int) -> object:
@@ -316,11 +314,11 @@ async def test_postgres_claim_retries_once_after_an_attempt_number_race(
 
         return one
 
-    monkeypatch.setattr(store, "_one", racing(1))
+    monkeypatch.setattr(connector, "one", racing(1))
     assert await store._claim("claim", {}) == {"claimed": True}
     assert len(calls) == 2
     calls.clear()
-    monkeypatch.setattr(store, "_one", racing(2))  # twice in a row: give up, as a conflict
+    monkeypatch.setattr(connector, "one", racing(2))  # twice in a row: give up, as a conflict
     with pytest.raises(Conflict):
         await store._claim("claim", {})
     assert len(calls) == 2

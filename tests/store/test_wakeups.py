@@ -18,7 +18,8 @@ import pytest
 
 from jobagentctl.models import JobStatus
 from jobagentctl.server.store import Store, open_store
-from jobagentctl.server.store.postgres import PostgresStore
+from jobagentctl.server.store.postgres import PostgresConnector
+from jobagentctl.server.store.sql_store import SqlStore
 from tests.fixtures.databases import expire_claims, sql
 from tests.store.conftest import Env, eventually
 
@@ -34,8 +35,10 @@ async def waiter(env: Env) -> AsyncIterator[Store]:
         options.update(min_size=1, max_size=1)
     store = open_store(env.url, **options)
     await store.open()
-    if isinstance(store, PostgresStore):
-        await eventually(_async(lambda: store.listening), what="LISTEN connection")
+    assert isinstance(store, SqlStore)
+    connector = store.connector
+    if isinstance(connector, PostgresConnector):
+        await eventually(_async(lambda: connector.listening), what="LISTEN connection")
     try:
         yield store
     finally:
@@ -123,7 +126,9 @@ async def test_woken_across_replicas(env: Env, waiter: Store) -> None:
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 async def test_listener_reconnects_after_its_connection_is_killed(env: Env, waiter: Store) -> None:
-    assert isinstance(waiter, PostgresStore)
+    assert isinstance(waiter, SqlStore)
+    connector = waiter.connector
+    assert isinstance(connector, PostgresConnector)
     dbname = env.url.rsplit("/", 1)[1]
     listeners = (
         "SELECT pid FROM pg_stat_activity"
@@ -138,7 +143,7 @@ async def test_listener_reconnects_after_its_connection_is_killed(env: Env, wait
 
     async def reconnected() -> bool:
         now = {pid for (pid,) in sql(env.url, listeners, [dbname])}
-        return len(now) == 2 and not now & before and waiter.listening
+        return len(now) == 2 and not now & before and connector.listening
 
     await eventually(reconnected, what="both listeners to reconnect")
     task = await _waiting(waiter, env.agent)

@@ -1,6 +1,7 @@
-"""Storage: the ``Store`` protocol and its SQLite and PostgreSQL implementations.
+"""Storage: the ``Store`` protocol, implemented once (``SqlStore``) over a SQLite or a
+PostgreSQL connector.
 
-``open_store(url)`` picks the implementation from the URL's scheme; drivers load only then.
+``open_store(url)`` picks the connector from the URL's scheme; drivers load only then.
 """
 
 from __future__ import annotations
@@ -35,15 +36,17 @@ def open_store(database_url: str, **options: Any) -> Store:
     ``postgresql://…`` / ``postgres://…`` → PostgreSQL (options: ``min_size``, ``max_size``,
     ``pool_timeout``). Any other scheme is a ``ConfigError``.
     """
+    from jobagentctl.server.store.sql_store import SqlStore
+
     scheme = urlsplit(database_url).scheme.lower()
     if scheme == "sqlite":
-        from jobagentctl.server.store.sqlite import SqliteStore
+        from jobagentctl.server.store.sqlite import SqliteConnector
 
-        return SqliteStore(sqlite_path(database_url), **options)
+        return SqlStore(SqliteConnector(sqlite_path(database_url), **options))
     if scheme in ("postgresql", "postgres"):
-        from jobagentctl.server.store.postgres import PostgresStore
+        from jobagentctl.server.store.postgres import PostgresConnector
 
-        return PostgresStore(database_url, **options)
+        return SqlStore(PostgresConnector(database_url, **options))
     shown = f"{scheme}://…" if scheme else "a URL without a scheme"
     raise ConfigError(
         f"unsupported database URL ({shown}): use sqlite:///path or postgresql://user@host/db"

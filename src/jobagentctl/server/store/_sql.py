@@ -1,8 +1,8 @@
-"""What both stores share: the named-SQL loader, row → model converters, the fencing decision of
-``update_status`` and the per-agent wake-up registry behind ``wait_for_job``.
+"""Pieces of the store that need no driver: the named-SQL loader, row → model converters (one
+per entity), the fencing decision of ``update_status`` and the per-agent wake-up registry.
 
-Nothing here imports a database driver: rows arrive as mappings (SQLite gives epoch floats and
-JSON text, PostgreSQL gives datetimes and parsed JSON) and the converters accept both.
+Rows arrive as mappings (SQLite gives epoch floats, UUID and JSON text; PostgreSQL gives
+datetimes, UUIDs and parsed JSON) and the converters accept both.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from jobagentctl.errors import (
 )
 from jobagentctl.models import (
     TERMINAL_STATUSES,
+    AttemptOutcome,
     ClaimedJob,
+    ClaimState,
     Heartbeat,
     Job,
     JobAgent,
@@ -40,8 +42,8 @@ from jobagentctl.models import (
 from jobagentctl.server.store.base import ApiKeyRecord
 
 __all__ = [
-    "CLAIM_STATES",
     "NOTIFY_CHANNEL",
+    "Row",
     "StatusContext",
     "Waiters",
     "agent_from_row",
@@ -55,6 +57,7 @@ __all__ = [
     "dump_json",
     "heartbeat_failure",
     "heartbeat_from_row",
+    "id_list",
     "job_from_row",
     "load_queries",
     "merge_metadata",
@@ -64,7 +67,8 @@ __all__ = [
 
 # The PostgreSQL channel that carries "a job was queued for agent <payload>".
 NOTIFY_CHANNEL = "jobagentctl_job_queued"
-CLAIM_STATES = frozenset({"active", "expired", "unleased", "all"})
+
+Row = Mapping[str, Any]
 
 _NAME_LINE = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$")
 _MIGRATION_FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
@@ -146,6 +150,11 @@ def _opt_uuid(value: Any) -> UUID | None:
     return None if value is None else _uuid(value)
 
 
+def id_list(value: Any) -> list[UUID]:
+    """UUIDs from an array column (PostgreSQL) or a JSON array text (SQLite); NULL → []."""
+    return [_uuid(v) for v in (_json(value) or ())]
+
+
 def _ts(value: Any) -> datetime:
     if isinstance(value, datetime):
         return value.astimezone(UTC)
@@ -221,13 +230,13 @@ def job_from_row(row: Mapping[str, Any], include_dispatch_context: bool = True) 
 
 def claimed_job_from_row(row: Mapping[str, Any]) -> ClaimedJob:
     """A claimed job: the job columns plus ``claim_id, lease_seconds, claimed_at,
-    claim_expires_at, attempt`` (the first, second and fourth None when unleased)."""
+    claim_expires_at, attempt`` (the first, second and fourth None or absent when unleased)."""
     return ClaimedJob(
         **_job_fields(row, True),
-        claim_id=_opt_uuid(row["claim_id"]),
-        lease_seconds=row["lease_seconds"],
+        claim_id=_opt_uuid(row.get("claim_id")),
+        lease_seconds=row.get("lease_seconds"),
         claimed_at=_ts(row["claimed_at"]),
-        claim_expires_at=_opt_ts(row["claim_expires_at"]),
+        claim_expires_at=_opt_ts(row.get("claim_expires_at")),
         attempt=int(row["attempt"]),
     )
 
@@ -257,7 +266,7 @@ def claim_from_row(row: Mapping[str, Any]) -> JobClaim:
         last_heartbeat_at=(
             expires - timedelta(seconds=lease) if expires is not None and lease else None
         ),
-        state=row["state"],
+        state=ClaimState(row["state"]),
     )
 
 
@@ -268,7 +277,7 @@ def attempt_from_row(row: Mapping[str, Any]) -> JobAttempt:
         job_agent_id=_uuid(row["job_agent_id"]),
         claimed_at=_ts(row["claimed_at"]),
         ended_at=_opt_ts(row["ended_at"]),
-        outcome=row["outcome"],
+        outcome=None if row["outcome"] is None else AttemptOutcome(row["outcome"]),
     )
 
 
@@ -311,7 +320,10 @@ def decide_status_change(
         if ctx.current_claim_id is not None:
             details["attempt"] = ctx.current_attempt
             raise ClaimMismatch("another attempt holds the claim on this job", details=details)
-        if ctx.given_claim_outcome in ("completed", "cancelled") and ctx.status == status:
+        if (
+            ctx.given_claim_outcome in (AttemptOutcome.COMPLETED, AttemptOutcome.CANCELLED)
+            and ctx.status == status
+        ):
             return "noop"
         raise ClaimLost("the claim is gone; the job was reaped, released or ended", details=details)
     if require_claim_id and agent_scope is not None and ctx.current_claim_id is not None:
@@ -323,13 +335,13 @@ def decide_status_change(
     return "apply"
 
 
-def attempt_outcome_for(status: JobStatus) -> str:
+def attempt_outcome_for(status: JobStatus) -> AttemptOutcome:
     """How leaving ``inProgress`` for ``status`` closes the open attempt."""
     if status == JobStatus.CANCELLED:
-        return "cancelled"
+        return AttemptOutcome.CANCELLED
     if status in TERMINAL_STATUSES:
-        return "completed"
-    return "released"
+        return AttemptOutcome.COMPLETED
+    return AttemptOutcome.RELEASED
 
 
 def heartbeat_failure(state: Mapping[str, Any] | None) -> JobAgentError:
@@ -347,33 +359,49 @@ def heartbeat_failure(state: Mapping[str, Any] | None) -> JobAgentError:
 
 
 class Waiters:
-    """Per-agent events for ``wait_for_job``; lives on one event loop (the server's)."""
+    """Per-agent events for ``wait_for_job``, first come first woken; lives on one event loop
+    (the server's). ``notify(agent, n)`` wakes at most ``n`` waiters: one per job queued, so an
+    enqueue costs one claim attempt however many long-polls wait (issue 11 §6)."""
 
     def __init__(self) -> None:
-        self._events: dict[UUID, set[asyncio.Event]] = {}
+        # dict as an ordered set: the oldest waiter is woken first.
+        self._events: dict[UUID, dict[asyncio.Event, None]] = {}
 
     def register(self, agent_id: UUID) -> asyncio.Event:
         event = asyncio.Event()
-        self._events.setdefault(agent_id, set()).add(event)
+        self._events.setdefault(agent_id, {})[event] = None
         return event
 
-    def unregister(self, agent_id: UUID, event: asyncio.Event) -> None:
+    def unregister(self, agent_id: UUID, event: asyncio.Event, *, consumed: bool) -> None:
+        """``consumed`` False: the waiter leaves without acting on a wake-up it got (cancelled,
+        client gone), so the wake-up goes to the next waiter instead of being lost."""
         events = self._events.get(agent_id)
         if events is not None:
-            events.discard(event)
+            events.pop(event, None)
             if not events:
                 del self._events[agent_id]
+        if event.is_set() and not consumed:
+            self.notify(agent_id, 1)
 
-    def notify(self, agent_id: UUID) -> None:
-        for event in self._events.get(agent_id, ()):
-            event.set()
+    def notify(self, agent_id: UUID, jobs: int = 1) -> None:
+        left = jobs
+        for event in self._events.get(agent_id, {}):
+            if left <= 0:
+                break
+            if not event.is_set():
+                event.set()
+                left -= 1
 
     def notify_all(self) -> None:
-        # After a listener reconnect notifications may have been missed: wake everyone, the
-        # callers re-try their claim (spurious wake-ups are allowed by the protocol).
+        # After a listener reconnect notifications may have been missed, and on close every
+        # waiter must return: wake everyone; the callers re-try their claim (spurious wake-ups
+        # are allowed by the protocol).
         for events in self._events.values():
             for event in events:
                 event.set()
+
+    def waiting(self, agent_id: UUID) -> int:
+        return len(self._events.get(agent_id, ()))
 
     def __iter__(self) -> Iterator[UUID]:
         return iter(list(self._events))

@@ -82,7 +82,7 @@ DELETE FROM job_agent WHERE id = %(id)s AND workspace_id = %(workspace_id)s RETU
 WITH created AS (
     INSERT INTO job (id, job_agent_id, status, job_agent_config, dispatch_context, metadata,
                      created_at, updated_at)
-    SELECT gen_random_uuid(), a.id, 'queued', COALESCE(%(job_agent_config)s::jsonb, a.config),
+    SELECT %(id)s, a.id, 'queued', COALESCE(%(job_agent_config)s::jsonb, a.config),
            %(dispatch_context)s::jsonb, %(metadata)s::jsonb, now(), now()
     FROM job_agent AS a
     WHERE a.id = %(agent_id)s AND a.workspace_id = %(workspace_id)s
@@ -337,6 +337,8 @@ SELECT (SELECT count(*) FROM deleted) AS reaped,
        (SELECT count(*) FROM attempts) AS closed,
        (SELECT count(*) FROM flipped WHERE status = 'queued') AS requeued,
        (SELECT count(*) FROM flipped WHERE status = 'failure') AS failed,
+       ARRAY(SELECT f.job_agent_id FROM flipped AS f WHERE f.status = 'queued')
+           AS requeued_agents,
        (SELECT count(*) FROM woken) AS woken
 
 -- name: list_claims

@@ -1,8 +1,10 @@
 -- Named statements of the SQLite store. A block runs from its "-- name: x" line to the next.
 -- The database clock: (julianday('now') - 2440587.5) * 86400.0 is unix epoch seconds with
 -- millisecond resolution (SQLite 3.40 has no unixepoch('subsec')). Where PostgreSQL does an
--- operation in one CTE, SQLite runs the steps named <operation>_<step> inside one
--- BEGIN IMMEDIATE transaction, which holds the database's single write lock.
+-- operation in one CTE, SQLite's block is a chain of statements (separated by ";") that the
+-- connector runs in one BEGIN IMMEDIATE transaction, which holds the database's single write
+-- lock: each statement sees the parameters plus the columns of the first row of every
+-- statement before it.
 
 -- name: migrate_lock
 BEGIN IMMEDIATE
@@ -112,15 +114,38 @@ WHERE j.id = :job_id AND a.workspace_id = :workspace_id
 SELECT 1 AS found FROM job WHERE job_agent_id = :agent_id AND status = 'queued' LIMIT 1
 
 -- name: claim_job
+-- Flip the job (only if still queued), open the attempt, record the lease.
 UPDATE job
 SET status = 'inProgress',
     started_at = (julianday('now') - 2440587.5) * 86400.0,
     updated_at = (julianday('now') - 2440587.5) * 86400.0
 WHERE id = :job_id AND job_agent_id = :agent_id AND status = 'queued'
   AND EXISTS (SELECT 1 FROM job_agent AS a WHERE a.id = :agent_id AND a.workspace_id = :workspace_id)
-RETURNING *
+RETURNING *;
+INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
+SELECT :id, COALESCE(MAX(t.attempt), 0) + 1,
+       CASE WHEN :lease_seconds IS NULL THEN NULL ELSE :new_claim_id END, :job_agent_id,
+       :started_at
+FROM job_attempt AS t
+WHERE t.job_id = :id
+RETURNING attempt, claim_id, claimed_at;
+-- The lease, when there is one: the three rows agree on the time to the millisecond.
+INSERT INTO job_claim (job_id, job_agent_id, claimed_at, claim_expires_at, claim_id,
+                       lease_seconds, attempt)
+SELECT :id, :job_agent_id, :claimed_at, :claimed_at + :lease_seconds, :claim_id,
+       :lease_seconds, :attempt
+WHERE :lease_seconds IS NOT NULL
+ON CONFLICT (job_id) DO UPDATE
+SET job_agent_id = excluded.job_agent_id,
+    claimed_at = excluded.claimed_at,
+    claim_expires_at = excluded.claim_expires_at,
+    claim_id = excluded.claim_id,
+    lease_seconds = excluded.lease_seconds,
+    attempt = excluded.attempt
+RETURNING claim_expires_at, lease_seconds
 
 -- name: claim_next
+-- As claim_job, for the agent's oldest queued job.
 UPDATE job
 SET status = 'inProgress',
     started_at = (julianday('now') - 2440587.5) * 86400.0,
@@ -131,20 +156,20 @@ WHERE id = (
         ORDER BY q.created_at, q.rowid
         LIMIT 1)
   AND EXISTS (SELECT 1 FROM job_agent AS a WHERE a.id = :agent_id AND a.workspace_id = :workspace_id)
-RETURNING *
-
--- name: claim_attempt
--- :now is the started_at the claim statement just wrote, so the three rows agree to the ms.
+RETURNING *;
 INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
-SELECT :job_id, COALESCE(MAX(t.attempt), 0) + 1, :claim_id, :agent_id, :now
+SELECT :id, COALESCE(MAX(t.attempt), 0) + 1,
+       CASE WHEN :lease_seconds IS NULL THEN NULL ELSE :new_claim_id END, :job_agent_id,
+       :started_at
 FROM job_attempt AS t
-WHERE t.job_id = :job_id
-RETURNING attempt, claimed_at
-
--- name: claim_lease
+WHERE t.job_id = :id
+RETURNING attempt, claim_id, claimed_at;
+-- The lease, when there is one: the three rows agree on the time to the millisecond.
 INSERT INTO job_claim (job_id, job_agent_id, claimed_at, claim_expires_at, claim_id,
                        lease_seconds, attempt)
-VALUES (:job_id, :agent_id, :now, :now + :lease_seconds, :claim_id, :lease_seconds, :attempt)
+SELECT :id, :job_agent_id, :claimed_at, :claimed_at + :lease_seconds, :claim_id,
+       :lease_seconds, :attempt
+WHERE :lease_seconds IS NOT NULL
 ON CONFLICT (job_id) DO UPDATE
 SET job_agent_id = excluded.job_agent_id,
     claimed_at = excluded.claimed_at,
@@ -152,7 +177,7 @@ SET job_agent_id = excluded.job_agent_id,
     claim_id = excluded.claim_id,
     lease_seconds = excluded.lease_seconds,
     attempt = excluded.attempt
-RETURNING claim_expires_at
+RETURNING claim_expires_at, lease_seconds
 
 -- name: heartbeat
 UPDATE job_claim
@@ -183,47 +208,40 @@ WHERE j.id = :job_id AND a.workspace_id = :workspace_id
   AND (:agent_scope IS NULL OR j.job_agent_id = :agent_scope)
 
 -- name: apply_status
--- :metadata is the merged object (read under the write lock by status_context).
+-- Write the status; away from inProgress also end the lease and close the attempt (at the
+-- updated_at just written, so the job and its attempt agree to the millisecond).
+-- :merged_metadata is the merged object (read under the write lock by status_context).
 UPDATE job
 SET status = :status,
     updated_at = (julianday('now') - 2440587.5) * 86400.0,
     message = COALESCE(:message, message),
     external_id = COALESCE(:external_id, external_id),
-    metadata = :metadata,
+    metadata = COALESCE(:merged_metadata, metadata),
     started_at = CASE WHEN :status = 'inProgress' AND status <> 'inProgress'
                       THEN (julianday('now') - 2440587.5) * 86400.0 ELSE started_at END,
     completed_at = CASE WHEN :terminal THEN (julianday('now') - 2440587.5) * 86400.0
                         ELSE completed_at END
 WHERE id = :job_id
-RETURNING *
-
--- name: apply_status_release_claim
-DELETE FROM job_claim WHERE job_id = :job_id
-
--- name: apply_status_close_attempt
--- :now is the updated_at apply_status just wrote, so the job and its attempt agree to the ms.
+RETURNING *;
+DELETE FROM job_claim WHERE job_id = :job_id AND :status <> 'inProgress';
 UPDATE job_attempt
-SET ended_at = :now, outcome = :outcome
-WHERE job_id = :job_id AND ended_at IS NULL
+SET ended_at = :updated_at, outcome = :outcome
+WHERE job_id = :job_id AND ended_at IS NULL AND :status <> 'inProgress'
 
 -- name: reap
--- One batch: the expired claims are deleted here; the two steps below close their attempts
--- and flip their jobs, in the same transaction.
-DELETE FROM job_claim
-WHERE job_id IN (SELECT c.job_id FROM job_claim AS c
-                 WHERE c.claim_expires_at < (julianday('now') - 2440587.5) * 86400.0
-                 LIMIT :batch_size)
-RETURNING job_id, attempt, job_agent_id, (julianday('now') - 2440587.5) * 86400.0 AS now
-
--- name: reap_close_attempts
--- :now is the batch's clock reading from the step above (one time per batch, as on PostgreSQL).
+-- One batch. The batch is "the first :batch_size claims by job id that expired before :now",
+-- the same set in every statement: :now is read once, and the write lock keeps job_claim
+-- unchanged until the last statement deletes the batch. The N-th expiry with
+-- N >= max_reclaims fails the job instead of requeueing it.
+SELECT (julianday('now') - 2440587.5) * 86400.0 AS now
+FROM job_claim
+WHERE claim_expires_at < (julianday('now') - 2440587.5) * 86400.0
+LIMIT 1;
 UPDATE job_attempt
 SET outcome = 'expired', ended_at = :now
-WHERE (job_id, attempt) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
-                            FROM json_each(:expired))
-
--- name: reap_flip_jobs
--- The N-th expiry with N >= max_reclaims fails the job instead of requeueing it.
+WHERE (job_id, attempt) IN (SELECT c.job_id, c.attempt FROM job_claim AS c
+                            WHERE c.claim_expires_at < :now
+                            ORDER BY c.job_id LIMIT :batch_size);
 UPDATE job
 SET status = CASE WHEN x.give_up THEN 'failure' ELSE 'queued' END,
     message = CASE WHEN x.give_up THEN 'lease expired ' || x.expiries || ' times'
@@ -234,11 +252,21 @@ FROM (SELECT t.job_id,
              COUNT(*) AS expiries,
              :max_reclaims > 0 AND COUNT(*) >= :max_reclaims AS give_up
       FROM job_attempt AS t
-      WHERE t.job_id IN (SELECT json_extract(value, '$[0]') FROM json_each(:expired))
+      WHERE t.job_id IN (SELECT c.job_id FROM job_claim AS c
+                 WHERE c.claim_expires_at < :now ORDER BY c.job_id LIMIT :batch_size)
         AND t.outcome = 'expired'
       GROUP BY t.job_id) AS x
-WHERE job.id = x.job_id AND job.status = 'inProgress'
-RETURNING job.id, job.status, job.job_agent_id
+WHERE job.id = x.job_id AND job.status = 'inProgress';
+SELECT COUNT(*) AS reaped,
+       COALESCE(SUM(j.updated_at = :now AND j.status = 'queued'), 0) AS requeued,
+       COALESCE(SUM(j.updated_at = :now AND j.status = 'failure'), 0) AS failed,
+       json_group_array(j.job_agent_id)
+           FILTER (WHERE j.updated_at = :now AND j.status = 'queued') AS requeued_agents
+FROM job AS j
+WHERE j.id IN (SELECT c.job_id FROM job_claim AS c
+                 WHERE c.claim_expires_at < :now ORDER BY c.job_id LIMIT :batch_size);
+DELETE FROM job_claim WHERE job_id IN (SELECT c.job_id FROM job_claim AS c
+                 WHERE c.claim_expires_at < :now ORDER BY c.job_id LIMIT :batch_size)
 
 -- name: list_claims
 -- inProgress jobs with their claim row (active/expired) or without one (unleased); equal

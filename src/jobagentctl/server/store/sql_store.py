@@ -1,0 +1,467 @@
+"""``SqlStore``: every store operation written once, over a small ``Connector`` per database.
+
+As procrastinate's ``manager.py`` over its connectors: the store names a query and passes
+parameters; the connector (``sqlite.py``, ``postgres.py``) runs the dialect's SQL of that name
+(``sql/<dialect>/queries.sql``, the same names in both) and translates driver errors. Where
+PostgreSQL does an operation in one statement, SQLite's block of that name is a chain of
+statements run in one write transaction (see ``SqliteConnector``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, Protocol
+from uuid import UUID, uuid4
+
+from jobagentctl.errors import (
+    Conflict,
+    JobAgentError,
+    NotClaimable,
+    NotFound,
+    ValidationError,
+)
+from jobagentctl.models import (
+    TERMINAL_STATUSES,
+    ClaimedJob,
+    ClaimState,
+    Heartbeat,
+    Job,
+    JobAgent,
+    JobAttempt,
+    JobClaim,
+    JobStatus,
+)
+from jobagentctl.server.store._sql import (
+    Row,
+    StatusContext,
+    Waiters,
+    agent_from_row,
+    api_key_from_row,
+    attempt_from_row,
+    attempt_outcome_for,
+    check_lease,
+    claim_from_row,
+    claimed_job_from_row,
+    decide_status_change,
+    dump_json,
+    heartbeat_failure,
+    heartbeat_from_row,
+    id_list,
+    job_from_row,
+    merge_metadata,
+    migrations,
+    wait_event,
+)
+from jobagentctl.server.store.base import ApiKeyRecord, ReapResult
+
+__all__ = ["Connector", "Decide", "SqlStore"]
+
+Params = dict[str, Any]
+# update_status's decision under the job's lock: the row read → the write to run, or None.
+Decide = Callable[[Row | None], tuple[str, Params] | None]
+
+
+class Connector(Protocol):
+    """How the store talks to one database. Queries are named; rows are mappings."""
+
+    dialect: str
+    waiters: Waiters
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def migrate(self) -> list[int]:
+        """Apply pending migrations in one transaction, serialised between processes."""
+
+    async def one(self, name: str, params: Params | None = None) -> Row | None:
+        """The first row of query ``name`` (every row is read: the statement is finished)."""
+
+    async def all(self, name: str, params: Params | None = None) -> list[Row]: ...
+
+    async def locked(self, read: str, params: Params, decide: Decide) -> Row | None:
+        """One transaction holding the job's lock (``lock_job``): run ``read``, pass its row to
+        ``decide`` (which may raise: nothing is written), run the write it names; return the
+        write's row, or the read's row when ``decide`` wrote nothing."""
+
+    def notify(self, agent_id: UUID, jobs: int) -> None:
+        """``jobs`` jobs were queued for ``agent_id`` by a statement of this process."""
+
+    def wait_step(self, remaining: float) -> float:
+        """How long a long-poll may sleep before re-checking the queue by itself."""
+
+
+class SqlStore:
+    """``Store`` over a ``Connector``; see ``base.Store`` for each method's contract."""
+
+    def __init__(self, connector: Connector) -> None:
+        self.connector = connector
+        self.dialect = connector.dialect
+        self._db = connector
+
+    async def _page(self, name: str, params: Params) -> tuple[list[Row], int]:
+        rows = await self._db.all(name, params)
+        if rows:
+            return rows, int(rows[0]["total"])
+        if params["offset"] == 0:
+            return [], 0
+        # Past the end: the window count needs one row to ride on.
+        first = await self._db.all(name, {**params, "offset": 0, "limit": 1})
+        return [], int(first[0]["total"]) if first else 0
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        await self._db.open()
+
+    async def close(self) -> None:
+        await self._db.close()
+        self._db.waiters.notify_all()
+
+    async def migrate(self) -> list[int]:
+        return await self._db.migrate()
+
+    async def schema_current(self) -> bool:
+        try:
+            rows = await self._db.all("applied_versions")
+        except JobAgentError:
+            return False
+        done = {row["version"] for row in rows}
+        return all(version in done for version, _ in migrations(self.dialect))
+
+    # --- workspaces and keys -------------------------------------------------------------------
+
+    async def create_workspace(self, name: str) -> UUID:
+        workspace_id = uuid4()
+        await self._db.one("create_workspace", {"id": workspace_id, "name": name})
+        return workspace_id
+
+    async def workspace_exists(self, workspace_id: UUID) -> bool:
+        return await self._db.one("workspace_exists", {"id": workspace_id}) is not None
+
+    async def create_api_key(
+        self, workspace_id: UUID, job_agent_id: UUID | None, prefix: str, secret_hash: str
+    ) -> UUID:
+        key_id = uuid4()
+        params = {
+            "id": key_id,
+            "workspace_id": workspace_id,
+            "job_agent_id": job_agent_id,
+            "prefix": prefix,
+            "secret_hash": secret_hash,
+        }
+        try:
+            row = await self._db.one("create_api_key", params)
+        except Conflict as exc:
+            raise Conflict("an API key with this prefix already exists") from exc
+        if row is None:
+            raise NotFound("workspace or job agent not found")
+        return key_id
+
+    async def get_api_key(self, prefix: str) -> ApiKeyRecord | None:
+        row = await self._db.one("get_api_key", {"prefix": prefix})
+        return None if row is None else api_key_from_row(row)
+
+    async def revoke_api_key(self, key_id: UUID) -> bool:
+        return await self._db.one("revoke_api_key", {"id": key_id}) is not None
+
+    # --- agents --------------------------------------------------------------------------------
+
+    async def upsert_agent(
+        self,
+        workspace_id: UUID,
+        agent_id: UUID,
+        name: str,
+        type: str,
+        config: dict[str, Any],
+        metadata: dict[str, Any] | None,
+    ) -> JobAgent:
+        params = {
+            "id": agent_id,
+            "workspace_id": workspace_id,
+            "name": name,
+            "type": type,
+            "config": dump_json(config),
+            "metadata": None if metadata is None else dump_json(metadata),
+        }
+        try:
+            row = await self._db.one("upsert_agent", params)
+        except NotFound as exc:  # the foreign key: unknown workspace
+            raise NotFound("workspace not found") from exc
+        if row is None:
+            raise NotFound("job agent not found")
+        return agent_from_row(row)
+
+    async def get_agent(self, workspace_id: UUID, agent_id: UUID) -> JobAgent | None:
+        row = await self._db.one("get_agent", {"id": agent_id, "workspace_id": workspace_id})
+        return None if row is None else agent_from_row(row)
+
+    async def list_agents(
+        self, workspace_id: UUID, limit: int, offset: int
+    ) -> tuple[list[JobAgent], int]:
+        params = {"workspace_id": workspace_id, "limit": limit, "offset": offset}
+        rows, total = await self._page("list_agents", params)
+        return [agent_from_row(row) for row in rows], total
+
+    async def delete_agent(self, workspace_id: UUID, agent_id: UUID) -> bool:
+        params = {"id": agent_id, "workspace_id": workspace_id}
+        return await self._db.one("delete_agent", params) is not None
+
+    # --- jobs ----------------------------------------------------------------------------------
+
+    async def create_job(
+        self,
+        workspace_id: UUID,
+        agent_id: UUID,
+        job_agent_config: dict[str, Any] | None,
+        dispatch_context: dict[str, Any] | None,
+        metadata: dict[str, Any] | None,
+    ) -> Job:
+        params = {
+            "id": uuid4(),
+            "agent_id": agent_id,
+            "workspace_id": workspace_id,
+            "job_agent_config": None if job_agent_config is None else dump_json(job_agent_config),
+            "dispatch_context": dump_json(dispatch_context or {}),
+            "metadata": dump_json(metadata or {}),
+        }
+        row = await self._db.one("create_job", params)
+        if row is None:
+            raise NotFound("job agent not found")
+        self._db.notify(agent_id, 1)
+        return job_from_row(row)
+
+    async def get_job(
+        self, workspace_id: UUID, job_id: UUID, agent_scope: UUID | None = None
+    ) -> Job | None:
+        params = {"job_id": job_id, "workspace_id": workspace_id, "agent_scope": agent_scope}
+        row = await self._db.one("get_job", params)
+        return None if row is None else job_from_row(row)
+
+    async def list_jobs(
+        self,
+        workspace_id: UUID,
+        *,
+        agent_id: UUID | None,
+        statuses: list[JobStatus] | None,
+        include_dispatch_context: bool,
+        limit: int,
+        offset: int,
+    ) -> tuple[list[Job], int]:
+        params = {
+            "workspace_id": workspace_id,
+            "agent_id": agent_id,
+            "statuses": None if statuses is None else [s.value for s in statuses],
+            "limit": limit,
+            "offset": offset,
+        }
+        rows, total = await self._page("list_jobs", params)
+        return [job_from_row(row, include_dispatch_context) for row in rows], total
+
+    # --- leases --------------------------------------------------------------------------------
+
+    async def _claim(self, name: str, params: Params) -> Row | None:
+        for retry in (True, False):
+            try:
+                return await self._db.one(name, params)
+            except Conflict:
+                # PostgreSQL: the attempt number comes from the statement's snapshot, so a claim,
+                # release and re-claim of this job racing within our statement can take it first
+                # (primary key violation, nothing written). A fresh statement sees the new
+                # maximum. (SQLite's write lock makes the race impossible.)
+                if not retry:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def claim_job(
+        self, workspace_id: UUID, agent_id: UUID, job_id: UUID, lease_seconds: int | None
+    ) -> ClaimedJob:
+        check_lease(lease_seconds)
+        params = {
+            "job_id": job_id,
+            "agent_id": agent_id,
+            "workspace_id": workspace_id,
+            "lease_seconds": lease_seconds,
+            "agent_scope": agent_id,
+            "new_claim_id": uuid4(),
+        }
+        row = await self._claim("claim_job", params)
+        if row is not None:
+            return claimed_job_from_row(row)
+        # Failure path only: tell unknown/foreign (404) from not queued (409).
+        state = await self._db.one("job_claim_state", params)
+        if state is None:
+            raise NotFound("job not found")
+        raise NotClaimable(
+            f"the job is {state['status']}, not queued", details={"jobStatus": state["status"]}
+        )
+
+    async def claim_next(
+        self, workspace_id: UUID, agent_id: UUID, lease_seconds: int | None
+    ) -> ClaimedJob | None:
+        check_lease(lease_seconds)
+        params = {
+            "agent_id": agent_id,
+            "workspace_id": workspace_id,
+            "lease_seconds": lease_seconds,
+            "new_claim_id": uuid4(),
+        }
+        row = await self._claim("claim_next", params)
+        return None if row is None else claimed_job_from_row(row)
+
+    async def wait_for_job(self, agent_id: UUID, timeout: float) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        waiters = self._db.waiters
+        event = waiters.register(agent_id)
+        consumed = False
+        try:
+            while True:
+                # Checked after registering, so a job queued since the caller's claim attempt
+                # (here, on another replica or another process on the SQLite file) is never
+                # missed between that attempt and the signal.
+                if await self._db.one("queued_exists", {"agent_id": agent_id}) is not None:
+                    consumed = True
+                    return True
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return False
+                if await wait_event(event, self._db.wait_step(remaining)):
+                    consumed = True
+                    return True
+        finally:
+            waiters.unregister(agent_id, event, consumed=consumed)
+
+    async def heartbeat(
+        self,
+        workspace_id: UUID,
+        job_id: UUID,
+        claim_id: UUID | None,
+        lease_seconds: int | None,
+        agent_scope: UUID | None = None,
+    ) -> Heartbeat:
+        check_lease(lease_seconds)
+        params = {
+            "job_id": job_id,
+            "workspace_id": workspace_id,
+            "claim_id": claim_id,
+            "lease_seconds": lease_seconds,
+            "agent_scope": agent_scope,
+        }
+        row = await self._db.one("heartbeat", params)
+        if row is not None:
+            return heartbeat_from_row(row)
+        # Failure path only: one more read to say why.
+        raise heartbeat_failure(await self._db.one("job_claim_state", params))
+
+    async def update_status(
+        self,
+        workspace_id: UUID,
+        job_id: UUID,
+        status: JobStatus,
+        *,
+        claim_id: UUID | None,
+        message: str | None,
+        external_id: str | None,
+        metadata: dict[str, Any] | None,
+        agent_scope: UUID | None = None,
+        require_claim_id: bool = False,
+    ) -> Job:
+        params = {
+            "job_id": job_id,
+            "workspace_id": workspace_id,
+            "claim_id": claim_id,
+            "agent_scope": agent_scope,
+        }
+        write = {
+            "job_id": job_id,
+            "status": status.value,
+            "message": message,
+            "external_id": external_id,
+            # PostgreSQL merges the patch in SQL (jsonb ||); SQLite has no such operator and
+            # writes the merged object computed here from the row read under the lock.
+            "metadata": None if metadata is None else dump_json(metadata),
+            "merged_metadata": None,
+            "terminal": status in TERMINAL_STATUSES,
+            "outcome": attempt_outcome_for(status).value,
+        }
+        wrote: list[bool] = []
+
+        def decide(row: Row | None) -> tuple[str, Params] | None:
+            if row is None:
+                raise NotFound("job not found")
+            verdict = decide_status_change(
+                StatusContext.from_row(row),
+                status,
+                claim_id=claim_id,
+                agent_scope=agent_scope,
+                require_claim_id=require_claim_id,
+            )
+            if verdict == "noop":
+                return None
+            if metadata is not None:
+                write["merged_metadata"] = dump_json(merge_metadata(row["metadata"], metadata))
+            wrote.append(True)
+            return "apply_status", write
+
+        row = await self._db.locked("status_context", params, decide)
+        if row is None:  # pragma: no cover - the job row was locked by us
+            raise NotFound("job not found")
+        job = job_from_row(row)
+        if wrote and job.status == JobStatus.QUEUED and job.agent_id is not None:
+            self._db.notify(job.agent_id, 1)
+        return job
+
+    async def reap(self, batch_size: int, max_reclaims: int) -> ReapResult:
+        params = {"batch_size": batch_size, "max_reclaims": max_reclaims}
+        requeued = failed = 0
+        while True:
+            row = await self._db.one("reap", params)
+            if row is None or not row["reaped"]:
+                break
+            requeued += int(row["requeued"])
+            failed += int(row["failed"])
+            woken: dict[UUID, int] = {}
+            for agent in id_list(row["requeued_agents"]):
+                woken[agent] = woken.get(agent, 0) + 1
+            for agent, jobs in woken.items():
+                self._db.notify(agent, jobs)
+        return ReapResult(requeued=requeued, failed=failed)
+
+    async def list_claims(
+        self,
+        workspace_id: UUID,
+        *,
+        agent_id: UUID | None,
+        state: str,
+        limit: int,
+        offset: int,
+    ) -> tuple[list[JobClaim], int]:
+        try:
+            wanted = ClaimState(state)
+        except ValueError:
+            names = ", ".join(sorted(ClaimState))
+            raise ValidationError(f"state must be one of {names}") from None
+        params = {
+            "workspace_id": workspace_id,
+            "agent_id": agent_id,
+            "state": wanted.value,
+            "limit": limit,
+            "offset": offset,
+        }
+        rows, total = await self._page("list_claims", params)
+        return [claim_from_row(row) for row in rows], total
+
+    async def list_attempts(
+        self, workspace_id: UUID, job_id: UUID, agent_scope: UUID | None = None
+    ) -> list[JobAttempt]:
+        params = {"job_id": job_id, "workspace_id": workspace_id, "agent_scope": agent_scope}
+        rows = await self._db.all("list_attempts", params)
+        if not rows:
+            raise NotFound("job not found")
+        return [attempt_from_row(row) for row in rows if row["attempt"] is not None]
+
+    async def claim_stats(self) -> dict[str, float]:
+        row = await self._db.one("claim_stats")
+        return {key: float(value or 0) for key, value in (row or {}).items()}
