@@ -11,8 +11,6 @@ import subprocess
 import sys
 from typing import Any
 
-import pytest
-
 from tests.ctrlplane.standin import CtrlplaneStandIn, Request
 from tests.integration.cli import Ran, env_for, jac
 
@@ -259,10 +257,6 @@ def test_run_loop_takes_queued_jobs_one_after_another(ctrlplane: CtrlplaneStandI
     assert proc.stderr.count(NO_LEASES) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 10 §2: the supervisor still reports a 404 on the final status as lease lost",
-)
 def test_run_report_answered_404_is_job_gone(ctrlplane: CtrlplaneStandIn) -> None:
     """ctrlplane's status endpoint answers 404 for a job it cannot update (no release)."""
     agent = ctrlplane.add_agent()
@@ -270,4 +264,4 @@ def test_run_report_answered_404_is_job_gone(ctrlplane: CtrlplaneStandIn) -> Non
     proc = run_process(ctrlplane, "run", "--", "true", agent=agent)
     assert "lease lost" not in proc.stderr, proc.stderr
     assert "gone" in proc.stderr, proc.stderr
-    assert proc.returncode != 75
+    assert proc.returncode == 5  # job_gone (docs/run.md), not 75

@@ -8,6 +8,7 @@ from __future__ import annotations
 from jobagentctl.supervisor.options import (
     EXIT_CANCELLED,
     EXIT_FAILED,
+    EXIT_JOB_GONE,
     EXIT_LEASE_LOST,
     EXIT_NO_JOB,
     EXIT_NOT_EXECUTABLE,
@@ -23,6 +24,7 @@ from jobagentctl.supervisor.runner import Log, Supervisor
 __all__ = [
     "EXIT_CANCELLED",
     "EXIT_FAILED",
+    "EXIT_JOB_GONE",
     "EXIT_LEASE_LOST",
     "EXIT_NOT_EXECUTABLE",
     "EXIT_NOT_FOUND",

@@ -69,6 +69,7 @@ class Beat(enum.Enum):
     RETRY = "retry"  # failed in a way worth retrying: server down, 5xx, timeout, …
     LEASE_LOST = "lease_lost"  # the claim is gone: reaped, released, or another attempt's
     CANCELLED = "cancelled"  # an operator cancelled the job
+    JOB_GONE = "job_gone"  # the job itself is gone (deleted: 404)
 
 
 class Heartbeater:
@@ -77,7 +78,8 @@ class Heartbeater:
     Failures are retried with jittered exponential backoff (capped at the interval) for as
     long as the thread runs: declaring the lease lost when the local deadline passes is the
     supervisor's decision, not this thread's. A definitive answer (409, 404) ends the loop and
-    is handed to ``on_verdict`` (``Beat.LEASE_LOST`` or ``Beat.CANCELLED``, and why).
+    is handed to ``on_verdict`` (``Beat.LEASE_LOST``, ``Beat.CANCELLED`` or
+    ``Beat.JOB_GONE``, and why).
     """
 
     def __init__(
@@ -137,7 +139,9 @@ class Heartbeater:
                 return self._give_up(Beat.CANCELLED, "the job was cancelled")
             status = f" (job is {exc.job_status})" if exc.job_status else ""
             return self._give_up(Beat.LEASE_LOST, f"claim lost{status}: {exc.message}")
-        except (ClaimMismatch, JobTerminal, NotFound) as exc:
+        except NotFound as exc:
+            return self._give_up(Beat.JOB_GONE, f"the job is gone: {exc.message}")
+        except (ClaimMismatch, JobTerminal) as exc:
             return self._give_up(Beat.LEASE_LOST, f"claim lost: {exc.message}")
         except Exception as exc:
             # Anything else (server down, a revoked key, a bug) is retried: the supervisor

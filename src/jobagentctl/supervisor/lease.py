@@ -76,7 +76,7 @@ class JobLease:
         )
         if self._received_at - self._sent_at > job.lease_seconds / 3:
             early = self.heartbeater.beat_once()
-            if early in (Beat.LEASE_LOST, Beat.CANCELLED):
+            if early in (Beat.LEASE_LOST, Beat.CANCELLED, Beat.JOB_GONE):
                 self.verdict = (early, "the claim was gone before the command started")
         self.heartbeater.start()
 

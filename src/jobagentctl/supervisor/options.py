@@ -15,6 +15,7 @@ from uuid import UUID
 __all__ = [
     "EXIT_CANCELLED",
     "EXIT_FAILED",
+    "EXIT_JOB_GONE",
     "EXIT_LEASE_LOST",
     "EXIT_NOT_EXECUTABLE",
     "EXIT_NOT_FOUND",
@@ -27,6 +28,7 @@ __all__ = [
 ]
 
 EXIT_OK = 0
+EXIT_JOB_GONE = 5  # the job was deleted (404): the CLI's code for "not found"
 EXIT_NO_JOB = 7
 EXIT_LEASE_LOST = 75  # EX_TEMPFAIL: the work may have happened; the server will re-run it
 EXIT_TIMEOUT = 124  # as timeout(1)

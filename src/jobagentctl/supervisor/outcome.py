@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from jobagentctl.supervisor.options import (
     EXIT_CANCELLED,
     EXIT_FAILED,
+    EXIT_JOB_GONE,
     EXIT_LEASE_LOST,
     EXIT_NO_JOB,
     EXIT_OK,
@@ -30,6 +31,7 @@ class Verdict(enum.StrEnum):
     TIMEOUT = "timeout"  # --timeout stopped the command, failure reported
     LEASE_LOST = "lease_lost"  # the claim went away: nothing reported
     CANCELLED = "cancelled"  # an operator cancelled the job
+    JOB_GONE = "job_gone"  # the job was deleted (404 on a heartbeat or the report)
     INTERRUPTED = "interrupted"  # a signal to run stopped it; the job was released
     NO_JOB = "no_job"  # nothing to claim
     FAILED = "failed"  # jobagentctl itself failed (claim, preparation, report)
@@ -55,6 +57,7 @@ def exit_code(outcome: Outcome) -> int:
     | 0     | stopped       | ``--loop``: ``--max-jobs``, the idle limit reached, or drained  |
     | N     | completed     | the command's own exit code N (reported as ``failure``)         |
     | 128+N | completed     | the command was killed by signal N (reported as ``failure``)    |
+    | 5     | job_gone      | the job was deleted (404): nothing reported                     |
     | 7     | no_job        | nothing to claim (``--wait`` ran out; ``--job`` not queued)     |
     | 75    | lease_lost    | the lease was lost: nothing reported, the job runs elsewhere    |
     | 124   | timeout       | ``--timeout`` stopped the command, ``failure`` reported         |
@@ -73,6 +76,7 @@ def exit_code(outcome: Outcome) -> int:
     codes = {
         Verdict.STOPPED: EXIT_OK,
         Verdict.NO_JOB: EXIT_NO_JOB,
+        Verdict.JOB_GONE: EXIT_JOB_GONE,
         Verdict.LEASE_LOST: EXIT_LEASE_LOST,
         Verdict.TIMEOUT: EXIT_TIMEOUT,
         Verdict.FAILED: EXIT_FAILED,

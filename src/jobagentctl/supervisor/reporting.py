@@ -12,6 +12,7 @@ from jobagentctl.durations import format_duration
 from jobagentctl.errors import ClaimLost, ClaimMismatch, JobTerminal, NotFound
 from jobagentctl.models import ClaimedJob, JobStatus
 from jobagentctl.supervisor.child import SpawnError
+from jobagentctl.supervisor.heartbeat import Beat
 from jobagentctl.supervisor.outcome import Outcome, Verdict
 from jobagentctl.supervisor.protocol import SupervisorClient, describe_error, is_transient
 from jobagentctl.supervisor.record import JobRecord
@@ -61,7 +62,7 @@ class Reporter:
         record: JobRecord,
         *,
         timeout: float,
-        lease_why: str,
+        lease_lost: tuple[Beat, str] | None,
     ) -> Outcome:
         """Report (or release) according to how the child ended; fill ``record``."""
         if isinstance(end, SpawnError):
@@ -86,7 +87,11 @@ class Reporter:
             self._warn(f"job {job.id} was cancelled: stopped it")
             return Outcome(Verdict.CANCELLED, rc)
         if end.reason == "lease_lost":
-            self._warn(f"lease lost ({lease_why}): the result is not reported")
+            beat, why = lease_lost or (Beat.LEASE_LOST, "the lease expired")
+            if beat is Beat.JOB_GONE:
+                self._warn(f"job {job.id} is gone ({why}): the result is not reported")
+                return Outcome(Verdict.JOB_GONE, rc)
+            self._warn(f"lease lost ({why}): the result is not reported")
             return Outcome(Verdict.LEASE_LOST, rc)
         assert rc is not None
         if end.reason == "timeout":
@@ -151,7 +156,13 @@ class Reporter:
             if isinstance(error, ClaimLost) and error.job_status == "cancelled":
                 self._warn(f"job {job.id} was cancelled: {status.value} not reported")
                 return Outcome(Verdict.CANCELLED)
-            if isinstance(error, ClaimLost | ClaimMismatch | JobTerminal | NotFound):
+            if isinstance(error, NotFound):
+                # Deleted (our server), or a job ctrlplane no longer has: not a lease matter.
+                self._warn(
+                    f"job {job.id} is gone ({describe_error(error)}): {status.value} not reported"
+                )
+                return Outcome(Verdict.JOB_GONE)
+            if isinstance(error, ClaimLost | ClaimMismatch | JobTerminal):
                 self._warn(
                     f"lease lost before the report ({describe_error(error)}): "
                     f"{status.value} not reported"

@@ -32,6 +32,7 @@ from jobagentctl.supervisor.child import (
 )
 from jobagentctl.supervisor.claiming import Claim, Claimer
 from jobagentctl.supervisor.events import Events
+from jobagentctl.supervisor.heartbeat import Beat
 from jobagentctl.supervisor.lease import JobLease
 from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.outcome import Outcome, Verdict, exit_code
@@ -239,7 +240,9 @@ class Supervisor:
         try:
             files = JobFiles(job)
             end = self._execute(claim, files, lease, events)
-            outcome = reporter.settle(job, end, record, timeout=opts.timeout, lease_why=lease.why)
+            outcome = reporter.settle(
+                job, end, record, timeout=opts.timeout, lease_lost=lease.verdict
+            )
         except OSError as exc:
             # Our side failed before the child could start (no temp dir, …): give the job back.
             log.warn(f"cannot prepare the job: {exc}")
@@ -278,7 +281,8 @@ class Supervisor:
         opts, log = self.options, self._log
         gone = lease.gone_before_start()
         if gone is not None:
-            return ChildEnd(returncode=None, reason=gone.value, tail="")
+            reason = "cancelled" if gone is Beat.CANCELLED else "lease_lost"
+            return ChildEnd(returncode=None, reason=reason, tail="")
         env = child_environment(os.environ, claim.job, opts, files)
         try:
             child = Child.start(opts.command, env, capture=opts.capture)

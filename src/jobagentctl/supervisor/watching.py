@@ -174,7 +174,9 @@ class Watch:
                 self._debug(f"heartbeat verdict: {verdict.value} ({self.lease.why})")
             if verdict is Beat.CANCELLED:
                 self._stop("cancelled", self.opts.stop_signal)
-            elif verdict is Beat.LEASE_LOST:
+            elif verdict in (Beat.LEASE_LOST, Beat.JOB_GONE):
+                # The command is told "lease_lost" either way: it must stop, nothing it
+                # reports would be kept. The verdict (job_gone) tells them apart for us.
                 self._lease_lost()
 
     def _lease_lost(self) -> None:

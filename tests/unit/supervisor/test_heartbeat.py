@@ -96,7 +96,7 @@ def test_a_successful_heartbeat_moves_the_deadline_from_its_send_time() -> None:
         (ClaimLost("gone", details={"jobStatus": "queued"}), Beat.LEASE_LOST),
         (ClaimLost("gone"), Beat.LEASE_LOST),
         (ClaimMismatch("another attempt holds it"), Beat.LEASE_LOST),
-        (NotFound("no such job"), Beat.LEASE_LOST),
+        (NotFound("no such job"), Beat.JOB_GONE),
     ],
 )
 def test_a_definitive_answer_ends_the_loop_with_a_verdict(error: Exception, beat: Beat) -> None:

@@ -21,6 +21,7 @@ from jobagentctl.errors import (
     AuthError,
     ClaimLost,
     NotClaimable,
+    NotFound,
     ServerUnavailable,
 )
 from jobagentctl.models import JobStatus
@@ -264,16 +265,44 @@ def test_report_refused_for_good_is_125_at_once(tmp_path: Path) -> None:
     [
         (ClaimLost("gone", details={"jobStatus": "queued"}), 75),
         (ClaimLost("gone", details={"jobStatus": "cancelled"}), 143),
+        (NotFound("Job not found", status=404), 5),  # deleted: job gone, not lease lost
     ],
 )
-def test_report_after_the_claim_went_is_lease_lost_or_cancelled(
+def test_report_after_the_claim_went_is_lease_lost_cancelled_or_job_gone(
     tmp_path: Path, error: Exception, code: int
 ) -> None:
     def refuse(_: int) -> None:
         raise error
 
     client = FakeClient(jobs=[claimed_job()], on_update_status=refuse)
-    assert run(client, options(tmp_path, ["true"]))[0] == code
+    got, _, [record] = run(client, options(tmp_path, ["true"]))
+    assert got == code
+    verdict = {75: "lease_lost", 143: "cancelled", 5: "job_gone"}[code]
+    assert (record["verdict"], record["reported"]) == (verdict, False)
+
+
+def test_an_unleased_v1_claim_whose_job_is_gone_at_the_report_is_job_gone(
+    tmp_path: Path,
+) -> None:
+    def gone(_: int) -> None:
+        raise NotFound("Job not found", status=404)
+
+    client = FakeClient(jobs=[claimed_job(leased=False)], on_update_status=gone)
+    code, logs, [record] = run(client, options(tmp_path, sh("exit 3")))
+    assert (code, record["verdict"], record["exitCode"]) == (5, "job_gone", 3)
+    assert client.named("heartbeat") == []
+    assert any("is gone" in line for line in logs)
+
+
+def test_a_heartbeat_404_stops_the_command_as_job_gone(tmp_path: Path) -> None:
+    def gone(_: int) -> None:
+        raise NotFound("no such job", status=404)
+
+    client = FakeClient(jobs=[claimed_job(lease_seconds=3)], on_heartbeat=gone)
+    code, _, [record] = run(client, options(tmp_path, sh(trap_reason(tmp_path))))
+    assert (code, record["verdict"], record["reason"]) == (5, "job_gone", "lease_lost")
+    assert (tmp_path / "reason").read_text() == "lease_lost\n"
+    assert reports(client) == []
 
 
 # --- claiming ------------------------------------------------------------------------------
