@@ -48,6 +48,8 @@ class Lease:
         self.seconds = seconds
         self._deadline = sent_at + seconds
         self._lock = threading.Lock()
+        # Told the new deadline after every renewal (the watchdog: Child.lease_holds_until).
+        self.on_renew: Callable[[float], None] | None = None
 
     @property
     def deadline(self) -> float:
@@ -60,6 +62,9 @@ class Lease:
             self.seconds = seconds
             # Never move the deadline back (a slow response to an older request).
             self._deadline = max(self._deadline, sent_at + seconds)
+            deadline = self._deadline
+        if self.on_renew is not None:
+            self.on_renew(deadline)
 
 
 class Beat(enum.Enum):

@@ -285,10 +285,20 @@ class Supervisor:
             return ChildEnd(returncode=None, reason=reason, tail="")
         env = child_environment(os.environ, claim.job, opts, files)
         try:
-            child = Child.start(opts.command, env, capture=opts.capture)
+            # The watchdog enforces the lease even if we die or freeze (docs/run.md), unless
+            # the user asked the command to outlive a lost lease.
+            enforce = lease.lease if opts.on_lease_lost == "stop" else None
+            child = Child.start(
+                opts.command, env, capture=opts.capture,
+                lease_deadline=enforce.deadline if enforce else None, grace=opts.grace,
+                stop_signal=opts.stop_signal, stop_reason_file=files.stop_reason_file,
+            )  # fmt: skip
         except SpawnError as exc:
             log.warn(exc.message)
             return exc
+        if enforce is not None:
+            enforce.on_renew = child.lease_holds_until
+            child.lease_holds_until(enforce.deadline)  # a renewal while it started
         watch = Watch(
             opts, child, files, lease, events, self.policy, self._relays,
             suspend=self._suspend, info=log.info, warn=log.warn, debug=log.debug,

@@ -106,6 +106,11 @@ class Watch:
     def _loop(self) -> None:
         while True:
             exited = self.child.poll() is not None
+            if exited and self.reason is None and self.child.stopped_by_watchdog:
+                # The watchdog stopped it at the local lease deadline (we were late or frozen).
+                self.lease.expire()
+                self.lease.lose()
+                self.reason = "lease_lost"
             if exited and not self._pipes_open():
                 return
             self._resume_pipes(everything=exited)

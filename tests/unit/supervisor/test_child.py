@@ -126,12 +126,12 @@ def test_not_executable_is_126(tmp_path: Path) -> None:
 def test_child_leads_its_own_process_group() -> None:
     child = Child.start(["sh", "-c", "sleep 30"], dict(os.environ), capture=False)
     try:
-        assert os.getpgid(child.process.pid) == child.pgid == child.process.pid
-        assert os.getsid(child.process.pid) == child.process.pid
+        assert os.getpgid(child.pid) == child.pgid == child.pid
+        assert os.getsid(child.pid) == child.pid
         assert os.getpgid(child.pgid) != os.getpgrp()
     finally:
         child.kill_leftovers()
-        child.process.wait(30)
+        child.wait(30)
     assert child.returncode == -9
     # The group's other members (sh may fork sleep) die asynchronously: poll, with a deadline.
     deadline = time.monotonic() + 30

@@ -1,0 +1,368 @@
+"""The watchdog: a small process between `run` and the job that owns the job's process tree.
+
+Started by :meth:`jobagentctl.supervisor.child.Child.start` as a fresh interpreter running this
+file (``python -I -S watchdog.py …``: standard library only, nothing of jobagentctl imported,
+so it starts in a few milliseconds and stays small). It forks the job, then watches::
+
+    supervisor (run) ──control pipe──▶ watchdog ──fork/exec──▶ job leader (own session)
+         ▲   "lease STOP KILL" / "kill"   │ subreaper        └─▶ its group, double-forked
+         └──────status pipe───────────────┘ PDEATHSIG            daemons (reparented here)
+             "started PID" / "exit STATUS" / "stopping REASON"
+
+- The job leader runs in a session (so a process group) of its own, not the watchdog's: the
+  job's group-wide signals, and a terminal's, never reach the watchdog. The watchdog ignores the
+  catchable signals a job could send it by pid; on Linux the leader gets ``PR_SET_PDEATHSIG``
+  (SIGKILL), so killing the watchdog kills the job, and the watchdog is the job's subreaper
+  (``PR_SET_CHILD_SUBREAPER``): a daemon that double-forks out of the group is still its child.
+- Lease: the supervisor sends, after every successful heartbeat, when to send the stop signal
+  and when to SIGKILL (monotonic times; converted here to the boot-time clock, which also counts
+  a suspended machine). If that moment comes without a newer one, the watchdog writes
+  ``lease_lost`` to the stop-reason file, sends the stop signal (and SIGCONT) to the group, and
+  SIGKILLs the group and every descendant at the kill time.
+- Supervisor gone (the control pipe reads EOF: killed, crashed): the job's result can never be
+  reported, so it is stopped at once the same way (its SIGKILL no later than the lease's).
+- ``kill`` from the supervisor (the job is over): SIGKILL whatever is left of the tree, exit.
+
+Never writes to its stdout/stderr (they are the job's, and go to /dev/null once it has
+started): everything it has to say goes to the status pipe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import select
+import signal
+import sys
+import time
+from types import FrameType
+from typing import Any
+
+__all__ = ["descendants", "main"]
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+# The longest the watchdog sleeps: a machine suspended mid-sleep is noticed this late at worst
+# (sleeps run on the monotonic clock, which stops during a suspend; deadlines do not).
+TICK_SECONDS = 0.5
+# Once the tree is being SIGKILLed, how long to wait for processes that do not die (a process
+# in uninterruptible sleep, another user's setuid program) before giving up on them.
+KILL_PATIENCE_SECONDS = 10.0
+# Signals a job might send its parent by pid; ignored here (the job gets them back at exec).
+IGNORED = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGALRM,
+    signal.SIGTSTP,
+    signal.SIGTTIN,
+    signal.SIGTTOU,
+    signal.SIGPIPE,
+    signal.SIGXFSZ,
+)
+
+
+def _boottime() -> float:
+    """Seconds on a clock that keeps counting while the machine is suspended (Linux)."""
+    clock = getattr(time, "CLOCK_BOOTTIME", None)
+    return time.clock_gettime(clock) if clock is not None else time.monotonic()
+
+
+class _Prctl:
+    """``prctl(2)`` through ctypes, or nothing off Linux."""
+
+    def __init__(self) -> None:
+        self._fn: Any = None
+        if sys.platform.startswith("linux"):
+            import ctypes
+
+            with contextlib.suppress(OSError, AttributeError):
+                self._fn = ctypes.CDLL(None, use_errno=True).prctl
+
+    @property
+    def available(self) -> bool:
+        return self._fn is not None
+
+    def __call__(self, option: int, value: int) -> bool:
+        return self._fn is not None and self._fn(option, value, 0, 0, 0) == 0
+
+
+def descendants(root: int) -> list[int]:
+    """Every live descendant of ``root`` (Linux ``/proc``; empty where there is none)."""
+    parents: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[-1].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and fields[0] != b"Z":
+            parents.setdefault(int(fields[1]), []).append(int(entry))
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        for pid in parents.get(todo.pop(), ()):
+            found.append(pid)
+            todo.append(pid)
+    return found
+
+
+class Watchdog:
+    def __init__(
+        self, control_fd: int, status_fd: int, stop_signal: int, reason_file: str, grace: float
+    ) -> None:
+        self.control_fd = control_fd
+        self.status_fd = status_fd
+        self.stop_signal = stop_signal
+        self.reason_file = reason_file
+        self.grace = grace
+        self.supervisor = os.getppid()
+        self.supervisor_alive = True
+        self.leader = 0
+        self.leader_status: int | None = None
+        self.stop_at: float | None = None  # boot-time clock
+        self.kill_at: float | None = None
+        self.stopping: str | None = None
+        self._control = b""
+        self.prctl = _Prctl()
+        os.set_blocking(control_fd, False)
+        self.wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, _noop)
+        for signum in IGNORED:
+            signal.signal(signum, signal.SIG_IGN)
+
+    # --- talking to the supervisor -----------------------------------------------------------
+
+    def say(self, line: str, *, wake: bool = False) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self.status_fd, line.encode() + b"\n")
+        if wake and self.supervisor_alive:
+            # The supervisor's main loop wakes on SIGCHLD: the job's status changed.
+            with contextlib.suppress(OSError):
+                os.kill(self.supervisor, signal.SIGCHLD)
+
+    def read_control(self) -> None:
+        while True:
+            try:
+                data = os.read(self.control_fd, 4096)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self.supervisor_gone()
+                return
+            self._control += data
+            while b"\n" in self._control:
+                line, self._control = self._control.split(b"\n", 1)
+                self.command(line.decode("ascii", "replace").split())
+
+    def command(self, words: list[str]) -> None:
+        if words[:1] == ["lease"] and len(words) == 3 and self.stopping is None:
+            offset = _boottime() - time.monotonic()
+            stop_at, kill_at = float(words[1]) + offset, float(words[2]) + offset
+            # Never move a deadline back (a late message about an older heartbeat).
+            if self.kill_at is None or kill_at > self.kill_at:
+                self.stop_at, self.kill_at = stop_at, kill_at
+        elif words == ["kill"]:
+            self.kill_tree()
+            sys.exit(0)
+
+    def supervisor_gone(self) -> None:
+        """The control pipe is closed: nobody will report this job or renew its lease."""
+        if not self.supervisor_alive:
+            return
+        self.supervisor_alive = False
+        with contextlib.suppress(OSError):
+            os.close(self.control_fd)
+        if self.leader_status is not None:
+            self.kill_tree()  # only leftovers remain
+            sys.exit(0)
+        now = _boottime()
+        kill_at = now + self.grace
+        if self.kill_at is not None:
+            kill_at = min(kill_at, max(now, self.kill_at))
+        self.begin_stop("lease_lost", kill_at)
+
+    # --- stopping ----------------------------------------------------------------------------
+
+    def begin_stop(self, reason: str, kill_at: float) -> None:
+        if self.stopping is not None:
+            return
+        self.stopping = reason
+        self.stop_at, self.kill_at = None, kill_at
+        self.write_reason(reason)
+        self.say(f"stopping {reason}", wake=True)
+        for signum in (self.stop_signal, signal.SIGCONT):
+            with contextlib.suppress(OSError):
+                os.killpg(self.leader, signum)
+
+    def write_reason(self, reason: str) -> None:
+        """As the supervisor would (write, then rename); never over a reason it wrote."""
+        if not self.reason_file or os.path.exists(self.reason_file):
+            return
+        partial = self.reason_file + ".partial"
+        with contextlib.suppress(OSError):
+            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(fd, reason.encode() + b"\n")
+            finally:
+                os.close(fd)
+            os.replace(partial, self.reason_file)
+
+    def kill_tree(self) -> None:
+        """SIGKILL the job's group and every descendant until none is left (or they resist)."""
+        me = os.getpid()
+        give_up = time.monotonic() + KILL_PATIENCE_SECONDS
+        while True:
+            with contextlib.suppress(OSError):
+                os.killpg(self.leader, signal.SIGKILL)
+            for pid in descendants(me):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            self.reap()
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid:
+                self.noted(pid, status)
+                continue
+            if time.monotonic() >= give_up:
+                break
+            select.select([self.wake_r], [], [], 0.05)
+            _drain(self.wake_r)
+        if self.leader_status is None:
+            # Resisted SIGKILL past our patience: report it as killed all the same.
+            self.leader_status = signal.SIGKILL
+            self.say(f"exit {signal.SIGKILL}", wake=True)
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if not pid:
+                return
+            self.noted(pid, status)
+
+    def noted(self, pid: int, status: int) -> None:
+        if pid == self.leader and self.leader_status is None:
+            self.leader_status = status
+            self.say(f"exit {status}", wake=True)
+
+    # --- the job -----------------------------------------------------------------------------
+
+    def spawn(self, argv: list[str]) -> bool:
+        """Fork and exec the job; False (reported) if it could not be executed."""
+        self.prctl(PR_SET_CHILD_SUBREAPER, 1)
+        me = os.getpid()
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:  # the job
+            code = 127
+            try:
+                os.close(err_r)
+                self.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                if os.getppid() != me:
+                    os._exit(137)  # the watchdog died before we could ask to die with it
+                os.setsid()
+                signal.set_wakeup_fd(-1)
+                for signum in (*IGNORED, signal.SIGCHLD):
+                    signal.signal(signum, signal.SIG_DFL)
+                os.close(self.control_fd)
+                os.close(self.status_fd)
+                os.execvp(argv[0], argv)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.write(err_w, str(exc.errno or errno.ENOEXEC).encode())
+            except BaseException:
+                code = 126
+            os._exit(code)
+        os.close(err_w)
+        with os.fdopen(err_r, "rb") as handle:
+            failure = handle.read()
+        if failure:
+            os.waitpid(pid, 0)
+            self.say(f"spawn_error {int(failure)}")
+            return False
+        self.leader = pid
+        self.say(f"started {pid}")
+        # The job has its stdin/stdout/stderr; ours must not keep its pipes open.
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.close(null)
+        return True
+
+    def run(self) -> None:
+        while True:
+            now = _boottime()
+            if self.kill_at is not None and now >= self.kill_at:
+                if self.stopping is None:
+                    # Past the kill time already (a suspended machine resuming): no grace.
+                    self.begin_stop("lease_lost", now)
+                self.kill_tree()
+                return
+            if self.stopping is None and self.stop_at is not None and now >= self.stop_at:
+                assert self.kill_at is not None
+                self.begin_stop("lease_lost", self.kill_at)
+            wait = TICK_SECONDS
+            for moment in (self.stop_at if self.stopping is None else None, self.kill_at):
+                if moment is not None:
+                    wait = min(wait, max(0.0, moment - now))
+            watched = [self.wake_r] + ([self.control_fd] if self.supervisor_alive else [])
+            with contextlib.suppress(InterruptedError):
+                ready, _, _ = select.select(watched, [], [], wait)
+                if self.wake_r in ready:
+                    _drain(self.wake_r)
+            self.reap()
+            if self.supervisor_alive:
+                self.read_control()
+
+
+def _noop(signum: int, frame: FrameType | None) -> None:
+    del signum, frame
+
+
+def _drain(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        while os.read(fd, 4096):
+            pass
+
+
+def main(argv: list[str]) -> int:
+    """``watchdog.py CONTROL_FD STATUS_FD STOP_SIGNAL GRACE REASON_FILE -- COMMAND…``"""
+    if len(argv) < 7 or argv[5] != "--":
+        sys.stderr.write("usage: watchdog.py CONTROL STATUS SIGNAL GRACE REASON_FILE -- CMD…\n")
+        return 2
+    control_fd, status_fd, stop_signal = int(argv[0]), int(argv[1]), int(argv[2])
+    dog = Watchdog(control_fd, status_fd, stop_signal, argv[4], float(argv[3]))
+    try:
+        if not dog.spawn(argv[6:]):
+            return 0
+        dog.run()
+    except SystemExit:
+        raise
+    except BaseException as exc:  # tell the supervisor, then take the job down with us
+        dog.say(f"error {type(exc).__name__}: {exc}".replace("\n", " "))
+        if dog.leader:
+            dog.kill_tree()
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
