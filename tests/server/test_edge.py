@@ -190,3 +190,91 @@ async def api_wait_for_long_poll(api: Api) -> None:
         return "jobagentctl_long_polls_waiting 1.0" in text
 
     await wait_until(waiting)
+
+
+async def _key_id(api: Api, key: str) -> Any:
+    record = await api.store.get_api_key(key.split(".", 1)[0])
+    assert record is not None
+    return record.id
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+async def test_regression_revocation_reaches_open_long_polls(
+    database_url: str, anyio_backend: str, fast_path: bool
+) -> None:
+    """Issue 11 §4: a claim-next opened before the key was revoked handed out a job (with its
+    dispatchContext) when one was queued later. The key is checked again before a hand-out."""
+    async with open_api(database_url, fast_path=fast_path) as api:
+        agent = await api.agent()
+        key = await api.new_key(agent)
+        poll = asyncio.ensure_future(
+            api.claim_next(agent, {"waitSeconds": 30, "leaseSeconds": 30}, key=key)
+        )
+        await api_wait_for_long_poll(api)
+        assert await api.store.revoke_api_key(await _key_id(api, key))
+        job = await api.enqueue(agent, dispatchContext={"secret": "s3cr3t"})
+        r = await asyncio.wait_for(poll, 30)
+        assert r.status_code == 401, r.text
+        assert "s3cr3t" not in r.text
+        assert (await api.job(job["id"]))["status"] == "queued"
+
+
+@pytest.mark.parametrize("rest", ["jobs", "job-agents/{agent}/claim"])
+async def test_regression_key_lookup_failures_are_503(
+    database_url: str, anyio_backend: str, rest: str
+) -> None:
+    """Issue 11 §7: a key lookup failing on the database was a 500 on the framework routes,
+    after the pool's 10 s wait. Now 503 on every route, and a lookup that hangs is cut off
+    after ``database_timeout``."""
+    async with open_api(database_url, database_timeout=0.2) as api:
+        agent = await api.agent()
+        path = rest.format(agent=agent)
+        method = "POST" if "claim" in rest else "GET"
+        lookup = api.store.get_api_key
+
+        async def down(prefix: str) -> Any:
+            raise ServerUnavailable("the database is unavailable")
+
+        async def frozen(prefix: str) -> Any:
+            await asyncio.Event().wait()
+
+        for broken in (down, frozen):
+            api.store.get_api_key = broken  # type: ignore[method-assign]
+            r = await asyncio.wait_for(api.call(method, path, {"waitSeconds": 0}), 30)
+            assert r.status_code == 503, r.text
+            assert r.json()["code"] == "SERVICE_UNAVAILABLE"
+        api.store.get_api_key = lookup  # type: ignore[method-assign]
+        assert (await api.call(method, path, {"waitSeconds": 0})).status_code in (200, 204)
+
+
+async def test_regression_a_known_prefix_costs_what_an_unknown_one_costs(
+    database_url: str, anyio_backend: str
+) -> None:
+    """Issue 11 §11: a known prefix with a wrong secret was answered from the key cache,
+    faster than an unknown prefix (a database lookup). Both now take the same path: one lookup
+    and one digest comparison; the right key stays cached."""
+    async with open_api(database_url, key_cache_seconds=60) as api:
+        assert (await api.call("GET", "jobs")).status_code == 200  # the key is cached now
+        calls = await _count_key_lookups(api)
+        prefix = api.api_key.split(".", 1)[0]
+        wrong = f"{prefix}.{'x' * 43}"
+        unknown = f"jac_000000000000.{'x' * 43}"
+        answers = []
+        for key in (wrong, unknown, api.api_key):
+            r = await api.call("GET", "jobs", key=key)
+            answers.append((r.status_code, r.content if r.status_code == 401 else b""))
+        assert answers[0] == answers[1] and answers[0][0] == 401
+        assert answers[2][0] == 200
+        assert calls == [prefix, "jac_000000000000"]  # the right key: from the cache
+
+
+async def test_readyz_answers_503_at_once_while_the_database_hangs(api: Api) -> None:
+    """Issue 11 §5: /readyz hung with a frozen database, then said 200."""
+
+    async def frozen() -> bool:
+        await asyncio.Event().wait()
+        return True
+
+    api.store.schema_current = frozen  # type: ignore[method-assign]
+    r = await asyncio.wait_for(api.client.get(Routes.READYZ), 30)
+    assert r.status_code == 503 and r.json()["code"] == "SERVICE_UNAVAILABLE"

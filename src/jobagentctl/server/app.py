@@ -9,6 +9,7 @@ framework.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -75,6 +76,7 @@ __all__ = ["API_PREFIX", "JobAgentApp", "create_app"]
 logger = logging.getLogger("jobagentctl.server")
 
 _JSON = "application/json"
+_READY_TIMEOUT = 1.0
 
 # --- responses --------------------------------------------------------------------------------
 
@@ -194,11 +196,13 @@ def create_app(settings: ServerSettings | None = None, store: Store | None = Non
     if store is None:
         from jobagentctl.server.store import open_store
 
-        store = open_store(settings.database)
+        store = open_store(settings.database, **settings.store_options())
     the_store: Store = store
     metrics = Metrics()
-    service = JobService(the_store, settings, metrics)
-    auth = Authenticator(the_store, ttl=settings.key_cache_seconds)
+    auth = Authenticator(
+        the_store, ttl=settings.key_cache_seconds, lookup_timeout=settings.database_timeout
+    )
+    service = JobService(the_store, settings, metrics, key_check=auth.reverify)
     reaper = Reaper(
         the_store,
         interval=settings.reap_interval,
@@ -275,8 +279,9 @@ def _add_operational_routes(app: FastAPI, service: JobService, metrics: Metrics)
         if service.stopping:
             return _json(error_bytes("shutting down", "SERVICE_UNAVAILABLE", None), 503)
         try:
-            ready = await service.store.schema_current()
-        except JobAgentError:
+            # Within 1 s whatever the database does: a frozen database is "not ready".
+            ready = await asyncio.wait_for(service.store.schema_current(), _READY_TIMEOUT)
+        except (JobAgentError, TimeoutError):
             ready = False
         if not ready:
             return _json(

@@ -6,6 +6,7 @@ of the secret. The secret has 256 bits of entropy, so a fast hash is right (no p
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import secrets
@@ -14,8 +15,8 @@ import time
 from dataclasses import dataclass
 from uuid import UUID
 
-from jobagentctl.errors import AuthError
-from jobagentctl.server.store.base import Store
+from jobagentctl.errors import AuthError, ServerUnavailable
+from jobagentctl.server.store.base import ApiKeyRecord, Store
 
 __all__ = [
     "KEY_PREFIX",
@@ -41,6 +42,7 @@ class Principal:
     key_id: UUID
     workspace_id: UUID
     agent_id: UUID | None
+    prefix: str = ""  # the key's prefix, to look it up again (empty: built in a test)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,10 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
+# Compared against when a prefix is unknown, so that refusal costs what a wrong secret costs.
+_DUMMY_HASH = hash_secret(secrets.token_urlsafe(_SECRET_BYTES))
+
+
 def split_key(raw: str | None) -> tuple[str, str]:
     """``(prefix, secret)`` of a header value, or ``AuthError`` when it cannot be a key."""
     if not raw:
@@ -84,15 +90,26 @@ def split_key(raw: str | None) -> tuple[str, str]:
 class Authenticator:
     """Verifies keys against the store, with a small TTL cache of verified keys.
 
-    The cache maps prefix → (secret hash, principal, expiry). A cache hit still compares the
-    secret's hash, so a wrong secret with a known prefix is refused. Revocation is seen at the
-    latest ``ttl`` seconds later (``key_cache_seconds``); ``ttl`` 0 disables the cache.
+    The cache maps prefix → (secret hash, principal, expiry). Revocation is seen at the latest
+    ``ttl`` seconds later (``key_cache_seconds``); ``ttl`` 0 disables the cache.
+
+    Every refusal costs the same (issue 11 §11): an unknown prefix is compared against a dummy
+    hash, and a wrong secret for a cached prefix is looked up like an unknown one — so neither
+    the answer time nor the cache tells whether a prefix exists. A lookup the database does not
+    answer within ``lookup_timeout`` seconds is a 503 (``ServerUnavailable``).
     """
 
-    def __init__(self, store: Store, ttl: float = 2.0, max_entries: int = 10_000) -> None:
+    def __init__(
+        self,
+        store: Store,
+        ttl: float = 2.0,
+        max_entries: int = 10_000,
+        lookup_timeout: float | None = None,
+    ) -> None:
         self._store = store
         self._ttl = ttl
         self._max_entries = max_entries
+        self._lookup_timeout = lookup_timeout
         self._cache: dict[str, tuple[str, Principal, float]] = {}
 
     async def authenticate(self, raw: str | None) -> Principal:
@@ -100,20 +117,21 @@ class Authenticator:
         digest = hash_secret(secret)
         now = time.monotonic()
         cached = self._cache.get(prefix)
-        if cached is not None and cached[2] > now:
-            if hmac.compare_digest(cached[0], digest):
-                return cached[1]
-            raise AuthError("invalid API key")
-        record = await self._store.get_api_key(prefix)
-        if (
-            record is None
-            or record.revoked_at is not None
-            or not hmac.compare_digest(record.secret_hash, digest)
-        ):
+        if cached is not None and cached[2] > now and hmac.compare_digest(cached[0], digest):
+            return cached[1]
+        record = await self._lookup(prefix)
+        expected = record.secret_hash if record is not None else _DUMMY_HASH
+        matches = hmac.compare_digest(expected, digest)
+        if record is None or record.revoked_at is not None:
             self._cache.pop(prefix, None)
             raise AuthError("invalid API key")
+        if not matches:
+            raise AuthError("invalid API key")
         principal = Principal(
-            key_id=record.id, workspace_id=record.workspace_id, agent_id=record.job_agent_id
+            key_id=record.id,
+            workspace_id=record.workspace_id,
+            agent_id=record.job_agent_id,
+            prefix=prefix,
         )
         if self._ttl > 0:
             if len(self._cache) >= self._max_entries:
@@ -122,6 +140,28 @@ class Authenticator:
                 self._cache.clear()
             self._cache[prefix] = (record.secret_hash, principal, now + self._ttl)
         return principal
+
+    async def reverify(self, principal: Principal) -> None:
+        """``AuthError`` when the key of ``principal`` has been revoked since it was verified
+        (seen at most ``ttl`` seconds late, as every revocation). Long-polls call this before
+        handing out a job (issue 11 §4)."""
+        cached = self._cache.get(principal.prefix)
+        if cached is not None and cached[2] > time.monotonic() and cached[1] == principal:
+            return
+        record = await self._lookup(principal.prefix)
+        if record is None or record.revoked_at is not None or record.id != principal.key_id:
+            self._cache.pop(principal.prefix, None)
+            raise AuthError("invalid API key")
+
+    async def _lookup(self, prefix: str) -> ApiKeyRecord | None:
+        if self._lookup_timeout is None:
+            return await self._store.get_api_key(prefix)
+        try:
+            return await asyncio.wait_for(self._store.get_api_key(prefix), self._lookup_timeout)
+        except TimeoutError:
+            raise ServerUnavailable(
+                f"the database did not answer the key lookup within {self._lookup_timeout:g} s"
+            ) from None
 
     def forget(self, key_id: UUID | None = None) -> None:
         """Drop cached keys (all, or the one with ``key_id``): used after a local revocation."""

@@ -117,7 +117,7 @@ async def serve(settings: ServerSettings, store: Store | None = None) -> None:
     if store is None:
         from jobagentctl.server.store import open_store
 
-        store = open_store(settings.database)
+        store = open_store(settings.database, **settings.store_options())
     await store.open()
     try:
         applied = await store.migrate()

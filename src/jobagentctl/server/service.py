@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
@@ -75,10 +76,19 @@ class JobService:
     a key must not learn what exists outside its scope).
     """
 
-    def __init__(self, store: Store, settings: ServerSettings, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        store: Store,
+        settings: ServerSettings,
+        metrics: Metrics,
+        key_check: Callable[[Principal], Awaitable[None]] | None = None,
+    ) -> None:
         self.store = store
         self.settings = settings
         self.metrics = metrics
+        # Raises AuthError when the caller's key was revoked meanwhile: a long-poll asks again
+        # before it hands out a job (issue 11 §4).
+        self._key_check = key_check
         self._stopping = asyncio.Event()
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -271,6 +281,8 @@ class JobService:
             await self._wait_for_job(agent_id, min(remaining, _WAIT_SLICE_SECONDS), disconnected)
             if disconnected is not None and disconnected.is_set():
                 return None
+            if self._key_check is not None:
+                await self._key_check(principal)
 
     async def _wait_for_job(
         self, agent_id: UUID, timeout: float, disconnected: asyncio.Event | None

@@ -106,6 +106,9 @@ class ServerSettings(BaseSettings):
     # How long a verified API key is trusted without asking the database again: bounds how late
     # a revocation (possibly done by another replica or by `server revoke-key`) takes effect.
     key_cache_seconds: float = Field(default=2.0, ge=0)
+    # Seconds a request may wait for the database before it is answered 503: the pool wait
+    # (PostgreSQL) and the API-key lookup. A frozen database fails requests fast.
+    database_timeout: float = Field(default=5.0, gt=0)
     # Seconds uvicorn waits for in-flight requests on SIGTERM before cancelling them.
     shutdown_timeout: int = Field(default=30, ge=0)
     log_level: str = "info"
@@ -138,6 +141,12 @@ class ServerSettings(BaseSettings):
     def default_lease(self) -> int:
         """The server default lease, clamped into the bounds (a default outside them is moot)."""
         return self.clamp_lease(self.lease_seconds)
+
+    def store_options(self) -> dict[str, Any]:
+        """Options of ``open_store`` that come from these settings (per dialect)."""
+        if self.database.split(":", 1)[0].lower() in ("postgresql", "postgres"):
+            return {"pool_timeout": self.database_timeout}
+        return {}
 
     def public_dict(self) -> dict[str, Any]:
         """Settings safe to log: the database password is redacted."""
