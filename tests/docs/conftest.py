@@ -25,12 +25,14 @@ from tests.fixtures.processes import TOKEN_VARIABLE, kill_tagged, new_token, tag
 from tests.fixtures.waiting import wait_until
 
 # The stand-in for the recipes' deploy.sh (and ci/job.sh, make deploy): it records each
-# deploy, leaves a background process in its group (a recipe must stop it with the group), and
-# works until the test creates "$RELEASE" (created up front when the test does not care).
+# deploy, leaves a background process in its group (a recipe must stop it with the group; it
+# does not hold the output pipes, which would make `run` wait --grace for them), works until
+# the test creates "$RELEASE" (created up front when the test does not care), and exits
+# $DEPLOY_EXIT.
 DEPLOY_SH = """#!/usr/bin/env bash
 echo "$JOBAGENTCTL_JOB_ID ${JOBAGENTCTL_ATTEMPT:-} ${1:-}" >> "$DEPLOY_LOG"
 echo "deploying ${1:-}"
-sleep 300 &
+sleep 300 >/dev/null 2>&1 &
 while [ ! -e "$RELEASE" ]; do sleep 0.05; done
 echo "deployed"
 exit "${DEPLOY_EXIT:-0}"
@@ -42,12 +44,14 @@ MAKEFILE = "deploy:\n\t./deploy.sh\n"
 class Proc:
     """A recipe process: stdout and stderr read as they come (so a pipe never fills)."""
 
-    def __init__(self, argv: Sequence[str], *, cwd: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self, argv: Sequence[str], *, cwd: Path, env: dict[str, str], stdin: Any = None
+    ) -> None:
         self.proc = subprocess.Popen(
             list(argv),
             cwd=cwd,
             env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if stdin is None else stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
@@ -55,13 +59,11 @@ class Proc:
         self._out: list[bytes] = []
         self._err: list[bytes] = []
         self.stdout_closed = threading.Event()
-        self._readers = [
-            threading.Thread(target=self._read, args=(self.proc.stdout, self._out, True)),
-            threading.Thread(target=self._read, args=(self.proc.stderr, self._err, False)),
-        ]
-        for reader in self._readers:
-            reader.daemon = True
-            reader.start()
+        for stream, sink, is_stdout in (
+            (self.proc.stdout, self._out, True),
+            (self.proc.stderr, self._err, False),
+        ):
+            threading.Thread(target=self._read, args=(stream, sink, is_stdout), daemon=True).start()
 
     def _read(self, stream: Any, sink: list[bytes], is_stdout: bool) -> None:
         with stream:
@@ -119,6 +121,16 @@ class Sandbox:
         }
         self.procs: list[Proc] = []
 
+    @classmethod
+    def bare(cls, workdir: Path, env: dict[str, str]) -> Sandbox:
+        """No server, no agent: ``env`` as given (it must carry a process token)."""
+        box = cls.__new__(cls)
+        box.dir = workdir
+        box.token = env[TOKEN_VARIABLE]
+        box.env = env
+        box.procs = []
+        return box
+
     def write(self, name: str, text: str, *, executable: bool = False) -> Path:
         path = self.dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -154,6 +166,11 @@ class Sandbox:
         proc = Proc(argv, cwd=self.dir, env={**self.env, **env})
         self.procs.append(proc)
         return proc
+
+    def line(self, line: str, **env: str) -> Proc:
+        """One shell line, as a CI step runs it (``bash -c``: a lone command is exec'd, so
+        a signal sent to the step reaches it)."""
+        return self.start(["bash", "-c", line], **env)
 
     def bash(self, script: str, **env: str) -> Proc:
         """Run ``script`` (the recipe's text, verbatim) with ``bash`` in the sandbox."""
@@ -215,3 +232,78 @@ def own_sandbox(live_server: LiveServer, tmp_path: Path) -> Iterator[Sandbox]:
         yield box
     finally:
         box.close()
+
+
+def split_commands(text: str) -> list[str]:
+    """The snippet as the commands a person would type one after another: lines are joined
+    until ``bash -n`` accepts them (so a multi-line ``if``/``case``/``\\`` is one command)."""
+    commands: list[str] = []
+    pending: list[str] = []
+    for line in text.splitlines():
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        pending.append(line)
+        chunk = "\n".join(pending)
+        if chunk.rstrip().endswith("\\"):
+            continue
+        check = subprocess.run(["bash", "-n"], input=chunk, text=True, capture_output=True)
+        if check.returncode == 0:
+            commands.append(chunk)
+            pending = []
+    assert not pending, f"incomplete shell command at the end of the snippet: {pending!r}"
+    return commands
+
+
+class Session:
+    """One ``bash`` reading commands as a person types them: each command is sent when the
+    previous one has finished (its exit status is collected), a command ending in ``&`` is
+    left running in the background. ``close()`` ends the session and everything it started."""
+
+    _MARK = "__recipe_session_done__"
+
+    def __init__(self, cwd: Path, env: dict[str, str]) -> None:
+        self._shell = Proc(
+            ["bash", "--norc", "--noprofile"], cwd=cwd, env=env, stdin=subprocess.PIPE
+        )
+        self.proc = self._shell.proc
+        self.token = env[TOKEN_VARIABLE]
+        self._sent = 0
+        self.statuses: list[tuple[str, int]] = []
+
+    @property
+    def stdout(self) -> str:
+        return self._shell.stdout
+
+    @property
+    def stderr(self) -> str:
+        return self._shell.stderr
+
+    def type(self, command: str, *, timeout: float = 120.0) -> int:
+        """Send one command and wait for it to finish; its exit status."""
+        assert self.proc.stdin is not None
+        self._sent += 1
+        mark = f"{self._MARK} {self._sent} "
+        self.proc.stdin.write(f"{command}\nprintf '\\n%s%s\\n' '{mark}' \"$?\"\n".encode())
+        self.proc.stdin.flush()
+        found = wait_until(
+            lambda: mark in self.stdout, what=f"the command {command!r} to finish", timeout=timeout
+        )
+        assert found
+        tail = self.stdout.split(mark, 1)[1]
+        status = int(tail.split("\n", 1)[0])
+        self.statuses.append((command, status))
+        return status
+
+    def output(self) -> str:
+        return f"statuses: {self.statuses}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.killpg(self.proc.pid, 15)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(self.proc.pid, 9)
+            self.proc.wait()
+        kill_tagged(self.token)
