@@ -639,3 +639,14 @@ def test_run_failing_and_a_command_exiting_125_differ_by_verdict(tmp_path: Path)
         0,
         False,
     )
+
+
+def test_the_failure_message_carries_the_last_lines_not_the_first(tmp_path: Path) -> None:
+    client = FakeClient(jobs=[claimed_job()])
+    script = "i=0; while [ $i -lt 2000 ]; do echo line-$i; i=$((i+1)); done; exit 1"
+    code, _, _ = run(client, options(tmp_path, sh(script), output_tail_bytes=100))
+    assert code == 1
+    message = reports(client)[0][1]
+    assert message is not None
+    assert message.endswith("line-1998\nline-1999\n")
+    assert "line-0\n" not in message
