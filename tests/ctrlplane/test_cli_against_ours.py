@@ -4,11 +4,15 @@ same commands as ``test_cli_against_ctrlplane.py``, against our own server on bo
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+from tests.fixtures.databases import sql
 from tests.fixtures.live_server import LiveServer
-from tests.integration.cli import jac, jac_process
+from tests.integration.cli import env_for, jac, jac_process, until
 
 
 def test_jobs_list_status_agents_list_get_on_our_server(live_server: LiveServer) -> None:
@@ -52,3 +56,32 @@ def test_workspace_slug_on_our_server(live_server: LiveServer) -> None:
     slug = workspace["slug"] if status == 200 else "default"
     ran = jac(live_server, "agents", "list", env={"JOBAGENTCTL_WORKSPACE": slug})
     assert ran.returncode == 0, ran.stderr
+
+
+def test_run_report_on_a_deleted_job_is_job_gone_on_our_server(
+    live_server: LiveServer, tmp_path: Path
+) -> None:
+    agent = live_server.create_agent("vanishing")
+    job = live_server.enqueue(agent)["id"]
+    script = f"touch {tmp_path}/ready; while [ ! -e {tmp_path}/go ]; do sleep 0.05; done"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobagentctl", "run", "--", "sh", "-c", script],
+        env=env_for(live_server, agent),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        until(lambda: (tmp_path / "ready").exists(), timeout=60)
+        # The job is deleted under the running command (an operator, a workspace clean-up).
+        mark = "?" if live_server.database_url.startswith("sqlite") else "%s"
+        for table, column in (("job_claim", "job_id"), ("job_attempt", "job_id"), ("job", "id")):
+            sql(live_server.database_url, f"DELETE FROM {table} WHERE {column} = {mark}", [job])
+        (tmp_path / "go").touch()
+        _, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 5, err
+    assert "gone" in err and "lease lost" not in err
