@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from .runs import Harness, eventually
+from .runs import Harness, eventually, gone
 
 # The child and a background grandchild (same process group) each record the TERM they get.
 FAMILY = (
@@ -116,3 +116,23 @@ def test_a_command_that_ignores_sigint_is_waited_for_out_loud(harness: Harness) 
     assert run.wait() == 130, run.stderr()
     assert "after the stop signal: SIGKILL" in run.stderr()
     assert harness.job(job_id)["status"] == "queued"
+
+
+def test_a_run_suspended_past_its_lease_has_its_command_stopped_and_exits_75(
+    harness: Harness,
+) -> None:
+    job_id = harness.enqueue()
+    script = "echo $$ > pid; while :; do sleep 0.05; done"
+    run = harness.start(["--lease-seconds", "3", "--grace", "1s"], ["sh", "-c", script])
+    pid_file = run.workdir / "pid"
+    child = int(eventually(lambda: pid_file.exists() and pid_file.read_text().strip(), "pid"))
+    run.signal(signal.SIGTSTP)
+    eventually(lambda: _state(run.pid) == "T", "the run to stop")
+    assert "resume within" in run.stderr()
+    # run is suspended, heartbeats and all: the watchdog ends the command before the lease.
+    eventually(lambda: gone(child), "the watchdog to stop the suspended command")
+    run.signal(signal.SIGCONT)
+    assert run.wait() == 75, run.stderr()
+    [record] = run.report()
+    assert (record["verdict"], record["reported"]) == ("lease_lost", False)
+    eventually(lambda: harness.job(job_id)["status"] == "queued", "the reaper to requeue")
