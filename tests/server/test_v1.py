@@ -249,3 +249,27 @@ async def test_status_update_is_202_with_id_and_message(api: Api) -> None:
     assert stored["externalId"] == "ext-1"
     assert stored["completedAt"]
     assert stored["metadata"]["ctrlplane/links"] == {"log": "http://x"}
+
+
+async def test_absent_optional_job_fields_are_omitted_not_null(api: Api) -> None:
+    """ctrlplane's toJobResponse (apps/api/src/routes/v1/workspaces/jobs.ts, commit 66e0888)
+    spreads externalId, message, startedAt, completedAt and dispatchContext in only when set."""
+    optional = {"externalId", "message", "startedAt", "completedAt"}
+    agent = await api.agent()
+    created = await api.enqueue(agent)
+    fetched = await api.job(created["id"])
+    listed = (await api.call("GET", "jobs")).json()["items"][0]
+    by_agent = (
+        await api.call("GET", f"job-agents/{agent}/jobs", params={"includeDispatchContext": 1})
+    ).json()["items"][0]
+    for job in (created, fetched, listed, by_agent):
+        assert not optional & job.keys(), job
+        assert None not in job.values(), job
+    assert "dispatchContext" not in listed
+    claimed = (await api.claim(agent, created["id"])).json()  # V1: unleased
+    assert claimed["startedAt"] and "completedAt" not in claimed and "message" not in claimed
+    assert claimed["claimId"] is None and claimed["leaseSeconds"] is None  # SPEC §4
+    r = await api.status(created["id"], {"status": "successful", "message": "done"})
+    assert r.status_code == 202
+    done = await api.job(created["id"])
+    assert done["message"] == "done" and done["completedAt"] and "externalId" not in done

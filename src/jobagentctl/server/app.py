@@ -46,10 +46,10 @@ from jobagentctl.models import (
 from jobagentctl.server.auth import Authenticator, Principal
 from jobagentctl.server.edge import PRINCIPAL, Edge
 from jobagentctl.server.encoding import (
-    NO_CONTEXT,
     error_bytes,
     exception_bytes,
     job_bytes,
+    job_page_bytes,
     list_bytes,
     model_bytes,
     page_bytes,
@@ -378,8 +378,11 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
             limit=limit,
             offset=offset,
         )
-        exclude = None if include_dispatch_context else NO_CONTEXT
-        return _json(page_bytes(items, total, limit, offset, exclude=exclude))
+        return _json(
+            job_page_bytes(
+                items, total, limit, offset, include_dispatch_context=include_dispatch_context
+            )
+        )
 
     @app.post(
         Routes.CLAIM,
@@ -414,7 +417,7 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
         items, total = await service.list_jobs(
             _principal(request), ws, statuses=status, limit=limit, offset=offset
         )
-        return _json(page_bytes(items, total, limit, offset, exclude=NO_CONTEXT))
+        return _json(job_page_bytes(items, total, limit, offset, include_dispatch_context=False))
 
     @app.get(
         Routes.JOB,

@@ -96,6 +96,7 @@ class Edge:
         self.max_body_bytes = max_body_bytes
         self.max_json_depth = max_json_depth
         self.fast_path = fast_path
+        self._latency: dict[tuple[str, str, int], Any] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -212,8 +213,13 @@ class Edge:
 
     def _record(self, scope: Scope, template: str, status: int, started: float) -> None:
         method = scope["method"]
-        self.metrics.request_latency.labels(method, template, str(status)).observe(
-            time.perf_counter() - started
-        )
+        key = (method, template, status)
+        child = self._latency.get(key)
+        if child is None:
+            # labels() takes a lock and builds the label tuple: once per label set, not per
+            # request (the set is bounded: methods × route templates × statuses).
+            child = self.metrics.request_latency.labels(method, template, str(status))
+            self._latency[key] = child
+        child.observe(time.perf_counter() - started)
         if status >= 500:
             logger.warning("%s %s → %d", method, template, status)

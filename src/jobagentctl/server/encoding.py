@@ -15,16 +15,14 @@ from jobagentctl.errors import JobAgentError
 from jobagentctl.models import Job
 
 __all__ = [
-    "NO_CONTEXT",
     "error_bytes",
     "exception_bytes",
     "job_bytes",
+    "job_page_bytes",
     "list_bytes",
     "model_bytes",
     "page_bytes",
 ]
-
-NO_CONTEXT: Any = {"dispatch_context"}
 
 
 def error_bytes(message: str, code: str, details: dict[str, Any] | None) -> bytes:
@@ -39,10 +37,23 @@ def model_bytes(model: BaseModel) -> bytes:
     return model.model_dump_json(by_alias=True).encode()
 
 
+# Optional fields of ctrlplane's Job: omitted when absent, never sent as null (ctrlplane's
+# toJobResponse spreads them in only when set; SPEC §3 "V1 parity").
+_OPTIONAL_JOB_FIELDS = ("external_id", "message", "started_at", "completed_at", "updated_at")
+
+
+def _job_exclude(job: Job, include_dispatch_context: bool) -> set[str] | None:
+    exclude = {name for name in _OPTIONAL_JOB_FIELDS if getattr(job, name) is None}
+    if not include_dispatch_context or job.dispatch_context is None:
+        exclude.add("dispatch_context")
+    return exclude or None
+
+
 def job_bytes(job: Job, include_dispatch_context: bool) -> bytes:
     # dispatchContext is absent (not null) unless asked for: ctrlplane's behaviour.
-    exclude = None if include_dispatch_context else NO_CONTEXT
-    return job.model_dump_json(by_alias=True, exclude=exclude).encode()
+    return job.model_dump_json(
+        by_alias=True, exclude=_job_exclude(job, include_dispatch_context)
+    ).encode()
 
 
 def page_bytes(
@@ -51,6 +62,17 @@ def page_bytes(
     body = b",".join(
         item.model_dump_json(by_alias=True, exclude=exclude).encode() for item in items
     )
+    return _page(body, total, limit, offset)
+
+
+def job_page_bytes(
+    jobs: Sequence[Job], total: int, limit: int, offset: int, *, include_dispatch_context: bool
+) -> bytes:
+    body = b",".join(job_bytes(job, include_dispatch_context) for job in jobs)
+    return _page(body, total, limit, offset)
+
+
+def _page(body: bytes, total: int, limit: int, offset: int) -> bytes:
     tail = f'],"total":{total},"limit":{limit},"offset":{offset}}}'.encode()
     return b'{"items":[' + body + tail
 
