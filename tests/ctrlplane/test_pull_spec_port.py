@@ -237,7 +237,6 @@ def test_v1_delete_agent_keeps_its_jobs(ours: LiveServer) -> None:
     assert job in [j["id"] for j in listed["items"]]
 
 
-@pytest.mark.xfail(strict=True, reason=PENDING_STORE)
 def test_v1_absent_optional_fields_are_omitted(ours: LiveServer) -> None:
     """jobs.ts toJobResponse: externalId, message, startedAt, completedAt, dispatchContext are
     left out when null, never sent as null."""
