@@ -37,9 +37,21 @@ MUTANTS = {
     "another attempt's claim id is accepted": _DECIDE.format(
         condition="claim_id is not None and ctx.current_claim_id not in (None, claim_id)"
     ),
-    "a terminal status is overwritten": _DECIDE.format(
-        condition="claim_id is None and ctx.status in TERMINAL_STATUSES and ctx.status != status"
+    "a repeated terminal status is written again": _DECIDE.format(
+        condition="claim_id is None and ctx.status in TERMINAL_STATUSES and ctx.status == status"
     ),
+    "a finished job refuses a requeue without claim id (the pre-V1-parity rule)": """
+import jobagentctl.server.store._sql as q, jobagentctl.server.store.sql_store as s
+from jobagentctl.errors import JobTerminal
+from jobagentctl.models import TERMINAL_STATUSES
+orig = q.decide_status_change
+def decide(ctx, status, *, claim_id, agent_scope, require_claim_id):
+    if claim_id is None and ctx.status in TERMINAL_STATUSES and ctx.status != status:
+        raise JobTerminal("the job already ended")
+    return orig(ctx, status, claim_id=claim_id, agent_scope=agent_scope,
+                require_claim_id=require_claim_id)
+s.decide_status_change = decide
+""",
     "heartbeats ignore the claim id": _QUERY.format(
         name="heartbeat",
         replacement='s.Q["heartbeat"].replace("AND (:claim_id IS NULL OR claim_id = :claim_id)",'

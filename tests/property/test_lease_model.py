@@ -39,7 +39,6 @@ from jobagentctl.errors import (
     ClaimLost,
     ClaimMismatch,
     JobAgentError,
-    JobTerminal,
     NotClaimable,
     NotFound,
     ValidationError,
@@ -518,12 +517,11 @@ def _machine(
                     self.refused(ClaimLost, call, details)
             elif require_claim_id and agent_scope is not None and job.lease is not None:
                 self.refused(ValidationError, call)
-            elif job.status in TERMINAL_STATUSES:
-                if job.status == status:
-                    self.idempotent(job, call)
-                else:
-                    self.refused(JobTerminal, call, details)
+            elif job.status in TERMINAL_STATUSES and job.status == status:
+                self.idempotent(job, call)
             else:
+                # V1 parity (SPEC §3): without a claim id any transition is applied, a finished
+                # job included (an operator's requeue; its next claim is attempt N+1).
                 self.applied(job, status, message, call)
 
         def agent_scope(self, job: ModelJob, scope: str) -> UUID | None:

@@ -23,7 +23,6 @@ from jobagentctl.errors import (
     ClaimLost,
     ClaimMismatch,
     JobAgentError,
-    JobTerminal,
     NotFound,
     ValidationError,
 )
@@ -39,7 +38,7 @@ from jobagentctl.models import (
     JobClaim,
     JobStatus,
 )
-from jobagentctl.server.store.base import ApiKeyRecord
+from jobagentctl.server.store.base import ApiKeyRecord, WorkspaceRecord
 
 __all__ = [
     "NOTIFY_CHANNEL",
@@ -51,6 +50,7 @@ __all__ = [
     "attempt_from_row",
     "attempt_outcome_for",
     "check_lease",
+    "check_slug",
     "claim_from_row",
     "claimed_job_from_row",
     "decide_status_change",
@@ -62,13 +62,20 @@ __all__ = [
     "load_queries",
     "merge_metadata",
     "migrations",
+    "slugify",
     "wait_event",
+    "workspace_from_row",
 ]
 
 # The PostgreSQL channel that carries "a job was queued for agent <payload>".
 NOTIFY_CHANNEL = "jobagentctl_job_queued"
 
 Row = Mapping[str, Any]
+
+# A slug is a URL path segment: lowercase, no spaces (as ctrlplane's workspace schema), at most
+# 50 characters (ctrlplane's limit), and only these characters so that it needs no quoting.
+_SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]{0,49}$")
+_NOT_SLUG_CHARS = re.compile(r"[^a-z0-9]+")
 
 _NAME_LINE = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$")
 _MIGRATION_FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
@@ -173,6 +180,21 @@ def check_lease(lease_seconds: int | None) -> None:
         raise ValidationError("leaseSeconds must be at least 1")
 
 
+def check_slug(slug: str) -> str:
+    if not _SLUG.match(slug):
+        raise ValidationError(
+            "a slug is 1-50 characters: lowercase letters, digits, '-', '_' or '.',"
+            " starting with a letter or digit"
+        )
+    return slug
+
+
+def slugify(name: str) -> str:
+    """The slug derived from a workspace name, as migration 0002 derives it in SQL."""
+    slug = _NOT_SLUG_CHARS.sub("-", name.lower()).strip("-")[:50].strip("-")
+    return slug or "workspace"
+
+
 def merge_metadata(current: Any, patch: dict[str, Any] | None) -> dict[str, Any]:
     """Key-by-key merge (top level only), as PostgreSQL's ``jsonb || jsonb`` does."""
     merged = _obj(current)
@@ -196,6 +218,12 @@ def api_key_from_row(row: Mapping[str, Any]) -> ApiKeyRecord:
     )
 
 
+def workspace_from_row(row: Mapping[str, Any]) -> WorkspaceRecord:
+    return WorkspaceRecord(
+        id=_uuid(row["id"]), name=row["name"], slug=row["slug"], created_at=_ts(row["created_at"])
+    )
+
+
 def agent_from_row(row: Mapping[str, Any]) -> JobAgent:
     return JobAgent(
         id=_uuid(row["id"]),
@@ -210,7 +238,7 @@ def agent_from_row(row: Mapping[str, Any]) -> JobAgent:
 def _job_fields(row: Mapping[str, Any], include_dispatch_context: bool) -> dict[str, Any]:
     return {
         "id": _uuid(row["id"]),
-        "job_agent_id": _uuid(row["job_agent_id"]),
+        "job_agent_id": _opt_uuid(row["job_agent_id"]),
         "job_agent_config": _obj(row["job_agent_config"]),
         "status": JobStatus(row["status"]),
         "created_at": _ts(row["created_at"]),
@@ -328,10 +356,10 @@ def decide_status_change(
         raise ClaimLost("the claim is gone; the job was reaped, released or ended", details=details)
     if require_claim_id and agent_scope is not None and ctx.current_claim_id is not None:
         raise ValidationError("claimId is required to update a leased job")
-    if ctx.status in TERMINAL_STATUSES:
-        if ctx.status == status:
-            return "noop"
-        raise JobTerminal(f"the job already ended with status {ctx.status.value}", details=details)
+    # Without a claim id every transition is allowed, as ctrlplane's V1 handler does (SPEC §3
+    # "V1 parity"): an operator can requeue a failed job. Only a repeat is a no-op.
+    if ctx.status in TERMINAL_STATUSES and ctx.status == status:
+        return "noop"
     return "apply"
 
 

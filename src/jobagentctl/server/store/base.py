@@ -24,7 +24,7 @@ from jobagentctl.models import (
     JobStatus,
 )
 
-__all__ = ["ApiKeyRecord", "ReapResult", "Store"]
+__all__ = ["ApiKeyRecord", "ReapResult", "Store", "WorkspaceRecord"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +36,14 @@ class ApiKeyRecord:
     secret_hash: str
     created_at: datetime
     revoked_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceRecord:
+    id: UUID
+    name: str
+    slug: str
+    created_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +80,17 @@ class Store(Protocol):
         """True when the database is reachable and every migration is applied (``/readyz``)."""
 
     # --- workspaces and keys -----------------------------------------------------------------
-    async def create_workspace(self, name: str) -> UUID: ...
+    async def create_workspace(self, name: str, slug: str | None = None) -> UUID:
+        """A new workspace. ``slug`` None → derived from ``name`` (``slugify``), with ``-`` and
+        8 characters of the id appended if taken. A given slug must be valid (``check_slug``:
+        ``ValidationError``) and free (``Conflict``)."""
 
     async def workspace_exists(self, workspace_id: UUID) -> bool: ...
+
+    async def get_workspace(self, workspace_id: UUID) -> WorkspaceRecord | None: ...
+
+    async def get_workspace_by_slug(self, slug: str) -> WorkspaceRecord | None:
+        """The workspace of that slug (exact match), or None."""
 
     async def create_api_key(
         self, workspace_id: UUID, job_agent_id: UUID | None, prefix: str, secret_hash: str
@@ -102,7 +118,11 @@ class Store(Protocol):
         self, workspace_id: UUID, limit: int, offset: int
     ) -> tuple[list[JobAgent], int]: ...
 
-    async def delete_agent(self, workspace_id: UUID, agent_id: UUID) -> bool: ...
+    async def delete_agent(self, workspace_id: UUID, agent_id: UUID) -> bool:
+        """Delete the agent and its keys. Its jobs stay (V1 parity, SPEC §3): readable by id and
+        in the workspace's lists with ``job_agent_id`` None (``""`` on the wire). A claim row of
+        one of them keeps the deleted agent's id; the reaper requeues it as any other (the job
+        is then queued for no agent: nobody claims it until an operator acts)."""
 
     # --- jobs --------------------------------------------------------------------------------
     async def create_job(
@@ -191,14 +211,16 @@ class Store(Protocol):
           nothing changes.
         - ``claim_id`` given, another attempt holds the claim → ``ClaimMismatch``; no claim row
           otherwise → ``ClaimLost`` (``details.jobStatus``). Nothing changes.
-        - no ``claim_id``: ``require_claim_id`` and ``agent_scope`` and a claim row exists →
-          ``ValidationError``; the job is terminal and ``status`` differs → ``JobTerminal``;
-          same terminal status again → idempotent success.
+        - no ``claim_id`` (V1, as ctrlplane): any transition is applied — a failed or cancelled
+          job can be queued again, its next claim is attempt N+1 — except the same terminal
+          status again (idempotent success, nothing changes) and ``require_claim_id`` with
+          ``agent_scope`` on a job with a claim row (``ValidationError``).
         Effects: leaving ``inProgress`` deletes the claim row and closes the open attempt
         (``completed`` for a terminal status, ``cancelled`` for ``cancelled``, ``released`` for
         ``queued`` or any other non-terminal status); ``queued`` wakes long-polls;
-        ``inProgress`` sets ``started_at``; a terminal status sets ``completed_at``. ``message``
-        and ``external_id`` replace when given; ``metadata`` is merged key by key.
+        ``inProgress`` sets ``started_at`` (a claim sets it too: it is the latest attempt's); a
+        terminal status sets ``completed_at``, any other clears it. ``message`` and
+        ``external_id`` replace when given; ``metadata`` is merged key by key.
         """
 
     async def reap(self, batch_size: int, max_reclaims: int) -> ReapResult:

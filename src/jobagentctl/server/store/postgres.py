@@ -161,8 +161,10 @@ class PostgresConnector:
                     backoff = 0.2
                     while True:
                         async for note in conn.notifies(timeout=30.0):
+                            # "<agent>" (one job) or "<agent>:<jobs>" (a reaper batch)
+                            agent, _, jobs = note.payload.partition(":")
                             try:
-                                self.waiters.notify(UUID(note.payload), 1)
+                                self.waiters.notify(UUID(agent), int(jobs or 1))
                             except ValueError:
                                 continue
                         # Quiet for a while: make sure the connection is still alive.

@@ -41,6 +41,7 @@ from jobagentctl.server.store._sql import (
     attempt_from_row,
     attempt_outcome_for,
     check_lease,
+    check_slug,
     claim_from_row,
     claimed_job_from_row,
     decide_status_change,
@@ -51,9 +52,11 @@ from jobagentctl.server.store._sql import (
     job_from_row,
     merge_metadata,
     migrations,
+    slugify,
     wait_event,
+    workspace_from_row,
 )
-from jobagentctl.server.store.base import ApiKeyRecord, ReapResult
+from jobagentctl.server.store.base import ApiKeyRecord, ReapResult, WorkspaceRecord
 
 __all__ = ["Connector", "Decide", "SqlStore"]
 
@@ -132,13 +135,29 @@ class SqlStore:
 
     # --- workspaces and keys -------------------------------------------------------------------
 
-    async def create_workspace(self, name: str) -> UUID:
+    async def create_workspace(self, name: str, slug: str | None = None) -> UUID:
         workspace_id = uuid4()
-        await self._db.one("create_workspace", {"id": workspace_id, "name": name})
+        if slug is None:
+            slug = slugify(name)
+            if await self.get_workspace_by_slug(slug) is not None:
+                slug = f"{slug[:41].strip('-')}-{workspace_id.hex[:8]}"
+        params = {"id": workspace_id, "name": name, "slug": check_slug(slug)}
+        try:
+            await self._db.one("create_workspace", params)
+        except Conflict as exc:
+            raise Conflict(f"a workspace with slug {slug!r} already exists") from exc
         return workspace_id
 
     async def workspace_exists(self, workspace_id: UUID) -> bool:
         return await self._db.one("workspace_exists", {"id": workspace_id}) is not None
+
+    async def get_workspace(self, workspace_id: UUID) -> WorkspaceRecord | None:
+        row = await self._db.one("get_workspace", {"id": workspace_id})
+        return None if row is None else workspace_from_row(row)
+
+    async def get_workspace_by_slug(self, slug: str) -> WorkspaceRecord | None:
+        row = await self._db.one("get_workspace_by_slug", {"slug": slug})
+        return None if row is None else workspace_from_row(row)
 
     async def create_api_key(
         self, workspace_id: UUID, job_agent_id: UUID | None, prefix: str, secret_hash: str

@@ -200,17 +200,26 @@ class SqliteConnector:
 
     async def migrate(self) -> list[int]:
         # Statement by statement inside our own transaction: executescript() would commit first.
+        # Foreign keys off (outside the transaction: the pragma is a no-op inside one) and
+        # checked before COMMIT, SQLite's documented way to rebuild a table without firing the
+        # ON DELETE actions of the rows it moves.
         def run(conn: sqlite3.Connection) -> list[int]:
             applied_now: list[int] = []
-            with _transaction(conn, Q["migrate_lock"]):
-                conn.execute(Q["migrations_table"])
-                done = {row["version"] for row in conn.execute(Q["applied_versions"])}
-                for version, script in migrations(self.dialect):
-                    if version not in done:
-                        for statement in _split(script):
-                            conn.execute(statement)
-                        conn.execute(Q["record_migration"], {"version": version})
-                        applied_now.append(version)
+            conn.execute("PRAGMA foreign_keys = OFF")
+            try:
+                with _transaction(conn, Q["migrate_lock"]):
+                    conn.execute(Q["migrations_table"])
+                    done = {row["version"] for row in conn.execute(Q["applied_versions"])}
+                    for version, script in migrations(self.dialect):
+                        if version not in done:
+                            for statement in _split(script):
+                                conn.execute(statement)
+                            conn.execute(Q["record_migration"], {"version": version})
+                            applied_now.append(version)
+                    if conn.execute("PRAGMA foreign_key_check").fetchall():
+                        raise ServerError("a migration left rows that break a foreign key")
+            finally:
+                conn.execute("PRAGMA foreign_keys = ON")
             return applied_now
 
         return await self._run(run)

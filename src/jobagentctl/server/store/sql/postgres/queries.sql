@@ -25,7 +25,14 @@ LISTEN jobagentctl_job_queued
 SELECT 1 AS ok
 
 -- name: create_workspace
-INSERT INTO workspace (id, name, created_at) VALUES (%(id)s, %(name)s, now())
+INSERT INTO workspace (id, name, slug, created_at)
+VALUES (%(id)s, %(name)s, %(slug)s, now())
+
+-- name: get_workspace
+SELECT id, name, slug, created_at FROM workspace WHERE id = %(id)s
+
+-- name: get_workspace_by_slug
+SELECT id, name, slug, created_at FROM workspace WHERE slug = %(slug)s
 
 -- name: workspace_exists
 SELECT 1 AS found FROM workspace WHERE id = %(id)s
@@ -80,9 +87,9 @@ DELETE FROM job_agent WHERE id = %(id)s AND workspace_id = %(workspace_id)s RETU
 -- name: create_job
 -- Inserts and wakes the agent's long-polls on every replica (delivered at commit).
 WITH created AS (
-    INSERT INTO job (id, job_agent_id, status, job_agent_config, dispatch_context, metadata,
-                     created_at, updated_at)
-    SELECT %(id)s, a.id, 'queued', COALESCE(%(job_agent_config)s::jsonb, a.config),
+    INSERT INTO job (id, workspace_id, job_agent_id, status, job_agent_config,
+                     dispatch_context, metadata, created_at, updated_at)
+    SELECT %(id)s, a.workspace_id, a.id, 'queued', COALESCE(%(job_agent_config)s::jsonb, a.config),
            %(dispatch_context)s::jsonb, %(metadata)s::jsonb, now(), now()
     FROM job_agent AS a
     WHERE a.id = %(agent_id)s AND a.workspace_id = %(workspace_id)s
@@ -95,14 +102,14 @@ SELECT c.*, (SELECT count(*) FROM woken) AS woken FROM created AS c
 
 -- name: get_job
 SELECT j.*
-FROM job AS j JOIN job_agent AS a ON a.id = j.job_agent_id
-WHERE j.id = %(job_id)s AND a.workspace_id = %(workspace_id)s
+FROM job AS j
+WHERE j.id = %(job_id)s AND j.workspace_id = %(workspace_id)s
   AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid)
 
 -- name: list_jobs
 SELECT j.*, count(*) OVER () AS total
-FROM job AS j JOIN job_agent AS a ON a.id = j.job_agent_id
-WHERE a.workspace_id = %(workspace_id)s
+FROM job AS j
+WHERE j.workspace_id = %(workspace_id)s
   AND (%(agent_id)s::uuid IS NULL OR j.job_agent_id = %(agent_id)s::uuid)
   AND (%(statuses)s::text[] IS NULL OR j.status = ANY (%(statuses)s::text[]))
 ORDER BY j.created_at DESC, j.id DESC
@@ -112,9 +119,8 @@ LIMIT %(limit)s OFFSET %(offset)s
 -- The failure paths: does the job exist in scope, what is its status, who holds the claim.
 SELECT j.status, c.claim_id, c.attempt
 FROM job AS j
-JOIN job_agent AS a ON a.id = j.job_agent_id
 LEFT JOIN job_claim AS c ON c.job_id = j.id
-WHERE j.id = %(job_id)s AND a.workspace_id = %(workspace_id)s
+WHERE j.id = %(job_id)s AND j.workspace_id = %(workspace_id)s
   AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid)
 
 -- name: queued_exists
@@ -227,8 +233,8 @@ SET lease_seconds = COALESCE(%(lease_seconds)s::integer, c.lease_seconds),
 WHERE c.job_id = %(job_id)s
   AND (%(claim_id)s::uuid IS NULL OR c.claim_id = %(claim_id)s::uuid)
   AND (%(agent_scope)s::uuid IS NULL OR c.job_agent_id = %(agent_scope)s::uuid)
-  AND EXISTS (SELECT 1 FROM job_agent AS a
-              WHERE a.id = c.job_agent_id AND a.workspace_id = %(workspace_id)s)
+  AND EXISTS (SELECT 1 FROM job AS j
+              WHERE j.id = c.job_id AND j.workspace_id = %(workspace_id)s)
 RETURNING c.job_id, c.claim_id, c.attempt, c.lease_seconds, c.claim_expires_at
 
 -- name: lock_job
@@ -243,14 +249,14 @@ SELECT j.*,
        (SELECT t.outcome FROM job_attempt AS t
         WHERE t.job_id = j.id AND t.claim_id = %(claim_id)s::uuid) AS given_claim_outcome
 FROM job AS j
-JOIN job_agent AS a ON a.id = j.job_agent_id
 LEFT JOIN job_claim AS c ON c.job_id = j.id
-WHERE j.id = %(job_id)s AND a.workspace_id = %(workspace_id)s
+WHERE j.id = %(job_id)s AND j.workspace_id = %(workspace_id)s
   AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid)
 
 -- name: apply_status
--- Write the status; away from inProgress also end the lease and the attempt; wake long-polls
--- when the job is queued again.
+-- Write the status (a terminal one sets completed_at, any other clears it: the job is no longer
+-- finished; started_at is the latest claim's); away from inProgress also end the lease and the
+-- attempt; wake long-polls when the job is queued again.
 WITH updated AS (
     UPDATE job AS j
     SET status = %(status)s::text,
@@ -260,7 +266,7 @@ WITH updated AS (
         metadata = j.metadata || COALESCE(%(metadata)s::jsonb, '{}'::jsonb),
         started_at = CASE WHEN %(status)s::text = 'inProgress' AND j.status <> 'inProgress'
                           THEN now() ELSE j.started_at END,
-        completed_at = CASE WHEN %(terminal)s::boolean THEN now() ELSE j.completed_at END
+        completed_at = CASE WHEN %(terminal)s::boolean THEN now() END
     WHERE j.id = %(job_id)s
     RETURNING j.*
 ),
@@ -278,7 +284,7 @@ closed AS (
 woken AS (
     SELECT pg_notify('jobagentctl_job_queued', u.job_agent_id::text)
     FROM updated AS u
-    WHERE u.status = 'queued'
+    WHERE u.status = 'queued' AND u.job_agent_id IS NOT NULL
 )
 SELECT u.*, (SELECT count(*) FROM woken) AS woken FROM updated AS u
 
@@ -330,15 +336,19 @@ flipped AS (
     RETURNING j.id, j.status, j.job_agent_id
 ),
 woken AS (
-    SELECT pg_notify('jobagentctl_job_queued', q.job_agent_id::text)
-    FROM (SELECT DISTINCT f.job_agent_id FROM flipped AS f WHERE f.status = 'queued') AS q
+    -- One notification per agent saying how many of its jobs were requeued ("<agent>:<n>"):
+    -- PostgreSQL folds identical payloads of one transaction into one.
+    SELECT pg_notify('jobagentctl_job_queued', q.job_agent_id::text || ':' || q.jobs)
+    FROM (SELECT f.job_agent_id, count(*) AS jobs FROM flipped AS f
+          WHERE f.status = 'queued' AND f.job_agent_id IS NOT NULL
+          GROUP BY f.job_agent_id) AS q
 )
 SELECT (SELECT count(*) FROM deleted) AS reaped,
        (SELECT count(*) FROM attempts) AS closed,
        (SELECT count(*) FROM flipped WHERE status = 'queued') AS requeued,
        (SELECT count(*) FROM flipped WHERE status = 'failure') AS failed,
-       ARRAY(SELECT f.job_agent_id FROM flipped AS f WHERE f.status = 'queued')
-           AS requeued_agents,
+       ARRAY(SELECT f.job_agent_id FROM flipped AS f
+             WHERE f.status = 'queued' AND f.job_agent_id IS NOT NULL) AS requeued_agents,
        (SELECT count(*) FROM woken) AS woken
 
 -- name: list_claims
@@ -346,7 +356,7 @@ SELECT (SELECT count(*) FROM deleted) AS reaped,
 SELECT *, count(*) OVER () AS total
 FROM (
     SELECT j.id AS job_id,
-           j.job_agent_id,
+           COALESCE(j.job_agent_id, c.job_agent_id, t.job_agent_id) AS job_agent_id,
            c.claim_id,
            COALESCE(c.attempt, t.attempt) AS attempt,
            COALESCE(c.claimed_at, t.claimed_at, j.started_at) AS claimed_at,
@@ -356,11 +366,10 @@ FROM (
                 WHEN c.claim_expires_at < now() THEN 'expired'
                 ELSE 'active' END AS state
     FROM job AS j
-    JOIN job_agent AS a ON a.id = j.job_agent_id
     LEFT JOIN job_claim AS c ON c.job_id = j.id
     LEFT JOIN job_attempt AS t ON t.job_id = j.id AND t.ended_at IS NULL
     WHERE j.status = 'inProgress'
-      AND a.workspace_id = %(workspace_id)s
+      AND j.workspace_id = %(workspace_id)s
       AND (%(agent_id)s::uuid IS NULL OR j.job_agent_id = %(agent_id)s::uuid)
 ) AS claims
 WHERE %(state)s::text = 'all' OR state = %(state)s::text
@@ -371,9 +380,8 @@ LIMIT %(limit)s OFFSET %(offset)s
 -- One row with NULL attempt when the job exists but was never claimed; none when unknown.
 SELECT t.attempt, t.claim_id, t.job_agent_id, t.claimed_at, t.ended_at, t.outcome
 FROM job AS j
-JOIN job_agent AS a ON a.id = j.job_agent_id
 LEFT JOIN job_attempt AS t ON t.job_id = j.id
-WHERE j.id = %(job_id)s AND a.workspace_id = %(workspace_id)s
+WHERE j.id = %(job_id)s AND j.workspace_id = %(workspace_id)s
   AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid)
 ORDER BY t.attempt
 

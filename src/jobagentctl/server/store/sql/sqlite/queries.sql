@@ -23,8 +23,14 @@ INSERT INTO schema_migrations (version, applied_at)
 VALUES (:version, (julianday('now') - 2440587.5) * 86400.0)
 
 -- name: create_workspace
-INSERT INTO workspace (id, name, created_at)
-VALUES (:id, :name, (julianday('now') - 2440587.5) * 86400.0)
+INSERT INTO workspace (id, name, slug, created_at)
+VALUES (:id, :name, :slug, (julianday('now') - 2440587.5) * 86400.0)
+
+-- name: get_workspace
+SELECT id, name, slug, created_at FROM workspace WHERE id = :id
+
+-- name: get_workspace_by_slug
+SELECT id, name, slug, created_at FROM workspace WHERE slug = :slug
 
 -- name: workspace_exists
 SELECT 1 AS found FROM workspace WHERE id = :id
@@ -77,9 +83,9 @@ LIMIT :limit OFFSET :offset
 DELETE FROM job_agent WHERE id = :id AND workspace_id = :workspace_id RETURNING id
 
 -- name: create_job
-INSERT INTO job (id, job_agent_id, status, job_agent_config, dispatch_context, metadata,
-                 created_at, updated_at)
-SELECT :id, a.id, 'queued', COALESCE(:job_agent_config, a.config), :dispatch_context, :metadata,
+INSERT INTO job (id, workspace_id, job_agent_id, status, job_agent_config, dispatch_context,
+                 metadata, created_at, updated_at)
+SELECT :id, a.workspace_id, a.id, 'queued', COALESCE(:job_agent_config, a.config), :dispatch_context, :metadata,
        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0
 FROM job_agent AS a
 WHERE a.id = :agent_id AND a.workspace_id = :workspace_id
@@ -87,15 +93,15 @@ RETURNING *
 
 -- name: get_job
 SELECT j.*
-FROM job AS j JOIN job_agent AS a ON a.id = j.job_agent_id
-WHERE j.id = :job_id AND a.workspace_id = :workspace_id
+FROM job AS j
+WHERE j.id = :job_id AND j.workspace_id = :workspace_id
   AND (:agent_scope IS NULL OR j.job_agent_id = :agent_scope)
 
 -- name: list_jobs
 -- rowid breaks ties of equal millisecond timestamps in insertion order.
 SELECT j.*, COUNT(*) OVER () AS total
-FROM job AS j JOIN job_agent AS a ON a.id = j.job_agent_id
-WHERE a.workspace_id = :workspace_id
+FROM job AS j
+WHERE j.workspace_id = :workspace_id
   AND (:agent_id IS NULL OR j.job_agent_id = :agent_id)
   AND (:statuses IS NULL OR j.status IN (SELECT value FROM json_each(:statuses)))
 ORDER BY j.created_at DESC, j.rowid DESC
@@ -105,9 +111,8 @@ LIMIT :limit OFFSET :offset
 -- The failure paths: does the job exist in scope, what is its status, who holds the claim.
 SELECT j.status, c.claim_id, c.attempt
 FROM job AS j
-JOIN job_agent AS a ON a.id = j.job_agent_id
 LEFT JOIN job_claim AS c ON c.job_id = j.id
-WHERE j.id = :job_id AND a.workspace_id = :workspace_id
+WHERE j.id = :job_id AND j.workspace_id = :workspace_id
   AND (:agent_scope IS NULL OR j.job_agent_id = :agent_scope)
 
 -- name: queued_exists
@@ -187,8 +192,8 @@ SET lease_seconds = COALESCE(:lease_seconds, lease_seconds),
 WHERE job_id = :job_id
   AND (:claim_id IS NULL OR claim_id = :claim_id)
   AND (:agent_scope IS NULL OR job_agent_id = :agent_scope)
-  AND EXISTS (SELECT 1 FROM job_agent AS a
-              WHERE a.id = job_claim.job_agent_id AND a.workspace_id = :workspace_id)
+  AND EXISTS (SELECT 1 FROM job AS j
+              WHERE j.id = job_claim.job_id AND j.workspace_id = :workspace_id)
 RETURNING job_id, claim_id, attempt, lease_seconds, claim_expires_at
 
 -- name: lock_job
@@ -202,13 +207,13 @@ SELECT j.*,
        (SELECT t.outcome FROM job_attempt AS t
         WHERE t.job_id = j.id AND t.claim_id = :claim_id) AS given_claim_outcome
 FROM job AS j
-JOIN job_agent AS a ON a.id = j.job_agent_id
 LEFT JOIN job_claim AS c ON c.job_id = j.id
-WHERE j.id = :job_id AND a.workspace_id = :workspace_id
+WHERE j.id = :job_id AND j.workspace_id = :workspace_id
   AND (:agent_scope IS NULL OR j.job_agent_id = :agent_scope)
 
 -- name: apply_status
--- Write the status; away from inProgress also end the lease and close the attempt (at the
+-- Write the status (a terminal one sets completed_at, any other clears it: the job is no longer
+-- finished; started_at is the latest claim's); away from inProgress also end the lease and close the attempt (at the
 -- updated_at just written, so the job and its attempt agree to the millisecond).
 -- :merged_metadata is the merged object (read under the write lock by status_context).
 UPDATE job
@@ -219,8 +224,7 @@ SET status = :status,
     metadata = COALESCE(:merged_metadata, metadata),
     started_at = CASE WHEN :status = 'inProgress' AND status <> 'inProgress'
                       THEN (julianday('now') - 2440587.5) * 86400.0 ELSE started_at END,
-    completed_at = CASE WHEN :terminal THEN (julianday('now') - 2440587.5) * 86400.0
-                        ELSE completed_at END
+    completed_at = CASE WHEN :terminal THEN (julianday('now') - 2440587.5) * 86400.0 END
 WHERE id = :job_id
 RETURNING *;
 DELETE FROM job_claim WHERE job_id = :job_id AND :status <> 'inProgress';
@@ -261,7 +265,8 @@ SELECT COUNT(*) AS reaped,
        COALESCE(SUM(j.updated_at = :now AND j.status = 'queued'), 0) AS requeued,
        COALESCE(SUM(j.updated_at = :now AND j.status = 'failure'), 0) AS failed,
        json_group_array(j.job_agent_id)
-           FILTER (WHERE j.updated_at = :now AND j.status = 'queued') AS requeued_agents
+           FILTER (WHERE j.updated_at = :now AND j.status = 'queued'
+                   AND j.job_agent_id IS NOT NULL) AS requeued_agents
 FROM job AS j
 WHERE j.id IN (SELECT c.job_id FROM job_claim AS c
                  WHERE c.claim_expires_at < :now ORDER BY c.job_id LIMIT :batch_size);
@@ -275,7 +280,7 @@ SELECT *, COUNT(*) OVER () AS total
 FROM (
     SELECT j.id AS job_id,
            j.rowid AS job_seq,
-           j.job_agent_id,
+           COALESCE(j.job_agent_id, c.job_agent_id, t.job_agent_id) AS job_agent_id,
            c.claim_id,
            COALESCE(c.attempt, t.attempt) AS attempt,
            COALESCE(c.claimed_at, t.claimed_at, j.started_at) AS claimed_at,
@@ -285,11 +290,10 @@ FROM (
                 WHEN c.claim_expires_at < (julianday('now') - 2440587.5) * 86400.0 THEN 'expired'
                 ELSE 'active' END AS state
     FROM job AS j
-    JOIN job_agent AS a ON a.id = j.job_agent_id
     LEFT JOIN job_claim AS c ON c.job_id = j.id
     LEFT JOIN job_attempt AS t ON t.job_id = j.id AND t.ended_at IS NULL
     WHERE j.status = 'inProgress'
-      AND a.workspace_id = :workspace_id
+      AND j.workspace_id = :workspace_id
       AND (:agent_id IS NULL OR j.job_agent_id = :agent_id)
 ) AS claims
 WHERE :state = 'all' OR state = :state
@@ -300,9 +304,8 @@ LIMIT :limit OFFSET :offset
 -- One row with NULL attempt when the job exists but was never claimed; none when unknown.
 SELECT t.attempt, t.claim_id, t.job_agent_id, t.claimed_at, t.ended_at, t.outcome
 FROM job AS j
-JOIN job_agent AS a ON a.id = j.job_agent_id
 LEFT JOIN job_attempt AS t ON t.job_id = j.id
-WHERE j.id = :job_id AND a.workspace_id = :workspace_id
+WHERE j.id = :job_id AND j.workspace_id = :workspace_id
   AND (:agent_scope IS NULL OR j.job_agent_id = :agent_scope)
 ORDER BY t.attempt
 
