@@ -25,7 +25,7 @@ class FlakyStore:
         self.crash = crash or set()
         self.passes = asyncio.Event()
 
-    async def reap(self, batch_size: int, max_reclaims: int) -> ReapResult:
+    async def reap(self, batch_size: int, max_reclaims: int, grace: object = None) -> ReapResult:
         self.calls += 1
         if self.calls >= 5:
             self.passes.set()

@@ -38,11 +38,12 @@ from jobagentctl.server.store._sql import (
 from jobagentctl.server.store.base import Store
 from jobagentctl.server.store.postgres import PostgresConnector, translate_error
 from jobagentctl.server.store.sql_store import SqlStore
-from jobagentctl.server.store.sqlite import SqliteConnector
+from jobagentctl.server.store.sqlite import SqliteConnector, _translated
 
-# LISTEN/ping exist only for the PostgreSQL listener connection.
+# LISTEN/ping exist only for the PostgreSQL listener connection, the statement timeout only on
+# PostgreSQL connections.
 SQLITE_ONLY: set[str] = set()
-POSTGRES_ONLY = {"listen", "ping"}
+POSTGRES_ONLY = {"listen", "ping", "set_statement_timeout", "unbounded"}
 
 
 def test_both_dialects_name_the_same_operations() -> None:
@@ -94,6 +95,7 @@ def test_migrations_are_numbered_and_agree_on_tables() -> None:
             "job_claim",
             "job_attempt",
             "api_key",
+            "store_probe",
         }
     )
 
@@ -292,12 +294,12 @@ def test_sqlite_errors_are_translated_without_their_text() -> None:
     ]
     for exc, expected in cases:
         with pytest.raises(expected) as caught:
-            SqliteConnector._call(fail(exc), None)  # type: ignore[arg-type]
+            _translated(fail(exc), None)  # type: ignore[arg-type]
         assert str(exc) not in caught.value.message
         assert caught.value.__cause__ is exc
     # The project's own errors pass through untouched.
     with pytest.raises(NotFound):
-        SqliteConnector._call(fail(NotFound("job not found")), None)  # type: ignore[arg-type]
+        _translated(fail(NotFound("job not found")), None)  # type: ignore[arg-type]
 
 
 @pytest.mark.anyio

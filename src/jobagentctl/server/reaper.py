@@ -3,6 +3,16 @@
 Every replica runs one; the store's statement is safe under concurrency (each expired job is
 requeued exactly once), so no leader election is needed. Database errors are logged and retried
 on the next tick: a reaper that dies silently would leave crashed work stuck forever.
+
+Outage grace: while the store is unreachable, agents' heartbeats fail too, so their leases run
+out through no fault of theirs. A pass that fails marks an outage, taken to have begun at the
+last pass that worked; after the store is back, a lease that ran out since the outage began is
+not reaped until one heartbeat interval (lease/3 within [1 s, 60 s], as `run` heartbeats) has
+passed since the first pass that worked again. An agent that kept trying gets its heartbeat in
+within that interval (its retries are capped at the interval) and revives its lease; a dead
+agent's job is requeued at most one heartbeat interval + one reap interval after the store is
+back. The grace is this process's view: a replica that saw no failed pass reaps as usual, and a
+server restarted during the outage knows nothing of it.
 """
 
 from __future__ import annotations
@@ -10,10 +20,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Callable
 
 from jobagentctl.errors import JobAgentError
 from jobagentctl.server.metrics import Metrics
-from jobagentctl.server.store.base import ReapResult, Store
+from jobagentctl.server.store.base import OutageGrace, ReapResult, Store
 
 __all__ = ["Reaper"]
 
@@ -22,6 +34,8 @@ logger = logging.getLogger("jobagentctl.server.reaper")
 # A tick never comes faster than this, whatever reap_interval says: a zero interval must not
 # turn the reaper into a busy loop against the database.
 _MIN_INTERVAL = 0.01
+# The longest heartbeat interval `run` uses: past it after an outage, no lease is spared.
+_MAX_GRACE = 60.0
 
 
 class Reaper:
@@ -33,6 +47,7 @@ class Reaper:
         batch_size: int,
         max_reclaims: int,
         metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self._interval = max(interval, _MIN_INTERVAL)
@@ -43,6 +58,10 @@ class Reaper:
         self._task: asyncio.Task[None] | None = None
         self.passes = 0
         self.failures = 0
+        self._clock = clock
+        self._last_ok: float | None = None  # start of the last pass that worked
+        self._outage_began: float | None = None
+        self._outage_ended: float | None = None
 
     def start(self) -> None:
         if self._task is None:
@@ -60,9 +79,11 @@ class Reaper:
     async def run_once(self) -> ReapResult | None:
         """One pass; None when it failed (logged, counted)."""
         self.passes += 1
+        now = self._clock()
         try:
-            result = await self._store.reap(self._batch_size, self._max_reclaims)
+            result = await self._store.reap(self._batch_size, self._max_reclaims, self.grace(now))
         except (JobAgentError, OSError) as exc:
+            self._outage(now)
             self._record_failure(exc)
             return None
         except Exception as exc:
@@ -72,6 +93,10 @@ class Reaper:
                 self._metrics.reaper_errors.inc()
             logger.exception("reaper pass failed unexpectedly: %s", type(exc).__name__)
             return None
+        self._last_ok = now
+        if self._outage_began is not None and self._outage_ended is None:
+            self._outage_ended = now
+            logger.info("store back after an outage: expired leases get one heartbeat interval")
         if self._metrics is not None:
             if result.requeued:
                 self._metrics.reaped.labels("requeued").inc(result.requeued)
@@ -85,6 +110,22 @@ class Reaper:
                 result.failed,
             )
         return result
+
+    def grace(self, now: float) -> OutageGrace | None:
+        """The outage the next pass (at ``now``) must spare, if any."""
+        if self._outage_began is None:
+            return None
+        ended = now if self._outage_ended is None else self._outage_ended
+        if now - ended >= _MAX_GRACE:
+            self._outage_began = self._outage_ended = None
+            return None
+        return OutageGrace(began_ago=now - self._outage_began, ended_ago=now - ended)
+
+    def _outage(self, now: float) -> None:
+        # Back-to-back outages keep the earliest start: no lease loses the grace it had.
+        if self._outage_began is None:
+            self._outage_began = now if self._last_ok is None else self._last_ok
+        self._outage_ended = None
 
     def _record_failure(self, exc: BaseException) -> None:
         self.failures += 1

@@ -34,7 +34,9 @@ def open_store(database_url: str, **options: Any) -> Store:
 
     ``sqlite:///path`` → SQLite (options: ``busy_timeout_ms``, ``poll_interval``);
     ``postgresql://…`` / ``postgres://…`` → PostgreSQL (options: ``min_size``, ``max_size``,
-    ``pool_timeout``). Any other scheme is a ``ConfigError``.
+    ``pool_timeout``, ``poll_interval``, ``listen``, ``statement_timeout``: seconds, default 5,
+    None = unbounded; past it an operation is ``ServerUnavailable`` at once). Any other scheme
+    is a ``ConfigError``.
     """
     from jobagentctl.server.store.sql_store import SqlStore
 

@@ -24,7 +24,7 @@ from jobagentctl.models import (
     JobStatus,
 )
 
-__all__ = ["ApiKeyRecord", "ReapResult", "Store", "WorkspaceRecord"]
+__all__ = ["ApiKeyRecord", "OutageGrace", "ReapResult", "Store", "WorkspaceRecord"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +44,14 @@ class WorkspaceRecord:
     name: str
     slug: str
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class OutageGrace:
+    """What the reaper saw of the store's last outage, in seconds before this pass."""
+
+    began_ago: float  # since the last pass that worked before the failures
+    ended_ago: float  # since the first pass that worked again (0: this one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +84,12 @@ class Store(Protocol):
         """Apply pending versioned migrations (idempotent, safe when replicas race); return the
         versions applied now."""
 
-    async def schema_current(self) -> bool:
-        """True when the database is reachable and every migration is applied (``/readyz``)."""
+    async def schema_current(self, timeout: float | None = None) -> bool:
+        """True when the database is reachable, every migration is applied and writes work
+        (``/readyz``). False, never an error, when the answer takes longer than ``timeout``
+        seconds (None: the store's own bound, PostgreSQL's ``statement_timeout``) or the last
+        write failed for a reason that fails every write (SQLite disk full, I/O error,
+        read-only; probed again with a write that changes nothing visible)."""
 
     # --- workspaces and keys -----------------------------------------------------------------
     async def create_workspace(self, name: str, slug: str | None = None) -> UUID:
@@ -223,13 +235,17 @@ class Store(Protocol):
         ``external_id`` replace when given; ``metadata`` is merged key by key.
         """
 
-    async def reap(self, batch_size: int, max_reclaims: int) -> ReapResult:
+    async def reap(
+        self, batch_size: int, max_reclaims: int, grace: OutageGrace | None = None
+    ) -> ReapResult:
         """Repeat one batched statement (≤ ``batch_size`` rows, ``SKIP LOCKED`` on PostgreSQL)
         until a pass reaps nothing: delete expired ``job_claim`` rows, close their attempts
         ``expired``, and flip their jobs from ``inProgress`` to ``queued`` — or to ``failure``
         with message ``lease expired N times`` when ``max_reclaims`` > 0 and this is the N-th
         expiry with N ≥ ``max_reclaims``. Safe with concurrent reapers: each job exactly once.
-        Wakes long-polls of the agents whose jobs went back to the queue."""
+        Wakes long-polls of the agents whose jobs went back to the queue. ``grace``: a claim
+        that expired less than ``began_ago`` seconds ago is spared while ``ended_ago`` is below
+        its heartbeat interval (lease/3 within [1 s, 60 s]), see ``reaper.py``."""
 
     async def list_claims(
         self,

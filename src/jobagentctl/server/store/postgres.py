@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager, suppress
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import psycopg
@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 Q = load_queries("postgres")
 Conn = psycopg.AsyncConnection[DictRow]
+T = TypeVar("T")
 
 
 def translate_error(exc: psycopg.Error) -> JobAgentError:
@@ -72,10 +73,16 @@ class PostgresConnector:
         *,
         min_size: int = 2,
         max_size: int = 16,
-        pool_timeout: float = 10.0,
+        pool_timeout: float | None = None,
         poll_interval: float = 1.0,
         listen: bool = True,
+        statement_timeout: float | None = 5.0,
     ) -> None:
+        """``statement_timeout`` (seconds, None = unbounded) bounds every operation, waiting
+        for a pooled connection included: past it the caller gets ``ServerUnavailable`` (503)
+        at once, even if the database has frozen; it is also the server-side
+        ``statement_timeout``. ``pool_timeout`` (opening the pool, waiting for a connection)
+        defaults to it, or 10 s when unbounded. Migrations are never bounded."""
         self._url = url  # never logged: it may carry a password
         # Name our sessions in pg_stat_activity unless the operator's URL already does.
         try:
@@ -88,7 +95,11 @@ class PostgresConnector:
         )
         self._min_size = min_size
         self._max_size = max_size
-        self._pool_timeout = pool_timeout
+        self._statement_timeout = statement_timeout
+        self._pool_timeout = pool_timeout or statement_timeout or 10.0
+        # Operations given up on at the timeout, still unwinding (psycopg cancels the query,
+        # then may wait for the server): kept referenced until they finish.
+        self._abandoned: set[asyncio.Task[Any]] = set()
         # Long-polls fall back to re-checking the queue this often while LISTEN is down.
         self._poll_interval = poll_interval
         self._listen = listen
@@ -124,6 +135,7 @@ class PostgresConnector:
             name="jobagentctl",
             connection_class=psycopg.AsyncConnection[DictRow],
             kwargs={"autocommit": True, "row_factory": dict_row, **self._pool_kwargs},
+            configure=self._configure,
         )
         try:
             await pool.open(wait=True, timeout=self._pool_timeout)
@@ -133,6 +145,36 @@ class PostgresConnector:
         self.pool = pool
         if self._listen:
             self._listener = asyncio.create_task(self._listen_forever(), name="jobagentctl-listen")
+
+    async def _configure(self, conn: Conn) -> None:
+        # The database gives up on a statement (a lock wait, say) when we do.
+        if self._statement_timeout is not None:
+            ms = max(1, round(self._statement_timeout * 1000))
+            await conn.execute(Q["set_statement_timeout"], {"ms": str(ms)})
+
+    async def _bounded(self, operation: Coroutine[Any, Any, T]) -> T:
+        """``operation`` within ``statement_timeout``. On timeout the caller is answered at
+        once; the operation is cancelled in the background (psycopg's cancellation of a query
+        on a frozen server can take seconds more: nobody waits for it)."""
+        if self._statement_timeout is None:
+            return await operation
+        task = asyncio.ensure_future(operation)
+        try:
+            done, _ = await asyncio.wait((task,), timeout=self._statement_timeout)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if done:
+            return task.result()
+        task.cancel()
+        self._abandoned.add(task)
+        task.add_done_callback(self._forget)
+        raise ServerUnavailable(f"the database did not answer within {self._statement_timeout:g} s")
+
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        self._abandoned.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: it was answered as a timeout already
 
     async def close(self) -> None:
         listener, pool = self._listener, self.pool
@@ -187,6 +229,7 @@ class PostgresConnector:
     async def migrate(self) -> list[int]:
         applied_now: list[int] = []
         async with self._connection() as conn, conn.transaction():
+            await conn.execute(Q["unbounded"])  # a migration may rewrite big tables
             await conn.execute(Q["migrate_lock"])
             await conn.execute(Q["migrations_table"])
             cur = await conn.execute(Q["applied_versions"])
@@ -202,16 +245,25 @@ class PostgresConnector:
     # --- queries -------------------------------------------------------------------------------
 
     async def one(self, name: str, params: Params | None = None) -> Row | None:
+        return await self._bounded(self._one(name, params))
+
+    async def _one(self, name: str, params: Params | None) -> Row | None:
         async with self._connection() as conn:
             cur = await conn.execute(Q[name], params)
             return await cur.fetchone() if cur.description else None
 
     async def all(self, name: str, params: Params | None = None) -> list[Row]:
+        return await self._bounded(self._all(name, params))
+
+    async def _all(self, name: str, params: Params | None) -> list[Row]:
         async with self._connection() as conn:
             cur = await conn.execute(Q[name], params)
             return list(await cur.fetchall())
 
     async def locked(self, read: str, params: Params, decide: Decide) -> Row | None:
+        return await self._bounded(self._locked(read, params, decide))
+
+    async def _locked(self, read: str, params: Params, decide: Decide) -> Row | None:
         error: JobAgentError | None = None
         written: psycopg.AsyncCursor[DictRow] | None = None
         async with self._connection() as conn:
@@ -245,6 +297,10 @@ class PostgresConnector:
         if error is not None:
             raise error
         return row
+
+    async def writable(self) -> bool:
+        # A failing write on PostgreSQL fails its request; reachability is readiness enough.
+        return True
 
     def notify(self, agent_id: UUID, jobs: int) -> None:
         """Nothing to do here: the statement that queued the jobs also ran pg_notify, which

@@ -56,7 +56,12 @@ from jobagentctl.server.store._sql import (
     wait_event,
     workspace_from_row,
 )
-from jobagentctl.server.store.base import ApiKeyRecord, ReapResult, WorkspaceRecord
+from jobagentctl.server.store.base import (
+    ApiKeyRecord,
+    OutageGrace,
+    ReapResult,
+    WorkspaceRecord,
+)
 
 __all__ = ["Connector", "Decide", "SqlStore"]
 
@@ -87,6 +92,10 @@ class Connector(Protocol):
         """One transaction holding the job's lock (``lock_job``): run ``read``, pass its row to
         ``decide`` (which may raise: nothing is written), run the write it names; return the
         write's row, or the read's row when ``decide`` wrote nothing."""
+
+    async def writable(self) -> bool:
+        """False while the last write failed for a reason that fails every write (SQLite: disk
+        full, I/O error, read-only file)."""
 
     def notify(self, agent_id: UUID, jobs: int) -> None:
         """``jobs`` jobs were queued for ``agent_id`` by a statement of this process."""
@@ -125,10 +134,13 @@ class SqlStore:
     async def migrate(self) -> list[int]:
         return await self._db.migrate()
 
-    async def schema_current(self) -> bool:
+    async def schema_current(self, timeout: float | None = None) -> bool:
         try:
-            rows = await self._db.all("applied_versions")
-        except JobAgentError:
+            async with asyncio.timeout(timeout):
+                rows = await self._db.all("applied_versions")
+                if not await self._db.writable():
+                    return False
+        except (JobAgentError, TimeoutError):
             return False
         done = {row["version"] for row in rows}
         return all(version in done for version, _ in migrations(self.dialect))
@@ -432,8 +444,16 @@ class SqlStore:
             self._db.notify(job.agent_id, 1)
         return job
 
-    async def reap(self, batch_size: int, max_reclaims: int) -> ReapResult:
-        params = {"batch_size": batch_size, "max_reclaims": max_reclaims}
+    async def reap(
+        self, batch_size: int, max_reclaims: int, grace: OutageGrace | None = None
+    ) -> ReapResult:
+        params = {
+            "batch_size": batch_size,
+            "max_reclaims": max_reclaims,
+            # No outage: nothing expired "since the outage began", nobody is spared.
+            "outage_began_ago": 0.0 if grace is None else grace.began_ago,
+            "outage_ended_ago": 1e9 if grace is None else grace.ended_ago,
+        }
         requeued = failed = 0
         while True:
             row = await self._db.one("reap", params)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +37,15 @@ __all__ = ["SqliteConnector"]
 
 T = TypeVar("T")
 Q = load_queries("sqlite")
+
+# Errors that mean "nothing can be written now" (sqlite3 error codes, primary code in the low
+# byte): named in the answer, remembered for readiness until a write succeeds again.
+_WRITE_FAILURES = {
+    sqlite3.SQLITE_FULL: "the disk is full",
+    sqlite3.SQLITE_IOERR: "a disk I/O error",
+    sqlite3.SQLITE_READONLY: "the file is read-only",
+    sqlite3.SQLITE_CANTOPEN: "the file cannot be opened",
+}
 
 # Parameters as the store passes them: UUIDs are stored as their text, lists (status filters)
 # as JSON arrays read with json_each().
@@ -105,6 +115,37 @@ def _run_chain(conn: sqlite3.Connection, name: str, params: Params | None) -> Ro
     return result
 
 
+def _translated(fn: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection) -> T:
+    """The one place sqlite3's errors become the project's (messages without SQL)."""
+    try:
+        return fn(conn)
+    except JobAgentError:
+        raise
+    except sqlite3.IntegrityError as exc:
+        if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
+            raise Conflict("the object already exists") from exc
+        if "FOREIGN KEY" in str(exc):
+            raise NotFound("a referenced workspace or job agent does not exist") from exc
+        raise ServerError("unexpected SQLite error") from exc
+    except sqlite3.OperationalError as exc:
+        cause = _WRITE_FAILURES.get(getattr(exc, "sqlite_errorcode", 0) & 0xFF)
+        if cause is not None:
+            raise ServerUnavailable(f"the SQLite database cannot be written: {cause}") from exc
+        # Locked past busy_timeout, unreadable file, missing schema: an operator problem.
+        raise ServerUnavailable(
+            "the SQLite database is unavailable (locked, unreadable or not migrated)"
+        ) from exc
+    except sqlite3.Error as exc:
+        raise ServerError("unexpected SQLite error") from exc
+    except UnicodeEncodeError as exc:
+        # A lone surrogate ("\\ud800" in JSON) is valid JSON but not UTF-8 text; PostgreSQL
+        # refuses it too.
+        raise ValidationError("text must be valid UTF-8 (no lone surrogates)") from exc
+    except OverflowError as exc:
+        # sqlite3 binds integers as 64-bit; PostgreSQL refuses larger ones the same way.
+        raise ValidationError("a number is out of range (64-bit integers only)") from exc
+
+
 class SqliteConnector:
     """``Connector`` on one SQLite file."""
 
@@ -121,6 +162,9 @@ class SqliteConnector:
         self._conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
         self.waiters = Waiters()
+        # Why the last write failed (disk full…), None once one succeeds: readiness reads it.
+        self.write_error: str | None = None
+        self._changes = 0
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._executor is None or self._conn is None:
@@ -128,33 +172,31 @@ class SqliteConnector:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, partial(self._call, fn, self._conn))
 
-    @staticmethod
-    def _call(fn: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection) -> T:
-        """The one place sqlite3's errors become the project's (messages without SQL)."""
+    def _call(self, fn: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection) -> T:
         try:
-            return fn(conn)
-        except JobAgentError:
+            result = _translated(fn, conn)
+        except ServerUnavailable as exc:
+            code = getattr(exc.__cause__, "sqlite_errorcode", 0) & 0xFF
+            if code in _WRITE_FAILURES:
+                self.write_error = _WRITE_FAILURES[code]
+            self._changes = conn.total_changes  # rows of a statement rolled back since count too
             raise
-        except sqlite3.IntegrityError as exc:
-            if "UNIQUE" in str(exc) or "PRIMARY KEY" in str(exc):
-                raise Conflict("the object already exists") from exc
-            if "FOREIGN KEY" in str(exc):
-                raise NotFound("a referenced workspace or job agent does not exist") from exc
-            raise ServerError("unexpected SQLite error") from exc
-        except sqlite3.OperationalError as exc:
-            # Locked past busy_timeout, unreadable file, missing schema: an operator problem.
-            raise ServerUnavailable(
-                "the SQLite database is unavailable (locked, unreadable or not migrated)"
-            ) from exc
-        except sqlite3.Error as exc:
-            raise ServerError("unexpected SQLite error") from exc
-        except UnicodeEncodeError as exc:
-            # A lone surrogate ("\\ud800" in JSON) is valid JSON but not UTF-8 text; PostgreSQL
-            # refuses it too.
-            raise ValidationError("text must be valid UTF-8 (no lone surrogates)") from exc
-        except OverflowError as exc:
-            # sqlite3 binds integers as 64-bit; PostgreSQL refuses larger ones the same way.
-            raise ValidationError("a number is out of range (64-bit integers only)") from exc
+        if self.write_error is not None and conn.total_changes != self._changes:
+            self.write_error = None  # something was written since
+        self._changes = conn.total_changes
+        return result
+
+    async def writable(self) -> bool:
+        """False while writes fail (see ``write_error``); after a failure, probes with a write
+        that changes nothing visible."""
+        if self.write_error is None:
+            return True
+        try:
+            await self.one("write_probe")
+        except JobAgentError:
+            return False
+        self.write_error = None
+        return True
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -171,9 +213,15 @@ class SqliteConnector:
             raise
 
     def _connect(self) -> sqlite3.Connection:
+        file = None if self.path == ":memory:" else Path(self.path)
+        # Job payloads and key hashes live here: a new file, its WAL and its shared-memory file
+        # are the owner's only (0600; SQLite gives the WAL and SHM the database file's mode).
+        # umask is process-wide, hence restored at once; the chmod covers a racing thread.
+        created = file is not None and not file.exists()
+        old_umask = os.umask(0o077) if created else None
         try:
-            if self.path != ":memory:":
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            if file is not None:
+                file.parent.mkdir(parents=True, exist_ok=True)
             # isolation_level=None: we issue BEGIN IMMEDIATE/COMMIT ourselves.
             conn = sqlite3.connect(
                 self.path,
@@ -185,8 +233,16 @@ class SqliteConnector:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchall()  # opens WAL and SHM
+            if created and file is not None:
+                for path in (file, Path(f"{file}-wal"), Path(f"{file}-shm")):
+                    if path.exists():
+                        path.chmod(0o600)
         except (sqlite3.Error, OSError) as exc:
             raise ServerUnavailable(f"cannot open the SQLite database at {self.path}") from exc
+        finally:
+            if old_umask is not None:
+                os.umask(old_umask)
         return conn
 
     async def close(self) -> None:

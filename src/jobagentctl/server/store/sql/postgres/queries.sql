@@ -6,6 +6,13 @@
 -- Replicas starting together migrate one after the other; the lock ends with the transaction.
 SELECT pg_advisory_xact_lock(7236501981004)
 
+-- name: set_statement_timeout
+-- On each new pooled connection: the server-side bound of the store's statement_timeout.
+SELECT set_config('statement_timeout', %(ms)s, false)
+
+-- name: unbounded
+SET LOCAL statement_timeout = 0
+
 -- name: migrations_table
 CREATE TABLE IF NOT EXISTS schema_migrations (
     version     integer PRIMARY KEY,
@@ -14,6 +21,11 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 
 -- name: applied_versions
 SELECT version FROM schema_migrations ORDER BY version
+
+-- name: write_probe
+-- (SQLite's readiness probe after a failed write; unused on PostgreSQL.)
+INSERT INTO store_probe (id, pad) VALUES (1, decode(repeat('00', 65536), 'hex'))
+ON CONFLICT (id) DO UPDATE SET pad = excluded.pad
 
 -- name: record_migration
 INSERT INTO schema_migrations (version, applied_at) VALUES (%(version)s, now())
@@ -293,11 +305,17 @@ SELECT u.*, (SELECT count(*) FROM woken) AS woken FROM updated AS u
 -- concurrent reapers split the rows instead of reaping one twice, and a row whose job is held
 -- by an update_status (which locks job, then claim) is left for the next pass instead of
 -- deadlocking. The N-th expiry with N >= max_reclaims fails the job instead of requeueing it.
+-- Outage grace (reaper.py): a lease that ran out since the outage began is spared until one
+-- heartbeat interval (as `run` computes it: lease/3 within [1 s, 60 s]) after the store came
+-- back.
 WITH expired AS (
     SELECT c.job_id
     FROM job_claim AS c
     JOIN job AS j ON j.id = c.job_id
     WHERE c.claim_expires_at < now()
+      AND NOT (c.claim_expires_at >= now() - make_interval(secs => %(outage_began_ago)s::float8)
+               AND %(outage_ended_ago)s::float8
+                   < LEAST(60, GREATEST(1, c.lease_seconds / 3.0)))
     LIMIT %(batch_size)s
     FOR UPDATE OF c, j SKIP LOCKED
 ),

@@ -18,6 +18,11 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 -- name: applied_versions
 SELECT version FROM schema_migrations ORDER BY version
 
+-- name: write_probe
+-- Readiness after a failed write (disk full…): rewrite 64 KiB of random bytes, which needs
+-- that much new room in the WAL.
+INSERT OR REPLACE INTO store_probe (id, pad) VALUES (1, randomblob(65536))
+
 -- name: record_migration
 INSERT INTO schema_migrations (version, applied_at)
 VALUES (:version, (julianday('now') - 2440587.5) * 86400.0)
@@ -236,15 +241,21 @@ WHERE job_id = :job_id AND ended_at IS NULL AND :status <> 'inProgress'
 -- One batch. The batch is "the first :batch_size claims by job id that expired before :now",
 -- the same set in every statement: :now is read once, and the write lock keeps job_claim
 -- unchanged until the last statement deletes the batch. The N-th expiry with
--- N >= max_reclaims fails the job instead of requeueing it.
-SELECT (julianday('now') - 2440587.5) * 86400.0 AS now
-FROM job_claim
-WHERE claim_expires_at < (julianday('now') - 2440587.5) * 86400.0
-LIMIT 1;
+-- N >= max_reclaims fails the job instead of requeueing it. Outage grace (reaper.py): a lease
+-- that ran out since the outage began is spared until one heartbeat interval (as `run`
+-- computes it: lease/3 within [1 s, 60 s]) after the store came back.
+SELECT n.now
+FROM (SELECT (julianday('now') - 2440587.5) * 86400.0 AS now) AS n
+WHERE EXISTS (SELECT 1 FROM job_claim AS c
+              WHERE c.claim_expires_at < n.now
+                   AND NOT (c.claim_expires_at >= n.now - :outage_began_ago
+                            AND :outage_ended_ago < MIN(60, MAX(1, c.lease_seconds / 3.0))));
 UPDATE job_attempt
 SET outcome = 'expired', ended_at = :now
 WHERE (job_id, attempt) IN (SELECT c.job_id, c.attempt FROM job_claim AS c
                             WHERE c.claim_expires_at < :now
+                   AND NOT (c.claim_expires_at >= :now - :outage_began_ago
+                            AND :outage_ended_ago < MIN(60, MAX(1, c.lease_seconds / 3.0)))
                             ORDER BY c.job_id LIMIT :batch_size);
 UPDATE job
 SET status = CASE WHEN x.give_up THEN 'failure' ELSE 'queued' END,
@@ -257,7 +268,10 @@ FROM (SELECT t.job_id,
              :max_reclaims > 0 AND COUNT(*) >= :max_reclaims AS give_up
       FROM job_attempt AS t
       WHERE t.job_id IN (SELECT c.job_id FROM job_claim AS c
-                 WHERE c.claim_expires_at < :now ORDER BY c.job_id LIMIT :batch_size)
+                 WHERE c.claim_expires_at < :now
+                   AND NOT (c.claim_expires_at >= :now - :outage_began_ago
+                            AND :outage_ended_ago < MIN(60, MAX(1, c.lease_seconds / 3.0)))
+                 ORDER BY c.job_id LIMIT :batch_size)
         AND t.outcome = 'expired'
       GROUP BY t.job_id) AS x
 WHERE job.id = x.job_id AND job.status = 'inProgress';
@@ -269,9 +283,15 @@ SELECT COUNT(*) AS reaped,
                    AND j.job_agent_id IS NOT NULL) AS requeued_agents
 FROM job AS j
 WHERE j.id IN (SELECT c.job_id FROM job_claim AS c
-                 WHERE c.claim_expires_at < :now ORDER BY c.job_id LIMIT :batch_size);
+                 WHERE c.claim_expires_at < :now
+                   AND NOT (c.claim_expires_at >= :now - :outage_began_ago
+                            AND :outage_ended_ago < MIN(60, MAX(1, c.lease_seconds / 3.0)))
+                 ORDER BY c.job_id LIMIT :batch_size);
 DELETE FROM job_claim WHERE job_id IN (SELECT c.job_id FROM job_claim AS c
-                 WHERE c.claim_expires_at < :now ORDER BY c.job_id LIMIT :batch_size)
+                 WHERE c.claim_expires_at < :now
+                   AND NOT (c.claim_expires_at >= :now - :outage_began_ago
+                            AND :outage_ended_ago < MIN(60, MAX(1, c.lease_seconds / 3.0)))
+                 ORDER BY c.job_id LIMIT :batch_size)
 
 -- name: list_claims
 -- inProgress jobs with their claim row (active/expired) or without one (unleased); equal
