@@ -190,8 +190,9 @@ _FILL = """
 WITH ids AS (
     SELECT gen_random_uuid() AS id, g AS n FROM generate_series(1, {claims}) AS g
 ), jobs AS (
-    INSERT INTO job (id, job_agent_id, status, started_at)
-    SELECT id, '{agent}', 'inProgress', now() FROM ids RETURNING id
+    INSERT INTO job (id, job_agent_id, workspace_id, status, started_at)
+    SELECT i.id, a.id, a.workspace_id, 'inProgress', now()
+    FROM ids AS i, job_agent AS a WHERE a.id = '{agent}' RETURNING id
 ), attempts AS (
     INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
     SELECT i.id, 1, gen_random_uuid(), '{agent}', now() FROM ids AS i

@@ -28,10 +28,12 @@ from benchmarks.gate import Gate, Measured, wait_quiet
 
 HISTORY = """
 WITH done AS (
-    INSERT INTO job (id, job_agent_id, status, created_at, updated_at, started_at, completed_at)
-    SELECT gen_random_uuid(), '{agent}', 'successful',
+    INSERT INTO job (id, job_agent_id, workspace_id, status, created_at, updated_at, started_at,
+                     completed_at)
+    SELECT gen_random_uuid(), a.id, a.workspace_id, 'successful',
            now() - interval '1 day' + g * interval '1 millisecond', now(), now(), now()
-    FROM generate_series(1, {rows}) AS g
+    FROM job_agent AS a, generate_series(1, {rows}) AS g
+    WHERE a.id = '{agent}'
     RETURNING id, job_agent_id
 )
 INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at, ended_at, outcome)

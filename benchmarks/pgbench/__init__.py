@@ -236,10 +236,10 @@ def seed_queue(url: str, agent: uuid.UUID | str, jobs: int) -> None:
     the migrations made them (never analysed), as in a fresh production database."""
     psql(
         url,
-        "INSERT INTO job (id, job_agent_id, status, created_at, updated_at) "
-        f"SELECT gen_random_uuid(), '{agent}', 'queued', "
+        "INSERT INTO job (id, job_agent_id, workspace_id, status, created_at, updated_at) "
+        "SELECT gen_random_uuid(), a.id, a.workspace_id, 'queued', "
         "now() + g * interval '1 microsecond', now() "
-        f"FROM generate_series(1, {int(jobs)}) AS g",
+        f"FROM job_agent AS a, generate_series(1, {int(jobs)}) AS g WHERE a.id = '{agent}'",
     )
     psql(url, "VACUUM ANALYZE job")
 
