@@ -1,4 +1,5 @@
-"""Unit-test isolation: no real config file, no inherited JOBAGENTCTL_*/CTRLPLANE_* variables."""
+"""Unit-test isolation (no real config file, no inherited JOBAGENTCTL_*/CTRLPLANE_* variables)
+and the one respx fixture, `api`."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import respx
 
 from .clirun import Cli
 
@@ -26,3 +28,13 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch) -> Cli:
     return Cli(monkeypatch)
+
+
+@pytest.fixture
+def api(request: pytest.FixtureRequest) -> Iterator[respx.MockRouter]:
+    """The respx router the unit tests mock the API with (one fixture for every module).
+
+    Routes need not all be called, unless the module sets ``RESPX_ASSERT_ALL_CALLED = True``."""
+    strict = bool(getattr(request.module, "RESPX_ASSERT_ALL_CALLED", False))
+    with respx.mock(assert_all_called=strict) as router:
+        yield router

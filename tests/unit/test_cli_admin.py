@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import NAMESPACE_URL, uuid5
@@ -18,12 +17,6 @@ from jobagentctl.errors import NotFound
 from . import wire
 from .clirun import Cli
 from .wire import AGENT, BASE, JOB, WORKSPACE, WS
-
-
-@pytest.fixture
-def api() -> Iterator[respx.MockRouter]:
-    with respx.mock(assert_all_called=False) as router:
-        yield router
 
 
 def ago(seconds: float) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -13,12 +12,6 @@ import respx
 from . import wire
 from .clirun import Cli
 from .wire import AGENT, CLAIM, JOB, WS
-
-
-@pytest.fixture
-def api() -> Iterator[respx.MockRouter]:
-    with respx.mock(assert_all_called=False) as router:
-        yield router
 
 
 def body(route: respx.Route) -> object:

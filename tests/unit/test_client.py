@@ -17,11 +17,8 @@ from jobagentctl.models import ClaimedJob, JobStatus
 from . import wire
 from .wire import AGENT, API_KEY, BASE, CLAIM, JOB, WORKSPACE, WS
 
-
-@pytest.fixture
-def api() -> Iterator[respx.MockRouter]:
-    with respx.mock(assert_all_called=True) as router:
-        yield router
+# Every route mocked here must be called (the shared `api` fixture reads this).
+RESPX_ASSERT_ALL_CALLED = True
 
 
 @pytest.fixture
