@@ -60,10 +60,13 @@ from jobagentctl.server.metrics import Metrics
 from jobagentctl.server.operations import (
     API_PREFIX,
     V1_PREFIX,
+    JobWaitRequest,
+    JobWaitResult,
     Routes,
     claim_job_op,
     claim_next_op,
     heartbeat_op,
+    job_wait_op,
     update_status_op,
 )
 from jobagentctl.server.reaper import Reaper
@@ -476,6 +479,21 @@ def _add_v2_routes(app: FastAPI, service: JobService) -> None:
         body: Annotated[HeartbeatRequest | None, Body()] = None,
     ) -> Response:
         return _result(await heartbeat_op(service, _principal(request), ws, job_id, body))
+
+    @app.post(
+        Routes.JOB_WAIT,
+        response_model=JobWaitResult,
+        responses={**_ERRORS},
+        tags=["leases"],
+        summary="Wait until the claim is no longer held (cancelled, released, reaped, "
+        "completed) or waitSeconds run out (claimHeld true)",
+    )
+    async def wait_for_job_claim(
+        request: Request, ws: WsPath, job_id: JobPath, body: JobWaitRequest
+    ) -> Response:
+        return _result(
+            await job_wait_op(service, _principal(request), ws, job_id, body, request.receive)
+        )
 
     @app.get(
         Routes.CLAIMS,

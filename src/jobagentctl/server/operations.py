@@ -14,14 +14,17 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, StrictFloat
 from starlette.types import Receive
 
 from jobagentctl.models import (
     ClaimNextRequest,
     ClaimRequest,
     HeartbeatRequest,
+    JobStatus,
+    RequestModel,
     UpdateJobStatusRequest,
+    WireModel,
 )
 from jobagentctl.server.auth import Principal
 from jobagentctl.server.encoding import job_bytes, model_bytes
@@ -31,11 +34,14 @@ __all__ = [
     "API_PREFIX",
     "HOT_ROUTES",
     "HotRoute",
+    "JobWaitRequest",
+    "JobWaitResult",
     "Result",
     "Routes",
     "claim_job_op",
     "claim_next_op",
     "heartbeat_op",
+    "job_wait_op",
     "update_status_op",
 ]
 
@@ -62,9 +68,67 @@ class Routes:
     HEARTBEAT = f"{_WS}/jobs/{{jobId}}/heartbeat"
     ATTEMPTS = f"{_WS}/jobs/{{jobId}}/attempts"
     CLAIMS = f"{_WS}/job-claims"
+    JOB_WAIT = f"{_WS}/jobs/{{jobId}}/wait"
 
 
 Result = tuple[int, bytes]
+
+
+class JobWaitRequest(RequestModel):
+    """Body of the cancellation long-poll (issue 12 §6)."""
+
+    claim_id: UUID
+    wait_seconds: StrictFloat = Field(default=0.0, ge=0)
+
+
+class JobWaitResult(WireModel):
+    """``claimHeld`` false: the claim ended (completed, cancelled, released, reaped)."""
+
+    job_id: UUID
+    status: JobStatus
+    claim_held: bool
+
+
+async def _watching_disconnect(
+    receive: Receive | None, call: Callable[[asyncio.Event | None], Awaitable[Any]]
+) -> Any:
+    """``call(disconnected)`` while a watcher sets ``disconnected`` when the client leaves
+    (``receive`` after the body has been read); without ``receive``, ``call(None)``."""
+    if receive is None:
+        return await call(None)
+    disconnected = asyncio.Event()
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        disconnected.set()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        return await call(disconnected)
+    finally:
+        watcher.cancel()
+        # The watcher only observes; whatever ended it must not change the answer.
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await watcher
+
+
+async def job_wait_op(
+    service: JobService,
+    principal: Principal,
+    ws: UUID,
+    job_id: UUID,
+    body: JobWaitRequest,
+    receive: Receive | None = None,
+) -> Result:
+    status, held = await _watching_disconnect(
+        receive,
+        lambda disconnected: service.wait_claim(
+            principal, ws, job_id, body.claim_id, body.wait_seconds, disconnected
+        ),
+    )
+    return 200, model_bytes(JobWaitResult(job_id=job_id, status=status, claim_held=held))
+
 
 # --- the hot operations ---------------------------------------------------------------------------
 
@@ -95,21 +159,10 @@ async def claim_next_op(
     if receive is None or body is None or not body.wait_seconds:
         job = await service.claim_next(principal, ws, agent_id, body)
     else:
-        disconnected = asyncio.Event()
-
-        async def watch() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            disconnected.set()
-
-        watcher = asyncio.ensure_future(watch())
-        try:
-            job = await service.claim_next(principal, ws, agent_id, body, disconnected)
-        finally:
-            watcher.cancel()
-            # The watcher only observes; whatever ended it must not change the answer.
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await watcher
+        job = await _watching_disconnect(
+            receive,
+            lambda disconnected: service.claim_next(principal, ws, agent_id, body, disconnected),
+        )
     if job is None:
         return 204, b""
     return 200, job_bytes(job, True)

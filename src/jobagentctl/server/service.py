@@ -43,6 +43,9 @@ CLAIM_STATES = ("active", "expired", "unleased", "all")
 # already close the gap between "nothing queued" and "start waiting" (they re-check after
 # registering the waiter); this bounds the cost of any signal lost some other way.
 _WAIT_SLICE_SECONDS = 10.0
+# A cancellation wait re-reads the claim this often: status changes through other processes
+# (replicas, `server` commands, the reaper) send this process no signal.
+_CLAIM_RECHECK_SECONDS = 1.0
 
 
 def resolve_lease(
@@ -90,6 +93,8 @@ class JobService:
         # before it hands out a job (issue 11 §4).
         self._key_check = key_check
         self._stopping = asyncio.Event()
+        # Jobs whose status changed through this process: wakes their cancellation waiters.
+        self._job_changed: dict[UUID, asyncio.Event] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------
     def begin_shutdown(self) -> None:
@@ -345,7 +350,60 @@ class JobService:
         except (ClaimLost, ClaimMismatch) as exc:
             self.metrics.lease_lost.labels(exc.code).inc()
             raise
+        changed = self._job_changed.get(job_id)
+        if changed is not None:
+            changed.set()
         return AcceptedResponse(id=job_id, message="Job status updated")
+
+    async def wait_claim(
+        self,
+        principal: Principal,
+        ws: UUID,
+        job_id: UUID,
+        claim_id: UUID,
+        wait_seconds: float,
+        disconnected: asyncio.Event | None = None,
+    ) -> tuple[JobStatus, bool]:
+        """``(job status, claim held)`` as soon as the claim ``claim_id`` is no longer held
+        (completed, cancelled, released, reaped), or when ``wait_seconds`` (capped by
+        ``max_wait_seconds``) run out with it still held. Woken at once by a status change
+        through this process; changes through another process (another replica, the reaper's
+        requeue) are seen by a re-check every ``_CLAIM_RECHECK_SECONDS``."""
+        self._workspace(principal, ws)
+        deadline = time.monotonic() + min(wait_seconds, self.settings.max_wait_seconds)
+        while True:
+            changed = self._job_changed.setdefault(job_id, asyncio.Event())
+            changed.clear()
+            held = await self._claim_held(principal, ws, job_id, claim_id)
+            remaining = deadline - time.monotonic()
+            if not held or remaining <= 0 or self._stopping.is_set():
+                job = await self.store.get_job(ws, job_id, principal.agent_id)
+                if job is None:
+                    raise NotFound("job not found", details={"jobId": str(job_id)})
+                return job.status, held
+            waits = [changed.wait(), self._stopping.wait()]
+            if disconnected is not None:
+                waits.append(disconnected.wait())
+            tasks = [asyncio.ensure_future(w) for w in waits]
+            try:
+                await asyncio.wait(
+                    tasks,
+                    timeout=min(remaining, _CLAIM_RECHECK_SECONDS),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                for task in tasks:
+                    task.cancel()
+                if not changed.is_set() and self._job_changed.get(job_id) is changed:
+                    self._job_changed.pop(job_id, None)
+            if disconnected is not None and disconnected.is_set():
+                return JobStatus.IN_PROGRESS, True  # nobody listens: the answer is moot
+
+    async def _claim_held(
+        self, principal: Principal, ws: UUID, job_id: UUID, claim_id: UUID
+    ) -> bool:
+        attempts = await self.store.list_attempts(ws, job_id, principal.agent_id)
+        return any(a.claim_id == claim_id and a.ended_at is None for a in attempts)
 
     async def list_claims(
         self,
