@@ -273,3 +273,27 @@ async def test_absent_optional_job_fields_are_omitted_not_null(api: Api) -> None
     assert r.status_code == 202
     done = await api.job(created["id"])
     assert done["message"] == "done" and done["completedAt"] and "externalId" not in done
+
+
+async def test_workspace_by_slug_resolves_the_callers_own_workspace(api: Api) -> None:
+    """ctrlplane's GET /v1/workspaces/slug/{workspaceSlug} (handlers.ts getWorkspaceBySlug,
+    commit 66e0888): the workspace object; another workspace's slug is 404 here (a key learns
+    nothing outside its workspace)."""
+    record = await api.store.get_workspace_by_slug("test")
+    assert record is not None and str(record.id) == api.workspace_id
+    agent = await api.agent()
+    for key in (api.api_key, await api.new_key(agent)):
+        r = await api.client.get("/api/v1/workspaces/slug/test", headers={"X-API-Key": key})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["id"] == api.workspace_id and body["slug"] == "test"
+        assert body["name"] == "test" and body["createdAt"]
+    other = await api.store.create_workspace("jobs")  # a slug that is also a route segment
+    other_key = await api.new_key(ws=str(other))
+    r = await api.client.get("/api/v1/workspaces/slug/jobs", headers={"X-API-Key": other_key})
+    assert r.status_code == 200 and r.json()["id"] == str(other)
+    headers = {"X-API-Key": api.api_key}
+    for slug in ("jobs", "nope"):
+        r = await api.client.get(f"/api/v1/workspaces/slug/{slug}", headers=headers)
+        assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND"
+    assert (await api.client.get("/api/v1/workspaces/slug/test")).status_code == 401

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
@@ -42,6 +43,7 @@ from jobagentctl.models import (
     Page,
     UpdateJobStatusRequest,
     UpsertJobAgentRequest,
+    WireModel,
 )
 from jobagentctl.server.auth import Authenticator, Principal
 from jobagentctl.server.edge import PRINCIPAL, Edge
@@ -261,6 +263,7 @@ def create_app(settings: ServerSettings | None = None, store: Store | None = Non
     app.add_exception_handler(Exception, _on_unexpected)
 
     _add_operational_routes(app, service, metrics)
+    _add_workspace_routes(app, service)  # before the {ws} routes: "slug" is not an id
     _add_v1_routes(app, service)
     _add_v2_routes(app, service)
     _document_security(app)
@@ -303,6 +306,34 @@ def _add_operational_routes(app: FastAPI, service: JobService, metrics: Metrics)
     )
     async def prometheus_metrics() -> Response:
         return Response(await metrics.render(service.store), media_type=METRICS_CONTENT_TYPE)
+
+
+class WorkspaceOut(WireModel):
+    """ctrlplane's ``Workspace`` (openapi.json), the fields this server has."""
+
+    id: UUID
+    name: str
+    slug: str
+    created_at: datetime
+
+
+def _add_workspace_routes(app: FastAPI, service: JobService) -> None:
+    @app.get(
+        Routes.WORKSPACE_BY_SLUG,
+        response_model=WorkspaceOut,
+        responses=_ERRORS,
+        tags=["workspaces"],
+        summary="Resolve a workspace slug to the workspace (ctrlplane's getWorkspaceBySlug)",
+    )
+    async def get_workspace_by_slug(
+        request: Request,
+        slug: Annotated[str, Path(min_length=1, max_length=50, description="Workspace slug")],
+    ) -> Response:
+        record = await service.workspace_by_slug(_principal(request), slug)
+        out = WorkspaceOut(
+            id=record.id, name=record.name, slug=record.slug, created_at=record.created_at
+        )
+        return _json(model_bytes(out))
 
 
 def _add_v1_routes(app: FastAPI, service: JobService) -> None:

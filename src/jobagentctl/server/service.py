@@ -33,7 +33,7 @@ from jobagentctl.models import (
 from jobagentctl.server.auth import Principal
 from jobagentctl.server.metrics import Metrics
 from jobagentctl.server.settings import ServerSettings
-from jobagentctl.server.store.base import Store
+from jobagentctl.server.store.base import Store, WorkspaceRecord
 
 __all__ = ["CLAIM_STATES", "JobService", "resolve_lease"]
 
@@ -126,6 +126,15 @@ class JobService:
         if agent is None:
             raise NotFound("job agent not found", details={"jobAgentId": str(agent_id)})
         return agent
+
+    # --- workspaces --------------------------------------------------------------------------
+    async def workspace_by_slug(self, principal: Principal, slug: str) -> WorkspaceRecord:
+        """The caller's own workspace, by its slug; any other slug is 404 (a key learns nothing
+        about other workspaces)."""
+        record = await self.store.get_workspace_by_slug(slug)
+        if record is None or record.id != principal.workspace_id:
+            raise NotFound("workspace not found", details={"slug": slug})
+        return record
 
     # --- agents ------------------------------------------------------------------------------
     async def upsert_agent(
