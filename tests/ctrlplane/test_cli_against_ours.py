@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.fixtures.databases import sql
 from tests.fixtures.live_server import LiveServer
 from tests.integration.cli import env_for, jac, jac_process, until
@@ -48,9 +46,6 @@ def test_run_job_that_is_not_queued_exits_7_on_our_server(live_server: LiveServe
     assert ran.returncode == 7, ran.stderr
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 10 §3/§6: our server's slug route (edge) not on main yet"
-)
 def test_workspace_slug_on_our_server(live_server: LiveServer) -> None:
     status, workspace = live_server.request("GET", f"/api/v1/workspaces/{live_server.workspace_id}")
     slug = workspace["slug"] if status == 200 else "default"

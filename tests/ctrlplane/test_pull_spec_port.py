@@ -263,7 +263,6 @@ def test_v1_status_update_without_claim_id_accepts_any_transition(ours: LiveServ
     assert ours.get_job(job)["status"] == "queued"
 
 
-@pytest.mark.xfail(strict=True, reason=PENDING_STORE)
 def test_v1_workspace_slug_route(ours: LiveServer) -> None:
     """handlers.ts getWorkspaceBySlug: GET /v1/workspaces/slug/{slug} → the workspace."""
     status, workspace = ours.request("GET", f"/api/v1/workspaces/{ours.workspace_id}")
