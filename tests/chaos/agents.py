@@ -10,7 +10,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-__all__ = ["Agent", "alive", "children"]
+__all__ = ["Agent", "alive", "children", "tree_groups"]
 
 
 def children(pid: int) -> list[int]:
@@ -29,6 +29,21 @@ def children(pid: int) -> list[int]:
         if len(fields) > 2 and fields[1] == str(pid):
             found.append(int(entry))
     return found
+
+
+def tree_groups(pid: int) -> list[int]:
+    """The process groups of every descendant of ``pid``: with the watchdog, its own group
+    and the job's (and any a daemon made), so a "host" fault can reach all of them."""
+    groups: list[int] = []
+    todo = children(pid)
+    while todo:
+        child = todo.pop()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            group = os.getpgid(child)
+            if group not in groups:
+                groups.append(group)
+        todo += children(child)
+    return groups
 
 
 def alive(pid: int) -> bool:
@@ -92,9 +107,9 @@ class Agent:
             # Freeze first so it cannot start a child between our look and the kill.
             os.kill(self.pid, signal.SIGSTOP)
             if with_job:
-                for child in children(self.pid):
+                for group in tree_groups(self.pid):
                     with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(child, signal.SIGKILL)
+                        os.killpg(group, signal.SIGKILL)
             os.kill(self.pid, signal.SIGKILL)
         assert self.proc is not None
         self.proc.wait(10)
@@ -105,7 +120,7 @@ class Agent:
         if not self.running():
             return
         os.kill(self.pid, signal.SIGSTOP)
-        self._stopped_groups = children(self.pid) if with_job else []
+        self._stopped_groups = tree_groups(self.pid) if with_job else []
         for child in self._stopped_groups:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(child, signal.SIGSTOP)

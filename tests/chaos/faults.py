@@ -81,11 +81,12 @@ def draw_schedule(
     servers: int,
     lease: float,
     postgres: bool,
+    only: tuple[str, ...] | None = None,
 ) -> list[Fault]:
-    """Faults over ``duration`` seconds. Every kind that applies appears at least once when
-    the phase is long enough; the rest are drawn at random. Faults on one target never
-    overlap, nor do two server/database faults, nor two proxy windows."""
-    kinds = [k for k in KINDS if postgres or k != "db_restart"]
+    """Faults over ``duration`` seconds. Every kind that applies (of ``only``, when given)
+    appears at least once when the phase is long enough; the rest are drawn at random. Faults
+    on one target never overlap, nor do two server/database faults, nor two proxy windows."""
+    kinds = [k for k in (only or KINDS) if postgres or k != "db_restart"]
     faults: list[Fault] = []
     # A short phase may not fit every kind in one draw: draw again (still a function of the
     # seed alone) until it does, or give up after a few tries and keep the last.

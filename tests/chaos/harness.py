@@ -28,7 +28,14 @@ from typing import Any, TypeVar
 
 from tests.chaos.agents import Agent, alive, children
 from tests.chaos.faults import KINDS, Fault, draw_schedule
-from tests.chaos.invariants import TERMINAL, CheckResult, Evidence, check, parse_executions
+from tests.chaos.invariants import (
+    TERMINAL,
+    CheckResult,
+    Evidence,
+    check,
+    parse_executions,
+    parse_overlaps,
+)
 from tests.chaos.pgcluster import PgCluster
 from tests.chaos.proxy import FaultProxy, ProxyFault
 from tests.fixtures.databases import sql
@@ -42,9 +49,23 @@ DB_MODES = ("sqlite", "postgres", "replicas")
 JOB_SCRIPT = """\
 # One chaos job: record this execution's start and end, work the job's "sleep" seconds.
 # The records are appended with one write each (O_APPEND), so agents never interleave lines.
+# The witness of overlaps: every execution holds a lock on a file of its own for as long as
+# any process of its tree lives (fd 9 is inherited by sleep; the kernel drops the lock when
+# the last holder dies, SIGKILL included). An execution that finds an earlier execution's
+# lock of the same job still held started while that one was alive: an overlap.
 pause=$(sed -n 's/.*"sleep":\\([0-9.]*\\).*/\\1/p' "$JOBAGENTCTL_JOB_FILE")
+locks="$CHAOS_RECORDS.locks"
+mine="$locks/$JOBAGENTCTL_JOB_ID.$JOBAGENTCTL_ATTEMPT.$$"
+mkdir -p "$locks"
+exec 9>"$mine"
+flock 9
 echo "start $JOBAGENTCTL_JOB_ID $JOBAGENTCTL_ATTEMPT $JOBAGENTCTL_CLAIM_ID $$ $CHAOS_SLOT \
 $(date +%s.%N)" >> "$CHAOS_RECORDS"
+for other in "$locks/$JOBAGENTCTL_JOB_ID".*; do
+  [ "$other" = "$mine" ] && continue
+  flock -n "$other" true 2>/dev/null || echo "overlap $JOBAGENTCTL_JOB_ID $JOBAGENTCTL_ATTEMPT \
+$JOBAGENTCTL_CLAIM_ID $$ $CHAOS_SLOT ${other#"$locks/$JOBAGENTCTL_JOB_ID".}" >> "$CHAOS_RECORDS"
+done
 sleep "${pause:-0.5}"
 echo "end $JOBAGENTCTL_JOB_ID $JOBAGENTCTL_ATTEMPT $JOBAGENTCTL_CLAIM_ID $$ $CHAOS_SLOT \
 $(date +%s.%N)" >> "$CHAOS_RECORDS"
@@ -67,12 +88,16 @@ class ChaosConfig:
     settle_timeout: float = 120.0
     client_timeout: float = 5.0
     calm: bool = False  # no faults: the control run (nothing may be re-run or lost)
+    only: tuple[str, ...] | None = None  # draw faults of these kinds only
+    watchdog: bool = True  # False: agents run jobs without the watchdog (JOBAGENTCTL_WATCHDOG=0)
     keep: bool = False
     verbose: bool = False
 
     @property
     def name(self) -> str:
-        return f"seed {self.seed} {self.db}{' calm' if self.calm else ''}"
+        extra = " calm" if self.calm else ""
+        extra += "" if self.watchdog else " no-watchdog"
+        return f"seed {self.seed} {self.db}{extra}"
 
 
 @dataclass
@@ -203,6 +228,8 @@ class ChaosRun:
         self.agent_exits: list[str] = []
         self.interrupt_exits: Counter[int] = Counter()
         self.pauses: list[tuple[int, float, float]] = []  # (slot, SIGSTOP, SIGCONT) wall clock
+        self.freezes: list[tuple[int, float, float]] = []  # the same, agent+job (frozen host)
+        self.kills: list[tuple[int, float]] = []  # (slot, SIGKILL) of the agent alone
         self.requeues: list[tuple[str, float]] = []  # (job id, when) operator overrides
         self.metrics = _Metrics()
         self._events: list[tuple[float, int, str, Callable[[], None]]] = []
@@ -295,6 +322,7 @@ class ChaosRun:
                 servers=len(self.servers),
                 lease=cfg.lease,
                 postgres=cfg.db != "sqlite",
+                only=cfg.only,
             )
         )
         (self.workdir / "schedule.txt").write_text(
@@ -315,6 +343,7 @@ class ChaosRun:
                     "JOBAGENTCTL_TIMEOUT": str(cfg.client_timeout),
                     "CHAOS_RECORDS": str(self.records_path),
                     "CHAOS_SLOT": str(slot),
+                    "JOBAGENTCTL_WATCHDOG": "1" if cfg.watchdog else "0",
                 }
             )
             command = [
@@ -403,6 +432,8 @@ class ChaosRun:
             with_job = fault.detail == "agent+job"
             if kind == "agent_kill":
                 agent.kill(with_job)
+                if not with_job:
+                    self.kills.append((agent.slot, time.time()))
                 self._at(self._now() + fault.duration, "agent restart", agent.start)
             elif kind == "agent_interrupt":
                 if not children(agent.pid) and self._now() < fault.at + 3:
@@ -422,6 +453,8 @@ class ChaosRun:
                 def resume(agent: Agent = agent, stopped: float = stopped) -> None:
                     agent.cont()
                     self.pauses.append((agent.slot, stopped, time.time()))
+                    if with_job:
+                        self.freezes.append((agent.slot, stopped, time.time()))
 
                 self._at(self._now() + fault.duration, "agent cont", resume)
         elif kind == "server_restart":
@@ -685,7 +718,8 @@ class ChaosRun:
         assert self.proxy is not None
         self.proxy.stop()
         self.proxy.dump(self.workdir / "exchanges.jsonl")
-        executions, bad = parse_executions(self.records_path.read_text(encoding="utf-8"))
+        records = self.records_path.read_text(encoding="utf-8")
+        executions, bad = parse_executions(records)
         reports = []
         for agent in self.agents:
             with contextlib.suppress(OSError):
@@ -710,6 +744,9 @@ class ChaosRun:
             pauses=list(self.pauses),
             requeues=list(self.requeues),
             bad_records=bad,
+            overlaps=parse_overlaps(records),
+            kills=list(self.kills),
+            freezes=list(self.freezes),
         )
 
     def _outages(self) -> list[tuple[float, float]]:
@@ -864,6 +901,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--calm", action="store_true", help="no faults: the control run (zero re-runs expected)"
     )
+    parser.add_argument(
+        "--faults",
+        default=None,
+        help="comma-separated fault kinds to draw (default: all), e.g. agent_kill,agent_stop",
+    )
+    parser.add_argument(
+        "--no-watchdog",
+        action="store_true",
+        help="agents run jobs without the watchdog (JOBAGENTCTL_WATCHDOG=0): the baseline",
+    )
     parser.add_argument("--keep", action="store_true", help="keep every run's work dir")
     parser.add_argument("--verbose", "-v", action="store_true", help="narrate each fault")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
@@ -887,7 +934,14 @@ def main(argv: list[str] | None = None) -> int:
         "keep": args.keep,
         "verbose": args.verbose,
         "calm": args.calm,
+        "watchdog": not args.no_watchdog,
     }
+    if args.faults:
+        only = tuple(kind.strip() for kind in args.faults.split(",") if kind.strip())
+        unknown = [kind for kind in only if kind not in KINDS]
+        if unknown:
+            parser.error(f"unknown fault kind(s): {', '.join(unknown)} (known: {', '.join(KINDS)})")
+        overrides["only"] = only
 
     def echo(message: str) -> None:
         print(message, file=sys.stderr, flush=True)

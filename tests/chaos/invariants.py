@@ -4,6 +4,7 @@ the database (via the API), the job script's execution records, and the proxy's 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 from collections import Counter, defaultdict
@@ -18,8 +19,10 @@ __all__ = [
     "CheckResult",
     "Evidence",
     "Execution",
+    "Overlap",
     "check",
     "parse_executions",
+    "parse_overlaps",
 ]
 
 TERMINAL = frozenset(
@@ -61,6 +64,30 @@ class Execution:
     ended: float | None  # None: killed before it finished (lease lost, crash)
 
 
+@dataclass(frozen=True)
+class Overlap:
+    """Execution ``attempt`` of ``job_id`` started while the tree of an earlier execution
+    (``earlier``, its attempt number) was still alive: the job script's lock witness."""
+
+    job_id: str
+    attempt: int
+    slot: int
+    earlier: int
+
+
+def parse_overlaps(text: str) -> list[Overlap]:
+    """The witness's ``overlap JOB ATTEMPT CLAIM PID SLOT EARLIER.PID`` lines."""
+    found = []
+    for line in text.splitlines():
+        parts = line.split()
+        if parts[:1] != ["overlap"] or len(parts) != 7:
+            continue
+        with contextlib.suppress(ValueError):
+            earlier = int(parts[6].split(".", 1)[0])
+            found.append(Overlap(parts[1], int(parts[2]), int(parts[5]), earlier))
+    return found
+
+
 def parse_executions(text: str) -> tuple[list[Execution], list[str]]:
     """Executions from the records file, and the lines that made no sense."""
     starts: dict[tuple[str, str, int], tuple[int, int, float]] = {}
@@ -69,6 +96,8 @@ def parse_executions(text: str) -> tuple[list[Execution], list[str]]:
     bad: list[str] = []
     for line in text.splitlines():
         parts = line.split()
+        if parts[:1] == ["overlap"] and len(parts) == 7:
+            continue  # the witness's lines: parse_overlaps
         if len(parts) != 7 or parts[0] not in ("start", "end"):
             bad.append(line)
             continue
@@ -113,6 +142,9 @@ class Evidence:
     pauses: list[tuple[int, float, float]] = field(default_factory=list)  # (slot, STOP, CONT)
     requeues: list[tuple[str, float]] = field(default_factory=list)  # operator: (job, when)
     bad_records: list[str] = field(default_factory=list)
+    overlaps: list[Overlap] | None = None  # the witness's; None: spans of records instead
+    kills: list[tuple[int, float]] = field(default_factory=list)  # (slot, agent SIGKILL)
+    freezes: list[tuple[int, float, float]] = field(default_factory=list)  # agent+job stopped
 
 
 @dataclass
@@ -138,6 +170,31 @@ def _ts(value: Any) -> float | None:
     if value is None:
         return None
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+OVERLAP_CAUSES = ("agent_kill", "agent_stop", "frozen host", "other")
+
+
+def _overlap_causes(ev: Evidence, executions_by_job: dict[str, list[Execution]]) -> dict[str, int]:
+    """Each witnessed overlap, by what happened to the earlier execution's agent between its
+    start and the later one's: SIGKILLed alone, SIGSTOPped alone, stopped with its job (a
+    frozen host), or none of these (a lease lost while the agent lived, an operator requeue)."""
+    causes: dict[str, int] = {}
+    for o in ev.overlaps or []:
+        runs = executions_by_job.get(o.job_id, [])
+        earlier = next((e for e in runs if e.attempt == o.earlier), None)
+        later = next((e for e in runs if e.attempt == o.attempt), None)
+        cause = "other"
+        if earlier is not None and later is not None:
+            a, b, slot = earlier.started, later.started, earlier.slot
+            if any(s == slot and a <= t <= b for s, t in ev.kills):
+                cause = "agent_kill"
+            elif any(s == slot and start <= b and end >= a for s, start, end in ev.freezes):
+                cause = "frozen host"
+            elif any(s == slot and start <= b and end >= a for s, start, end in ev.pauses):
+                cause = "agent_stop"
+        causes[cause] = causes.get(cause, 0) + 1
+    return causes
 
 
 def _overlap(a: float, b: float, intervals: list[tuple[float, float]]) -> float:
@@ -365,6 +422,9 @@ def check(ev: Evidence) -> CheckResult:
     for runs in executions_by_job.values():
         spans = sorted((e.started, e.ended or float("inf")) for e in runs)
         overlapping += sum(1 for a, b in itertools.pairwise(spans) if b[0] < a[1])
+    causes = _overlap_causes(ev, executions_by_job)
+    if ev.overlaps is not None:
+        overlapping = sum(causes.values())
     worst = max(recovery, default=None)
     clean = max((r for r in recovery if r[1] == bound), default=None)
     over = [r for r in recovery if r[0] > r[1] + RECOVERY_TOLERANCE]
@@ -373,6 +433,7 @@ def check(ev: Evidence) -> CheckResult:
         "executions": len(ev.executions),
         "re-runs": reruns,
         "overlapping executions (zombies)": overlapping,
+        **{f"overlaps: {cause}": causes.get(cause, 0) for cause in OVERLAP_CAUSES},
         "attempts": sum(len(rows) for rows in ev.attempts.values()),
         "attempts expired": expired,
         "attempts released": released,

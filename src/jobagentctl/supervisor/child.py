@@ -282,6 +282,8 @@ class Child:
     ) -> Child:
         control_r, control_w = os.pipe2(os.O_CLOEXEC)
         status_r, status_w = os.pipe2(os.O_CLOEXEC)
+        # The watchdog keeps copies of the output pipes' read ends, to drain them if we die.
+        outputs = [read_fd for read_fd, _ in pipes]
         try:
             process = subprocess.Popen(
                 [
@@ -294,13 +296,14 @@ class Child:
                     str(int(stop_signal)),
                     repr(float(grace)),
                     str(stop_reason_file or ""),
+                    ",".join(map(str, outputs)) or "-",
                     "--",
                     *argv,
                 ],
                 env=env,
                 stdout=pipes[0][1] if pipes else None,
                 stderr=pipes[1][1] if pipes else None,
-                pass_fds=(control_r, status_w),
+                pass_fds=(control_r, status_w, *outputs),
                 start_new_session=True,
             )
         except BaseException:

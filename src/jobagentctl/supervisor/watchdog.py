@@ -29,15 +29,16 @@ started): everything it has to say goes to the status pipe.
 
 from __future__ import annotations
 
-import contextlib
+import ctypes
 import errno
 import os
 import select
 import signal
 import sys
 import time
-from types import FrameType
-from typing import Any
+
+# Only what the interpreter has loaded anyway, plus ctypes: no typing, no contextlib (they
+# would double the start-up of this helper, which every job pays).
 
 __all__ = ["descendants", "main"]
 
@@ -66,6 +67,19 @@ IGNORED = (
 )
 
 
+class _suppress:
+    """contextlib.suppress, without importing contextlib."""
+
+    def __init__(self, *kinds: type[BaseException]) -> None:
+        self.kinds = kinds
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, value: object, tb: object) -> bool:
+        return kind is not None and issubclass(kind, self.kinds)
+
+
 def _boottime() -> float:
     """Seconds on a clock that keeps counting while the machine is suspended (Linux)."""
     clock = getattr(time, "CLOCK_BOOTTIME", None)
@@ -76,11 +90,9 @@ class _Prctl:
     """``prctl(2)`` through ctypes, or nothing off Linux."""
 
     def __init__(self) -> None:
-        self._fn: Any = None
+        self._fn: ctypes._NamedFuncPointer | None = None
         if sys.platform.startswith("linux"):
-            import ctypes
-
-            with contextlib.suppress(OSError, AttributeError):
+            with _suppress(OSError, AttributeError):
                 self._fn = ctypes.CDLL(None, use_errno=True).prctl
 
     @property
@@ -88,7 +100,7 @@ class _Prctl:
         return self._fn is not None
 
     def __call__(self, option: int, value: int) -> bool:
-        return self._fn is not None and self._fn(option, value, 0, 0, 0) == 0
+        return self._fn is not None and bool(self._fn(option, value, 0, 0, 0) == 0)
 
 
 def descendants(root: int) -> list[int]:
@@ -119,9 +131,20 @@ def descendants(root: int) -> list[int]:
 
 class Watchdog:
     def __init__(
-        self, control_fd: int, status_fd: int, stop_signal: int, reason_file: str, grace: float
+        self,
+        control_fd: int,
+        status_fd: int,
+        stop_signal: int,
+        reason_file: str,
+        grace: float,
+        output_fds: list[int],
     ) -> None:
         self.control_fd = control_fd
+        # Copies of the read ends of the job's output pipes: read only once the supervisor is
+        # gone, so that the job's writes (a shell's "Terminated") do not kill it with SIGPIPE
+        # before its stop-signal handler runs.
+        self.output_fds = output_fds
+        self.draining: list[int] = []
         self.status_fd = status_fd
         self.stop_signal = stop_signal
         self.reason_file = reason_file
@@ -145,11 +168,11 @@ class Watchdog:
     # --- talking to the supervisor -----------------------------------------------------------
 
     def say(self, line: str, *, wake: bool = False) -> None:
-        with contextlib.suppress(OSError):
+        with _suppress(OSError):
             os.write(self.status_fd, line.encode() + b"\n")
         if wake and self.supervisor_alive:
             # The supervisor's main loop wakes on SIGCHLD: the job's status changed.
-            with contextlib.suppress(OSError):
+            with _suppress(OSError):
                 os.kill(self.supervisor, signal.SIGCHLD)
 
     def read_control(self) -> None:
@@ -184,13 +207,21 @@ class Watchdog:
         if not self.supervisor_alive:
             return
         self.supervisor_alive = False
-        with contextlib.suppress(OSError):
+        with _suppress(OSError):
             os.close(self.control_fd)
         if self.leader_status is not None:
             self.kill_tree()  # only leftovers remain
             sys.exit(0)
+        for fd in self.output_fds:
+            os.set_blocking(fd, False)
+            self.draining.append(fd)
         now = _boottime()
-        kill_at = now + self.grace
+        # The stop signal now; SIGKILL after the grace of the lease's window (or --grace when
+        # there is no lease), and never later than the lease's own SIGKILL time.
+        grace = self.grace
+        if self.stop_at is not None and self.kill_at is not None:
+            grace = self.kill_at - self.stop_at
+        kill_at = now + grace
         if self.kill_at is not None:
             kill_at = min(kill_at, max(now, self.kill_at))
         self.begin_stop("lease_lost", kill_at)
@@ -205,7 +236,7 @@ class Watchdog:
         self.write_reason(reason)
         self.say(f"stopping {reason}", wake=True)
         for signum in (self.stop_signal, signal.SIGCONT):
-            with contextlib.suppress(OSError):
+            with _suppress(OSError):
                 os.killpg(self.leader, signum)
 
     def write_reason(self, reason: str) -> None:
@@ -213,7 +244,7 @@ class Watchdog:
         if not self.reason_file or os.path.exists(self.reason_file):
             return
         partial = self.reason_file + ".partial"
-        with contextlib.suppress(OSError):
+        with _suppress(OSError):
             fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
                 os.write(fd, reason.encode() + b"\n")
@@ -226,10 +257,10 @@ class Watchdog:
         me = os.getpid()
         give_up = time.monotonic() + KILL_PATIENCE_SECONDS
         while True:
-            with contextlib.suppress(OSError):
+            with _suppress(OSError):
                 os.killpg(self.leader, signal.SIGKILL)
             for pid in descendants(me):
-                with contextlib.suppress(OSError):
+                with _suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
             self.reap()
             try:
@@ -284,9 +315,11 @@ class Watchdog:
                     signal.signal(signum, signal.SIG_DFL)
                 os.close(self.control_fd)
                 os.close(self.status_fd)
+                for fd in self.output_fds:
+                    os.close(fd)
                 os.execvp(argv[0], argv)
             except OSError as exc:
-                with contextlib.suppress(OSError):
+                with _suppress(OSError):
                     os.write(err_w, str(exc.errno or errno.ENOEXEC).encode())
             except BaseException:
                 code = 126
@@ -323,35 +356,50 @@ class Watchdog:
             for moment in (self.stop_at if self.stopping is None else None, self.kill_at):
                 if moment is not None:
                     wait = min(wait, max(0.0, moment - now))
-            watched = [self.wake_r] + ([self.control_fd] if self.supervisor_alive else [])
-            with contextlib.suppress(InterruptedError):
+            watched = [self.wake_r, *self.draining]
+            if self.supervisor_alive:
+                watched.append(self.control_fd)
+            with _suppress(InterruptedError):
                 ready, _, _ = select.select(watched, [], [], wait)
                 if self.wake_r in ready:
                     _drain(self.wake_r)
+                for fd in ready:
+                    if fd in self.draining and not _drain(fd):
+                        self.draining.remove(fd)
+                        os.close(fd)
             self.reap()
             if self.supervisor_alive:
                 self.read_control()
 
 
-def _noop(signum: int, frame: FrameType | None) -> None:
+def _noop(signum: int, frame: object) -> None:
     del signum, frame
 
 
-def _drain(fd: int) -> None:
-    with contextlib.suppress(OSError):
-        while os.read(fd, 4096):
+def _drain(fd: int) -> bool:
+    """Read what ``fd`` has (non-blocking); False at EOF."""
+    try:
+        while os.read(fd, 65536):
             pass
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def main(argv: list[str]) -> int:
-    """``watchdog.py CONTROL_FD STATUS_FD STOP_SIGNAL GRACE REASON_FILE -- COMMAND…``"""
-    if len(argv) < 7 or argv[5] != "--":
-        sys.stderr.write("usage: watchdog.py CONTROL STATUS SIGNAL GRACE REASON_FILE -- CMD…\n")
+    """``watchdog.py CONTROL_FD STATUS_FD STOP_SIGNAL GRACE REASON_FILE OUTPUT_FDS -- CMD…``
+
+    OUTPUT_FDS: the read ends of the captured output pipes, comma-separated, or ``-``."""
+    if len(argv) < 8 or argv[6] != "--":
+        sys.stderr.write("usage: watchdog.py CONTROL STATUS SIGNAL GRACE REASON OUTPUT -- CMD…\n")
         return 2
     control_fd, status_fd, stop_signal = int(argv[0]), int(argv[1]), int(argv[2])
-    dog = Watchdog(control_fd, status_fd, stop_signal, argv[4], float(argv[3]))
+    outputs = [int(fd) for fd in argv[5].split(",") if fd.isdigit()]
+    dog = Watchdog(control_fd, status_fd, stop_signal, argv[4], float(argv[3]), outputs)
     try:
-        if not dog.spawn(argv[6:]):
+        if not dog.spawn(argv[7:]):
             return 0
         dog.run()
     except SystemExit:
