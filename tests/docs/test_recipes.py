@@ -54,6 +54,7 @@ EXCLUDED: dict[str, str] = {
     ),
     "docs/protocol.md › 1. The life of a job and its claim": "a mermaid diagram",
     "docs/run.md › Lifecycle": "a text diagram",
+    "docs/run.md › When `run` dies or freezes: the watchdog": "a text diagram",
     "docs/run.md › systemd: a long-running agent": (
         "a systemd unit (no systemd in the test environment); its ExecStart is `run --loop`, "
         "whose SIGTERM drain is run by test_run_md_first_examples and tests/e2e"
