@@ -59,11 +59,15 @@ class Proc:
         self._out: list[bytes] = []
         self._err: list[bytes] = []
         self.stdout_closed = threading.Event()
-        for stream, sink, is_stdout in (
-            (self.proc.stdout, self._out, True),
-            (self.proc.stderr, self._err, False),
-        ):
-            threading.Thread(target=self._read, args=(stream, sink, is_stdout), daemon=True).start()
+        self._readers = [
+            threading.Thread(target=self._read, args=(stream, sink, is_stdout), daemon=True)
+            for stream, sink, is_stdout in (
+                (self.proc.stdout, self._out, True),
+                (self.proc.stderr, self._err, False),
+            )
+        ]
+        for reader in self._readers:
+            reader.start()
 
     def _read(self, stream: Any, sink: list[bytes], is_stdout: bool) -> None:
         with stream:
@@ -82,7 +86,7 @@ class Proc:
 
     def wait(self, timeout: float = 120.0) -> int:
         try:
-            return self.proc.wait(timeout)
+            status = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
@@ -90,6 +94,11 @@ class Proc:
                 f"{self.proc.args!r} did not end in {timeout:g}s\n"
                 f"stdout:\n{self.stdout}\nstderr:\n{self.stderr}"
             ) from None
+        # The last output may still be in the pipes: let the readers get it (a process left
+        # behind holding a pipe is the test's to find, so do not wait for it forever).
+        for reader in self._readers:
+            reader.join(10)
+        return status
 
     def output(self) -> str:
         return f"exit {self.proc.returncode}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"

@@ -75,8 +75,9 @@ def test_a_server_restart_mid_job_is_survived_and_the_job_deployed_once(
     the job went back to the queue and was deployed again."""
     box = own_sandbox
     job = box.enqueue()
-    # Heartbeats every 10 s; the lease (30 s) leaves ~20 s for the server to come back.
-    agent = _agent(box, JOBAGENTCTL_LEASE_SECONDS="30")
+    # Heartbeats every 15 s; the lease (45 s) leaves ~30 s for the server to come back (a
+    # cold start on two busy cores takes that long).
+    agent = _agent(box, JOBAGENTCTL_LEASE_SECONDS="45")
     wait_until(box.deploys, what="the deploy to start")
     box.server.stop()
     # Down for at least 3 s, and until a heartbeat has failed against the stopped server.
