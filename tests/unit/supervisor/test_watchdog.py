@@ -159,7 +159,8 @@ class Host:
         return result
 
     def cleanup(self) -> None:
-        for pid in (self.proc.pid, *self.tree):
+        # The watchdog too: a failed test may leave it stopped, and nothing would resume it.
+        for pid in (self.proc.pid, self.watchdog, self.leader, *self.tree):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
