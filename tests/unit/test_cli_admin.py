@@ -468,3 +468,25 @@ def test_tty_form(
         assert result.stdout == ""
     if not stderr_has:
         assert result.stderr == ""
+
+
+# --- server commands: a password on the command line ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "warned"),
+    [
+        ("postgresql://jobagent:hunter2-secret@127.0.0.1:1/jobagent", True),
+        ("postgresql://jobagent@127.0.0.1:1/jobagent?password=hunter2-secret", True),
+        ("postgresql://jobagent@127.0.0.1:1/jobagent", False),
+    ],
+    ids=["userinfo", "query", "no-password"],
+)
+def test_a_password_in_database_flag_is_warned_about(cli: Cli, url: str, warned: bool) -> None:
+    """Issue 11 §10: a flag shows in `ps`; the warning names the safe ways, never the secret."""
+    result = cli("server", "migrate", "--database", url, env={"PGCONNECT_TIMEOUT": "2"})
+    assert result.exit_code != 0  # nobody listens on port 1
+    assert ("visible to every local user" in result.stderr) is warned
+    assert "hunter2-secret" not in result.stdout + result.stderr
+    if warned:
+        assert "JOBAGENTCTL_SERVER_DATABASE" in result.stderr and "PGPASSFILE" in result.stderr

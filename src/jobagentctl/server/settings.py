@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -55,6 +55,15 @@ def check_database_url(url: str) -> str:
         "bad database URL: expected sqlite:///PATH or postgresql://user@host:port/db",
         details={"database": redact_url(url)},
     )
+
+
+def url_has_password(url: str) -> bool:
+    """True when a database URL carries a password (``user:pw@`` or ``?password=``)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return parts.password is not None or "password" in parse_qs(parts.query)
 
 
 def redact_url(url: str) -> str:

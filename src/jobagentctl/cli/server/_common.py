@@ -31,9 +31,18 @@ def server_settings(**overrides: Any) -> ServerSettings:
     """``ServerSettings`` from flags (those given) over ``JOBAGENTCTL_SERVER_*`` over defaults."""
     from pydantic import ValidationError as PydanticValidationError
 
+    from jobagentctl.cli import output
     from jobagentctl.errors import ConfigError
-    from jobagentctl.server.settings import ServerSettings, check_database_url
+    from jobagentctl.server.settings import ServerSettings, check_database_url, url_has_password
     from jobagentctl.settings import validation_problems
+
+    if overrides.get("database") and url_has_password(overrides["database"]):
+        # A flag is in every local user's `ps` and in shell history (issue 11 §10).
+        output.warn(
+            "the password in --database is visible to every local user (ps, shell history); "
+            "give the URL in JOBAGENTCTL_SERVER_DATABASE, or leave the password out and use "
+            "PGPASSFILE (~/.pgpass) or PGPASSWORD"
+        )
 
     given = {k: v for k, v in overrides.items() if v is not None}
     try:
