@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from jobagentctl.cli.requeue_cmd import set_status
+from jobagentctl.models import JobStatus
 
 __all__ = ["register"]
 
@@ -20,7 +21,7 @@ def cancel(
     Example:
       jobagentctl cancel 3f0c…  --message "superseded by a newer release"
     """
-    set_status(ctx, job_id, "cancelled", message)
+    set_status(ctx, job_id, JobStatus.CANCELLED, message)
 
 
 def register(app: typer.Typer) -> None:

@@ -15,14 +15,18 @@ import typer
 from jobagentctl.cli import context
 from jobagentctl.cli.context import get_state
 from jobagentctl.errors import StuckClaims, UsageError
+from jobagentctl.models import ClaimState
 
 if TYPE_CHECKING:
     from jobagentctl.models import JobClaim
 
-__all__ = ["STATES", "display_states", "register"]
+__all__ = ["STALE", "STATES", "display_states", "register"]
 
-STATES = ("active", "expired", "unleased", "all")
-STUCK = frozenset({"expired", "unleased", "stale"})
+# The --state filter values (the row states, then `all`), in the order the help lists them.
+STATES: tuple[str, ...] = tuple(state.value for state in ClaimState)
+# Not a claim state: the display mark of an active claim silent for longer than --stale-after.
+STALE = "stale"
+STUCK = frozenset({ClaimState.EXPIRED.value, ClaimState.UNLEASED.value, STALE})
 # The pause between --watch redraws (tests replace it).
 sleep = time.sleep
 
@@ -41,11 +45,11 @@ def display_states(
         last = claim.last_heartbeat_at or claim.claimed_at
         if (
             stale_after is not None
-            and state == "active"
+            and state == ClaimState.ACTIVE
             and last is not None
             and now - last > timedelta(seconds=stale_after)
         ):
-            state = "stale"
+            state = STALE
         states.append(state)
     return states
 
@@ -53,7 +57,10 @@ def display_states(
 def inspect_claims(
     ctx: typer.Context,
     state_filter: str = typer.Option(
-        "all", "--state", metavar="STATE", help="active, expired, unleased or all."
+        ClaimState.ALL.value,
+        "--state",
+        metavar="STATE",
+        help=f"{', '.join(STATES[:-1])} or {STATES[-1]}.",
     ),
     stale_after: str | None = typer.Option(
         None,

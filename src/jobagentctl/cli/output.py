@@ -21,6 +21,7 @@ from jobagentctl.cli import context
 from jobagentctl.cli.context import AppState
 from jobagentctl.durations import format_duration
 from jobagentctl.errors import UsageError
+from jobagentctl.models import ClaimState, JobStatus
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -45,16 +46,18 @@ __all__ = [
 ]
 
 # States shown in colour on a TTY (never when NO_COLOR / --no-color).
-STATE_STYLES = {
-    "active": "green",
-    "expired": "red",
-    "unleased": "yellow",
+# Keys are wire values (StrEnum members hash as their strings) and `stale`, the display mark
+# of inspect-claims --stale-after.
+STATE_STYLES: dict[str, str] = {
+    ClaimState.ACTIVE: "green",
+    ClaimState.EXPIRED: "red",
+    ClaimState.UNLEASED: "yellow",
     "stale": "yellow",
-    "successful": "green",
-    "failure": "red",
-    "inProgress": "cyan",
-    "queued": "blue",
-    "cancelled": "magenta",
+    JobStatus.SUCCESSFUL: "green",
+    JobStatus.FAILURE: "red",
+    JobStatus.IN_PROGRESS: "cyan",
+    JobStatus.QUEUED: "blue",
+    JobStatus.CANCELLED: "magenta",
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import typer
 
 from jobagentctl.cli.context import get_state
+from jobagentctl.models import JobStatus
 
 __all__ = ["register", "set_status"]
 
@@ -23,10 +24,10 @@ def requeue(
     Example:
       jobagentctl inspect-claims --state expired -o tsv | cut -f1 | xargs -n1 jobagentctl requeue
     """
-    set_status(ctx, job_id, "queued", message)
+    set_status(ctx, job_id, JobStatus.QUEUED, message)
 
 
-def set_status(ctx: typer.Context, job_id: str, status: str, message: str | None) -> None:
+def set_status(ctx: typer.Context, job_id: str, status: JobStatus, message: str | None) -> None:
     """Set ``status`` on a job as an operator (no claim id) and confirm."""
     from jobagentctl.cli import output
     from jobagentctl.cli.params import uuid_arg
@@ -35,7 +36,7 @@ def set_status(ctx: typer.Context, job_id: str, status: str, message: str | None
     job = uuid_arg(job_id, "JOB_ID")
     with state.client() as client:
         accepted = client.update_status(job, status, message=message)
-    output.emit_accepted(state, accepted, f"job {job}: {status}")
+    output.emit_accepted(state, accepted, f"job {job}: {status.value}")
 
 
 def register(app: typer.Typer) -> None:

@@ -5,12 +5,16 @@ from __future__ import annotations
 from jobagentctl.errors import UsageError
 from jobagentctl.models import TERMINAL_STATUSES, JobStatus
 
-__all__ = ["status_filter", "terminal_status"]
+__all__ = ["EVERY_STATUS", "status_filter", "terminal_status"]
+
+# The --status word for "no filter": not a job status (and not ClaimState.ALL, which filters
+# claims), so it is spelled here once.
+EVERY_STATUS = "all"
 
 
 def status_filter(value: str) -> str | None:
     """A status to filter on; ``all`` means no filter."""
-    if value == "all":
+    if value == EVERY_STATUS:
         return None
     return _status(value, JobStatus).value
 

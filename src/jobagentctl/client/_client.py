@@ -327,7 +327,7 @@ class Client:
         self,
         agent_id: UUID,
         *,
-        status: str | None = "queued",
+        status: JobStatus | str | None = JobStatus.QUEUED,
         include_dispatch_context: bool = False,
         limit: int = 50,
         offset: int = 0,
@@ -458,7 +458,9 @@ class Client:
         """The agent's queued jobs, oldest first (ctrlplane lists them newest first)."""
         queued = list(
             iter_pages(
-                lambda n, off: self.list_agent_jobs(agent_id, status="queued", limit=n, offset=off),
+                lambda n, off: self.list_agent_jobs(
+                    agent_id, status=JobStatus.QUEUED, limit=n, offset=off
+                ),
                 limit=V1_PAGE,
             )
         )

@@ -14,7 +14,7 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import Body, FastAPI, Path, Query, Request
@@ -31,6 +31,7 @@ from jobagentctl.models import (
     ClaimedJob,
     ClaimNextRequest,
     ClaimRequest,
+    ClaimState,
     CreateJobRequest,
     ErrorBody,
     Heartbeat,
@@ -537,7 +538,7 @@ def _add_v2_routes(app: FastAPI, service: JobService) -> None:
         request: Request,
         ws: WsPath,
         job_agent_id: Annotated[UUID | None, Query(alias="jobAgentId")] = None,
-        state: Literal["active", "expired", "unleased", "all"] = "all",
+        state: ClaimState = ClaimState.ALL,
         limit: Limit = 50,
         offset: Offset = 0,
     ) -> Response:

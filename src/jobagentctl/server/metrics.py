@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from jobagentctl.models import ClaimState
 from jobagentctl.server.store.base import Store
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
@@ -95,8 +96,8 @@ class Metrics:
             # A scrape must still answer (counters stay useful) when the database is down.
             self.scrape_errors.inc()
         else:
-            self.active_claims.set(stats.get("active", 0.0))
-            self.expired_claims.set(stats.get("expired", 0.0))
+            self.active_claims.set(stats.get(ClaimState.ACTIVE, 0.0))
+            self.expired_claims.set(stats.get(ClaimState.EXPIRED, 0.0))
             self.oldest_claim_age.set(stats.get("oldest_age_seconds", 0.0))
         data: bytes = generate_latest(self.registry)
         return data

@@ -19,6 +19,7 @@ from jobagentctl.models import (
     ClaimedJob,
     ClaimNextRequest,
     ClaimRequest,
+    ClaimState,
     CreateJobRequest,
     Heartbeat,
     HeartbeatRequest,
@@ -35,9 +36,7 @@ from jobagentctl.server.metrics import Metrics
 from jobagentctl.server.settings import ServerSettings
 from jobagentctl.server.store.base import Store, WorkspaceRecord
 
-__all__ = ["CLAIM_STATES", "JobService", "resolve_lease"]
-
-CLAIM_STATES = ("active", "expired", "unleased", "all")
+__all__ = ["JobService", "resolve_lease"]
 
 # A long-poll re-checks the queue at least this often even without a wake-up signal. The stores
 # already close the gap between "nothing queued" and "start waiting" (they re-check after
@@ -420,7 +419,7 @@ class JobService:
         ws: UUID,
         *,
         agent_id: UUID | None,
-        state: str,
+        state: ClaimState,
         limit: int,
         offset: int,
     ) -> tuple[list[JobClaim], int]:

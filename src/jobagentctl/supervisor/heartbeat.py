@@ -14,6 +14,7 @@ from collections.abc import Callable
 from uuid import UUID
 
 from jobagentctl.errors import ClaimLost, ClaimMismatch, JobTerminal, NotFound
+from jobagentctl.models import JobStatus
 from jobagentctl.supervisor import retry
 from jobagentctl.supervisor.protocol import SupervisorClient, describe_error, is_transient
 
@@ -140,7 +141,7 @@ class Heartbeater:
         try:
             granted = self.client.heartbeat(self.job_id, claim_id=self.claim_id)
         except ClaimLost as exc:
-            if exc.job_status == "cancelled":
+            if exc.job_status == JobStatus.CANCELLED:
                 return self._give_up(Beat.CANCELLED, "the job was cancelled")
             status = f" (job is {exc.job_status})" if exc.job_status else ""
             return self._give_up(Beat.LEASE_LOST, f"claim lost{status}: {exc.message}")

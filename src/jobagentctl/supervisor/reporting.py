@@ -153,7 +153,7 @@ class Reporter:
             error = call.error
             if error is None:
                 return None
-            if isinstance(error, ClaimLost) and error.job_status == "cancelled":
+            if isinstance(error, ClaimLost) and error.job_status == JobStatus.CANCELLED:
                 self._warn(f"job {job.id} was cancelled: {status.value} not reported")
                 return Outcome(Verdict.CANCELLED)
             if isinstance(error, NotFound):
