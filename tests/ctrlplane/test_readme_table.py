@@ -12,6 +12,7 @@ FILES = {
     "live": "tests/integration/test_cli_live.py",
     "claims": "tests/integration/test_cli_claims_live.py",
     "e2e": "tests/e2e/test_run_results.py",
+    "commands": "tests/server/test_commands.py",
 }
 
 

@@ -38,7 +38,8 @@ def run(runner: CliRunner, *args: str, code: int = 0) -> Any:
 def test_init_create_workspace_create_key_revoke_key(runner: CliRunner, database_url: str) -> None:
     result = run(runner, "init", "-o", "json", "--database", database_url)
     init = json.loads(result.stdout)
-    assert set(init) == {"workspaceId", "apiKey", "database"}
+    assert set(init) == {"workspaceId", "apiKey", "database", "slug"}
+    assert init["slug"] == "default"
     uuid.UUID(init["workspaceId"])
     assert init["apiKey"].startswith("jac_")
     assert "shown only once" in result.stderr
@@ -46,7 +47,8 @@ def test_init_create_workspace_create_key_revoke_key(runner: CliRunner, database
 
     result = run(runner, "create-workspace", "staging", "--json", "--database", database_url)
     other = json.loads(result.stdout)
-    assert set(other) == {"workspaceId", "apiKey"}
+    assert set(other) == {"workspaceId", "apiKey", "slug"}
+    assert other["slug"] == "staging"
     assert other["workspaceId"] != init["workspaceId"]
 
     ws = init["workspaceId"]
@@ -83,11 +85,72 @@ def test_create_key_for_an_agent_and_unknown_ids(runner: CliRunner, database_url
 def test_tsv_when_piped(runner: CliRunner, database_url: str) -> None:
     # The output paths of every command: tsv when piped (the table form: tests/unit).
     result = run(runner, "init", "--database", database_url)
-    workspace, api_key, _database = result.stdout.rstrip("\n").split("\t")
+    # The slug is the last column: scripts written before it cut the first three.
+    workspace, api_key, database, slug = result.stdout.rstrip("\n").split("\t")
     uuid.UUID(workspace)
     assert api_key.startswith("jac_")
+    assert (database, slug) == (database_url, "default")
+    result = run(runner, "create-workspace", "Staging EU", "--database", database_url)
+    workspace, api_key, slug = result.stdout.rstrip("\n").split("\t")
+    assert api_key.startswith("jac_")
+    assert slug == "staging-eu"
     result = run(runner, "migrate", "--database", database_url)
     assert result.stdout.split("\t")[0] == "[]"
+
+
+def workspace_slugs(database_url: str) -> dict[str, str]:
+    return {
+        str(uuid.UUID(str(i))): s for i, s in sql(database_url, "SELECT id, slug FROM workspace")
+    }
+
+
+def test_slug_given_derived_and_made_unique(runner: CliRunner, database_url: str) -> None:
+    def created(*args: str) -> dict[str, str]:
+        out: dict[str, str] = json.loads(run(runner, *args, "-o", "json").stdout)
+        return out
+
+    init = created("init", "--slug", "team.a", "--database", database_url)
+    assert init["slug"] == "team.a"
+    derived = created("create-workspace", "  Staging EU!  ", "--database", database_url)
+    assert derived["slug"] == "staging-eu"
+    # Derived again from a name whose slug is taken: the store appends part of the id.
+    again = created("create-workspace", "staging eu", "--database", database_url)
+    assert again["slug"] == f"staging-eu-{uuid.UUID(again['workspaceId']).hex[:8]}"
+    # What is printed is what is stored (and what --workspace SLUG resolves: tests/ctrlplane).
+    assert workspace_slugs(database_url) == {
+        created_["workspaceId"]: created_["slug"] for created_ in (init, derived, again)
+    }
+
+
+@pytest.mark.parametrize("command", [("init",), ("create-workspace", "other")])
+def test_bad_slug_is_exit_2_and_taken_slug_exit_6(
+    runner: CliRunner, database_url: str, command: tuple[str, ...]
+) -> None:
+    run(runner, "migrate", "--database", database_url)
+    run(runner, "create-workspace", "first", "--slug", "taken", "--database", database_url)
+    before = workspace_slugs(database_url)
+    for bad in ("Upper", "-leading", "", "a" * 51, "sp ace", "ümlaut"):
+        result = run(
+            runner, *command, "--slug", bad, "-o", "json", "--database", database_url, code=2
+        )
+        error = json.loads(result.stderr.strip().splitlines()[-1])["error"]
+        assert error["code"] == "VALIDATION_ERROR", error
+        assert "a slug is 1-50 characters" in error["message"]
+    result = run(
+        runner, *command, "--slug", "taken", "-o", "json", "--database", database_url, code=6
+    )
+    error = json.loads(result.stderr.strip().splitlines()[-1])["error"]
+    assert error["code"] == "CONFLICT"
+    assert "a workspace with slug 'taken' already exists" in error["message"]
+    assert result.stdout == ""
+    assert workspace_slugs(database_url) == before  # nothing created, no key printed
+    assert len(sql(database_url, "SELECT id FROM api_key")) == 1
+
+
+def test_bad_slug_touches_no_database(runner: CliRunner, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'never.db'}"
+    run(runner, "init", "--slug", "Not A Slug", "--database", url, code=2)
+    assert not (tmp_path / "never.db").exists()
 
 
 def test_migrate_is_idempotent(runner: CliRunner, tmp_path: Path) -> None:

@@ -169,9 +169,12 @@ VIEWS: dict[str, View] = {
             Column("workspaceId", "WORKSPACE"),
             Column("apiKey", "API KEY"),
             Column("database", "DATABASE"),
+            Column("slug", "SLUG"),  # last: older scripts cut the first three
         )
     ),
-    "workspace-created": View((Column("workspaceId", "WORKSPACE"), Column("apiKey", "API KEY"))),
+    "workspace-created": View(
+        (Column("workspaceId", "WORKSPACE"), Column("apiKey", "API KEY"), Column("slug", "SLUG"))
+    ),
     "key-created": View(
         (
             Column("id", "KEY ID"),

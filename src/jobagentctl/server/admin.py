@@ -18,6 +18,7 @@ from jobagentctl.server.store.base import Store
 
 __all__ = [
     "CreatedKey",
+    "CreatedWorkspace",
     "create_key",
     "create_workspace",
     "init",
@@ -35,6 +36,13 @@ class CreatedKey:
     api_key: str  # the full key: shown once, never stored
     workspace_id: UUID
     job_agent_id: UUID | None
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedWorkspace:
+    workspace_id: UUID
+    slug: str  # the one given, or the store's (derived from the name; made unique)
+    api_key: str  # its first workspace key: shown once, never stored
 
 
 @asynccontextmanager
@@ -64,17 +72,43 @@ async def migrate(database_url: str) -> list[int]:
         return await store.migrate()
 
 
-async def init(database_url: str, workspace_name: str = DEFAULT_WORKSPACE) -> CreatedKey:
+async def init(
+    database_url: str, workspace_name: str = DEFAULT_WORKSPACE, *, slug: str | None = None
+) -> CreatedWorkspace:
     """Migrate, then create a workspace and its first (workspace-scoped) key."""
+    _check_slug(slug)
     async with opened_store(database_url, migrate=True) as store:
-        workspace_id = await store.create_workspace(workspace_name)
-        return await _new_key(store, workspace_id, None)
+        return await _new_workspace(store, workspace_name, slug)
 
 
-async def create_workspace(database_url: str, name: str) -> CreatedKey:
+async def create_workspace(
+    database_url: str, name: str, *, slug: str | None = None
+) -> CreatedWorkspace:
+    """A workspace (``slug`` None: derived from ``name`` by the store) and its first key.
+
+    A malformed slug is a ``ValidationError`` before the database is opened; a taken one a
+    ``Conflict``, with nothing created.
+    """
+    _check_slug(slug)
     async with opened_store(database_url) as store:
-        workspace_id = await store.create_workspace(name)
-        return await _new_key(store, workspace_id, None)
+        return await _new_workspace(store, name, slug)
+
+
+def _check_slug(slug: str | None) -> None:
+    # The store checks again; checking first means a bad --slug touches no database.
+    if slug is not None:
+        from jobagentctl.server.store._sql import check_slug
+
+        check_slug(slug)
+
+
+async def _new_workspace(store: Store, name: str, slug: str | None) -> CreatedWorkspace:
+    workspace_id = await store.create_workspace(name, slug)
+    record = await store.get_workspace(workspace_id)
+    if record is None:  # pragma: no cover - created above, workspaces are never deleted
+        raise NotFound("workspace not found", details={"workspaceId": str(workspace_id)})
+    key = await _new_key(store, workspace_id, None)
+    return CreatedWorkspace(workspace_id=workspace_id, slug=record.slug, api_key=key.api_key)
 
 
 async def create_key(database_url: str, workspace_id: UUID, agent_id: UUID | None) -> CreatedKey:

@@ -10,7 +10,7 @@ import typer
 if TYPE_CHECKING:
     from jobagentctl.server.settings import ServerSettings
 
-__all__ = ["LOCAL_PROFILE", "database_option", "run_async", "server_settings"]
+__all__ = ["LOCAL_PROFILE", "database_option", "run_async", "server_settings", "slug_option"]
 
 T = TypeVar("T")
 
@@ -25,6 +25,17 @@ _DATABASE_HELP = (
 
 def database_option() -> Any:
     return typer.Option(None, "--database", help=_DATABASE_HELP, show_default=False)
+
+
+def slug_option(derived_from: str) -> Any:
+    return typer.Option(
+        None,
+        "--slug",
+        metavar="SLUG",
+        help="The workspace's slug, usable as --workspace (as ctrlplane's are): 1-50 of a-z, "
+        f"0-9, '-', '_', '.' [default: derived from {derived_from}; made unique if taken]",
+        show_default=False,
+    )
 
 
 def server_settings(**overrides: Any) -> ServerSettings:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from jobagentctl.cli.context import get_state
-from jobagentctl.cli.server._common import database_option
+from jobagentctl.cli.server._common import database_option, slug_option
 
 __all__ = ["register"]
 
@@ -14,10 +14,14 @@ def create_workspace(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="Workspace name."),
     database: str | None = database_option(),
+    slug: str | None = slug_option("NAME"),
 ) -> None:
     """Create another workspace and its first workspace key; print them once.
 
-    Example: jobagentctl server create-workspace staging -o json
+    The slug (--slug, or derived from NAME) works as --workspace. A malformed --slug exits 2
+    and a taken one 6, creating nothing.
+
+    Example: jobagentctl server create-workspace "Staging EU" --slug staging-eu -o json
     """
     from jobagentctl.cli import output
     from jobagentctl.cli.server._common import run_async, server_settings
@@ -28,11 +32,11 @@ def create_workspace(
     if not name.strip():
         raise UsageError("the workspace name must not be empty")
     settings = server_settings(database=database)
-    created = run_async(lambda: admin.create_workspace(settings.database, name.strip()))
+    created = run_async(lambda: admin.create_workspace(settings.database, name.strip(), slug=slug))
     output.emit(
         state,
         "workspace-created",
-        {"workspaceId": str(created.workspace_id), "apiKey": created.api_key},
+        {"workspaceId": str(created.workspace_id), "apiKey": created.api_key, "slug": created.slug},
     )
     output.notice("The API key is shown only once: store it now.")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from jobagentctl.cli.context import get_state
-from jobagentctl.cli.server._common import LOCAL_PROFILE, database_option
+from jobagentctl.cli.server._common import LOCAL_PROFILE, database_option, slug_option
 
 __all__ = ["register"]
 
@@ -13,6 +13,7 @@ __all__ = ["register"]
 def init(
     ctx: typer.Context,
     database: str | None = database_option(),
+    slug: str | None = slug_option('the name "default"'),
     write_config: bool = typer.Option(
         False, "--write-config", help=f"Store the workspace and key as profile '{LOCAL_PROFILE}'."
     ),
@@ -28,6 +29,9 @@ def init(
     ),
 ) -> None:
     """Create the schema, a workspace "default" and a workspace key; print them once.
+
+    The workspace's slug (--slug, or "default" made unique) works as --workspace.
+    A malformed --slug exits 2 and a taken one 6, creating nothing.
 
     --write-config refuses to replace an existing profile 'local' (its workspace and key would
     be lost) unless --force is given; nothing is created then.
@@ -45,7 +49,7 @@ def init(
     if write_config and not force:
         # Refuse before creating anything: a second workspace nobody can reach helps no one.
         ensure_profile_free(LOCAL_PROFILE)
-    created = run_async(lambda: admin.init(settings.database))
+    created = run_async(lambda: admin.init(settings.database, slug=slug))
     written = None
     if write_config:
         host = settings.host if settings.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
@@ -62,6 +66,7 @@ def init(
             "workspaceId": str(created.workspace_id),
             "apiKey": created.api_key,
             "database": redact_url(settings.database),
+            "slug": created.slug,
         },
     )
     output.notice("The API key is shown only once: store it now.")
