@@ -30,10 +30,18 @@ def heartbeat(
     stop working on the job then. Without a claim id (--claim-id not given,
     JOBAGENTCTL_CLAIM_ID unset or empty) the heartbeat is not fenced.
 
+    A bare `while sleep` loop in the background does not stop the work when the lease is lost
+    (nor itself when the script dies): `jobagentctl run -- CMD` does all of that, and the
+    README's "A bash agent" shows it done by hand. Between steps that are each shorter than
+    the lease, a heartbeat in the foreground is enough:
+
     \b
     Example:
-      claim=$(jobagentctl claim -o env) && eval "$claim"
-      while sleep 20; do jobagentctl heartbeat >/dev/null || break; done &
+      claim=$(jobagentctl claim -o env) || exit $?; eval "$claim"
+      for step in ./build.sh ./test.sh; do
+        jobagentctl heartbeat >/dev/null || exit $?   # 6/5: the claim is gone; stop
+        "$step"
+      done
     """
     from jobagentctl.cli import output
     from jobagentctl.settings import job_context
