@@ -37,6 +37,8 @@ __all__ = [
     "JobAttempt",
     "JobClaim",
     "JobStatus",
+    "JobWait",
+    "JobWaitRequest",
     "Page",
     "UpdateJobStatusRequest",
     "UpsertJobAgentRequest",
@@ -188,6 +190,15 @@ class Heartbeat(WireModel):
     claim_expires_at: datetime
 
 
+class JobWait(WireModel):
+    """The answer of ``POST …/jobs/{jobId}/wait``: ``claim_held`` is False once the claim
+    ended (completed, cancelled, released, reaped), True when the wait ran out."""
+
+    job_id: UUID
+    status: JobStatus
+    claim_held: bool
+
+
 class JobClaim(WireModel):
     job_id: UUID
     job_agent_id: UUID
@@ -235,6 +246,11 @@ class ClaimRequest(RequestModel):
 class ClaimNextRequest(RequestModel):
     lease_seconds: StrictInt | None = Field(default=None, ge=0)
     wait_seconds: StrictFloat | None = Field(default=None, ge=0)
+
+
+class JobWaitRequest(RequestModel):
+    claim_id: UUID
+    wait_seconds: StrictFloat = Field(default=0.0, ge=0)
 
 
 class HeartbeatRequest(RequestModel):

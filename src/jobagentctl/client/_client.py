@@ -48,6 +48,8 @@ from jobagentctl.models import (
     JobAttempt,
     JobClaim,
     JobStatus,
+    JobWait,
+    JobWaitRequest,
     Page,
     UpdateJobStatusRequest,
     UpsertJobAgentRequest,
@@ -78,8 +80,9 @@ class _ProcessMemory:
 
     ``v1_only[url]``: True once claim-next answered "no such route" (a V1-only server such as
     ctrlplane), False once any V2 route answered. ``slugs[(url, slug)]``: resolved workspace ids.
-    ``no_status_filter[url]``: ``GET /jobs`` refused the ``status`` parameter. ``warned``: the
-    one-time warnings already given.
+    ``no_status_filter[url]``: ``GET /jobs`` refused the ``status`` parameter. ``no_wait``: the
+    servers without the claim long-poll (``POST …/jobs/{id}/wait``). ``warned``: the one-time
+    warnings already given.
     """
 
     def __init__(self) -> None:
@@ -88,6 +91,7 @@ class _ProcessMemory:
         self.slugs: dict[tuple[str, str], UUID] = {}
         self.no_status_filter: set[str] = set()
         self.warned: set[tuple[str, str]] = set()
+        self.no_wait: set[str] = set()
 
     def forget(self) -> None:
         """For tests: start over as a new process would."""
@@ -96,6 +100,7 @@ class _ProcessMemory:
             self.slugs.clear()
             self.no_status_filter.clear()
             self.warned.clear()
+            self.no_wait.clear()
 
 
 MEMORY = _ProcessMemory()
@@ -104,6 +109,11 @@ _NO_LEASES = (
     "the server has no lease support ({why}): claiming with the V1 API instead (list the "
     "agent's queued jobs, claim one by id). Claims carry no claim id and no lease: heartbeats "
     "are unavailable, and a crash leaves the job inProgress until someone requeues it"
+)
+
+
+_NO_WAIT = (
+    "the server has no claim long-poll ({why}): a cancel reaches the command at its next heartbeat"
 )
 
 
@@ -524,6 +534,36 @@ class Client:
         )
         self._learned(v1_only=False)
         return self._parse(response, Heartbeat.model_validate)
+
+    def wait_claim(self, job_id: UUID, *, claim_id: UUID, wait_seconds: float) -> JobWait:
+        """Long-poll until the claim ``claim_id`` of the job is no longer held (cancelled,
+        released, reaped, completed: ``claim_held`` False) or the wait runs out (True; the
+        server caps it at its ``maxWaitSeconds``). The read timeout outlasts the wait.
+
+        :class:`LeaseUnsupported` when the server has no such endpoint (ctrlplane, an older
+        jobagentctl): learned once per process, later calls raise it without a request.
+        """
+        with MEMORY.lock:
+            missing = self.url in MEMORY.no_wait
+        if missing:
+            raise LeaseUnsupported(_NO_WAIT.format(why="learned earlier in this process"))
+        body = JobWaitRequest(claim_id=claim_id, wait_seconds=float(wait_seconds))
+        timeout = httpx.Timeout(self.timeout, read=wait_seconds + self.timeout + LONG_POLL_MARGIN)
+        path = f"{self._ws()}/jobs/{job_id}/wait"
+        try:
+            response = self._call("POST", path, json=_body(body), timeout=timeout, v2_route=True)
+        except (LeaseUnsupported, NotFound) as exc:
+            # ctrlplane answers a 404/405 without our codes (LeaseUnsupported); an older
+            # jobagentctl answers its generic 404 NOT_FOUND, without the jobId details that
+            # our "no such job" carries.
+            details = exc.details if isinstance(exc.details, dict) else {}
+            if isinstance(exc, NotFound) and "jobId" in details:
+                raise
+            with MEMORY.lock:
+                MEMORY.no_wait.add(self.url)
+            why = f"POST …/jobs/{{id}}/wait answered {exc.status}"
+            raise LeaseUnsupported(_NO_WAIT.format(why=why), status=exc.status) from exc
+        return self._parse(response, JobWait.model_validate)
 
     def update_status(
         self,

@@ -1,8 +1,8 @@
 """One claimed job's lease as the main thread sees it: the local deadline, the heartbeat
-thread, and the verdict once the claim is gone.
+thread, the claim long-poll thread, and the verdict once the claim is gone.
 
-The heartbeat thread never acts: it posts :class:`LeaseNews` to the main loop, which notes it
-here (:meth:`JobLease.note`) and decides. The watching phase reads only this interface.
+The threads never act: they post :class:`LeaseNews` to the main loop, which notes it here
+(:meth:`JobLease.note`) and decides. The watching phase reads only this interface.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from jobagentctl.models import ClaimedJob
+from jobagentctl.supervisor.claimwatch import ClaimWatcher
 from jobagentctl.supervisor.heartbeat import Beat, Heartbeater, Lease
 from jobagentctl.supervisor.protocol import SupervisorClient
 
@@ -25,7 +26,8 @@ HEARTBEAT_JOIN_SECONDS = 1.0
 
 @dataclass(frozen=True)
 class LeaseNews:
-    """From a heartbeat thread: the claim of ``job_id`` is gone (``beat``), and why."""
+    """From the heartbeat (or claim long-poll) thread: the claim of ``job_id`` is gone
+    (``beat``), and why."""
 
     job_id: UUID
     beat: Beat
@@ -39,6 +41,7 @@ class JobLease:
         self.job = job
         self.lease: Lease | None = None
         self.heartbeater: Heartbeater | None = None
+        self.watcher: ClaimWatcher | None = None
         self.verdict: tuple[Beat, str] | None = None
         self.lost = False
         self._sent_at = sent_at
@@ -58,9 +61,14 @@ class JobLease:
         warn: Callable[[str], None],
         debug: Callable[[str], None],
         rng: random.Random,
+        watch_client: SupervisorClient | None = None,
     ) -> None:
         """Start the heartbeat thread; heartbeat at once first if the claim itself took more
-        than a third of the lease (a long-poll, and a server that granted less than asked)."""
+        than a third of the lease (a long-poll, and a server that granted less than asked).
+
+        With ``watch_client`` (which the watcher then owns and closes), also the claim
+        long-poll thread, so a cancel reaches the command within about a second whatever the
+        lease (:mod:`jobagentctl.supervisor.claimwatch`)."""
         job, lease = self.job, self.lease
         assert lease is not None and job.claim_id is not None and job.lease_seconds
         job_id = job.id
@@ -79,6 +87,22 @@ class JobLease:
             if early in (Beat.LEASE_LOST, Beat.CANCELLED, Beat.JOB_GONE):
                 self.verdict = (early, "the claim was gone before the command started")
         self.heartbeater.start()
+        if watch_client is None:
+            return
+        if self.verdict is not None:
+            watch_client.close()
+            return
+        self.watcher = ClaimWatcher(
+            watch_client,
+            job_id,
+            job.claim_id,
+            confirm=self.heartbeater.beat_once,
+            on_verdict=lambda beat, why: post(LeaseNews(job_id, beat, why)),
+            log=warn,
+            debug=debug,
+            rng=rng,
+        )
+        self.watcher.start()
 
     def gone_before_start(self) -> Beat | None:
         """Whether the claim is already gone (verdict, or local deadline past): the command
@@ -114,17 +138,23 @@ class JobLease:
         self.verdict = (Beat.LEASE_LOST, "no successful heartbeat before the local lease deadline")
 
     def lose(self) -> None:
-        """The lease is lost: no more heartbeats."""
+        """The lease is lost: no more heartbeats, no more watching."""
         self.lost = True
         if self.heartbeater is not None:
             self.heartbeater.stop(0)
+        if self.watcher is not None:
+            self.watcher.stop()
 
     @property
     def why(self) -> str:
         return self.verdict[1] if self.verdict else "the lease expired"
 
     def close(self) -> tuple[int, int]:
-        """Stop the heartbeats (the job is over); how many succeeded and failed."""
+        """Stop the heartbeats and the watching (the job is over); how many heartbeats
+        succeeded and failed. The watcher is not waited for: its long-poll answers at once
+        when the claim ends (the job's report), and the thread then closes its client."""
+        if self.watcher is not None:
+            self.watcher.stop()
         hb = self.heartbeater
         if hb is None:
             return 0, 0

@@ -9,7 +9,7 @@ from typing import Protocol
 from uuid import UUID
 
 from jobagentctl.errors import JobAgentError, ServerError, ServerUnavailable
-from jobagentctl.models import ClaimedJob, Heartbeat, JobStatus
+from jobagentctl.models import ClaimedJob, Heartbeat, JobStatus, JobWait
 
 __all__ = ["SupervisorClient", "describe_error", "is_transient"]
 
@@ -31,6 +31,11 @@ class SupervisorClient(Protocol):
         self, job_id: UUID, *, claim_id: UUID | None, lease_seconds: int | None = None
     ) -> Heartbeat:
         """Extend the lease; ``ClaimLost``/``ClaimMismatch`` when it is no longer ours."""
+        ...
+
+    def wait_claim(self, job_id: UUID, *, claim_id: UUID, wait_seconds: float) -> JobWait:
+        """Long-poll until the claim is no longer held or the wait runs out;
+        ``LeaseUnsupported`` when the server has no such endpoint."""
         ...
 
     def update_status(

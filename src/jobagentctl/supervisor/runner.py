@@ -67,8 +67,9 @@ class Log:
 class Supervisor:
     """Runs `jobagentctl run`: one job, or jobs in a loop. Call :meth:`run` in the main thread.
 
-    ``client_factory`` makes API clients: one for the main side, one per job for the
-    heartbeat thread (so a slow heartbeat never holds up a report on a shared connection).
+    ``client_factory`` makes API clients: one for the main side, and per job one for the
+    heartbeat thread (so a slow heartbeat never holds up a report on a shared connection)
+    and one for the claim long-poll thread (its connection stays open while the job runs).
     """
 
     def __init__(
@@ -229,8 +230,9 @@ class Supervisor:
         lease = self._lease = JobLease(job, claim.sent_at, claim.received_at)
         if lease.leased:
             lease.start_heartbeats(
-                self._factory(), post=events.post, warn=log.warn, debug=log.debug, rng=self._rng
-            )
+                self._factory(), post=events.post, warn=log.warn, debug=log.debug, rng=self._rng,
+                watch_client=self._factory(),
+            )  # fmt: skip
             lease_text = f"lease {job.lease_seconds}s"
         else:
             lease_text = "unleased: no heartbeats"

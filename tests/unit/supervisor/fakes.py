@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from jobagentctl.errors import NoJob
-from jobagentctl.models import ClaimedJob, Heartbeat, JobStatus
+from jobagentctl.errors import LeaseUnsupported, NoJob
+from jobagentctl.models import ClaimedJob, Heartbeat, JobStatus, JobWait
 
 __all__ = ["Call", "FakeClient", "claimed_job"]
 
@@ -54,6 +54,8 @@ class FakeClient:
     on_heartbeat: Callable[[int], None] | None = None
     on_update_status: Callable[[int], None] | None = None
     on_release: Callable[[int], None] | None = None
+    # The claim long-poll: by default the server has none (as before issue 12 §6).
+    on_wait: Callable[[int], JobWait] | None = None
     calls: list[Call] = field(default_factory=list)
     closed: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -99,6 +101,12 @@ class FakeClient:
             lease_seconds=lease,
             claim_expires_at=datetime.now(UTC) + timedelta(seconds=lease),
         )
+
+    def wait_claim(self, job_id: UUID, *, claim_id: UUID, wait_seconds: float) -> JobWait:
+        n = self._record("wait_claim", job_id, claim_id=claim_id, wait_seconds=wait_seconds)
+        if self.on_wait is None:
+            raise LeaseUnsupported("the server has no claim long-poll", status=404)
+        return self.on_wait(n)
 
     def update_status(
         self,
