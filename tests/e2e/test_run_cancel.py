@@ -30,10 +30,10 @@ TRAP_STOP = (
 )
 
 
-def cancel(server: LiveServer, job_id: str) -> None:
+def cancel(server: LiveServer, job_id: str, command: str = "cancel") -> None:
     env = {**server.base_env(), **server.env()}
     done = subprocess.run(
-        [sys.executable, "-m", "jobagentctl", "cancel", job_id],
+        [sys.executable, "-m", "jobagentctl", command, job_id],
         env=env,
         capture_output=True,
         text=True,
@@ -73,6 +73,23 @@ def test_cancel_through_another_replica_reaches_the_child(own_harness: Harness) 
     assert run.wait() == 143, run.stderr()
     assert_cancelled(own_harness, run.workdir, job_id)
     assert run.report()[0]["heartbeats"] == 0
+
+
+def test_a_requeue_is_confirmed_by_a_heartbeat_and_stops_the_child_as_lease_lost(
+    harness: Harness,
+) -> None:
+    job_id = harness.enqueue()
+    run = harness.start(["--lease-seconds", LONG_LEASE], ["sh", "-c", TRAP_STOP])
+    eventually((run.workdir / "ready").exists, "the child to start")
+    cancel(harness.server, job_id, "requeue")  # the claim ends: released by an operator
+    eventually((run.workdir / "reason").exists, "the child to get the stop signal", HANG)
+    assert run.wait() == 75, run.stderr()
+    assert "claim lost (job is queued)" in run.stderr()  # the confirming heartbeat's verdict
+    assert (run.workdir / "reason").read_text() == "lease_lost\n"
+    assert harness.job(job_id)["status"] == "queued"  # nothing reported over it
+    [record] = run.report()
+    assert (record["status"], record["reported"]) == (None, False)
+    assert record["heartbeats"] == 0  # none came through (the confirmation was refused 409)
 
 
 def test_a_job_that_completes_is_not_lease_lost(own_harness: Harness) -> None:

@@ -1,4 +1,5 @@
-"""`jobagentctl cancel`: an operator cancels a job; its agent learns at the next heartbeat."""
+"""`jobagentctl cancel`: an operator cancels a job; a `run` working on it stops its command
+within about a second (its claim long-poll; at the next heartbeat on servers without one)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ def cancel(
     job_id: str = typer.Argument(..., metavar="JOB_ID", help="The job to cancel."),
     message: str | None = typer.Option(None, "--message", "-m", metavar="M", help="Why."),
 ) -> None:
-    """Cancel a job (status cancelled); an agent working on it is told at its next heartbeat.
+    """Cancel a job (status cancelled); a `run` working on it stops its command within ~1 s.
+
+    (At its next heartbeat on a server without the claim long-poll: docs/run.md.)
 
     \b
     Example:

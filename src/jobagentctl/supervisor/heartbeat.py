@@ -113,6 +113,8 @@ class Heartbeater:
         self._rng = rng or random.Random()
         self._clock = clock
         self._stop = threading.Event()
+        # beat_once also runs on the claim long-poll's thread (its confirmation heartbeat).
+        self._count = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job_id}", daemon=True)
 
     def start(self) -> None:
@@ -136,7 +138,8 @@ class Heartbeater:
         return interval * self._rng.uniform(0.75, 1.0)
 
     def beat_once(self) -> Beat:
-        """Send one heartbeat and account for it (counters, lease, log, verdict)."""
+        """Send one heartbeat and account for it (counters, lease, log, verdict). Thread-safe:
+        the claim long-poll's thread calls it too, to confirm that a claim ended."""
         sent_at = self._clock()
         try:
             granted = self.client.heartbeat(self.job_id, claim_id=self.claim_id)
@@ -152,12 +155,14 @@ class Heartbeater:
         except Exception as exc:
             # Anything else (server down, a revoked key, a bug) is retried: the supervisor
             # declares the lease lost when the local deadline passes, not this thread.
-            self.failures += 1
+            with self._count:
+                self.failures += 1
             if not self._stop.is_set():
                 kind = "transient" if is_transient(exc) else "unexpected"
                 self._log(f"heartbeat failed ({kind} error, will retry): {describe_error(exc)}")
             return Beat.RETRY
-        self.beats += 1
+        with self._count:
+            self.beats += 1
         self.lease.renew(sent_at, granted.lease_seconds)
         self._debug(
             f"heartbeat {self.beats}: lease {granted.lease_seconds}s, "
