@@ -59,8 +59,8 @@ s.decide_status_change = decide
     ),
     "reaped attempts stay open": _QUERY.format(
         name="reap",
-        replacement='s.Q["reap"].replace("SET outcome = \'expired\', ended_at = :now",'
-        ' "SET outcome = outcome")',
+        replacement='s.Q["reap"].replace("c.claimed_at, :now, \'expired\'",'
+        ' "c.claimed_at, NULL, NULL")',
     ),
     "a status change keeps the claim row": _QUERY.format(
         name="apply_status",

@@ -53,8 +53,9 @@ async def test_concurrent_claim_next_never_hands_out_a_job_twice(env: Env) -> No
     order = {j.id: n for n, j in enumerate(jobs)}
     for got in per_claimer:
         assert [order[j] for j in got] == sorted(order[j] for j in got)
-    attempts = sql(env.url, "SELECT count(*), max(attempt) FROM job_attempt")
-    assert attempts == [(20, 1)]
+    # Each is attempt 1, running: a claim row each, no attempt row until the attempt ends.
+    assert sql(env.url, "SELECT count(*), max(attempt) FROM job_claim") == [(20, 1)]
+    assert sql(env.url, "SELECT count(*) FROM job_attempt") == [(0,)]
 
 
 async def test_four_concurrent_reapers_requeue_each_job_exactly_once(env: Env) -> None:
@@ -87,7 +88,8 @@ async def test_four_concurrent_reapers_requeue_each_job_exactly_once(env: Env) -
 
 async def test_reapers_racing_heartbeats_and_completions_stay_consistent(env: Env) -> None:
     """Reaping while agents heartbeat or complete the same jobs: every job ends in exactly
-    one consistent state (claim row ⇔ inProgress with an open attempt)."""
+    one consistent state (claim row ⇔ inProgress; a leased attempt has no open row: its row is
+    written once, as it ends)."""
     jobs = [await env.job() for _ in range(30)]
     claims: list[ClaimedJob] = []
     while (claimed := await env.store.claim_next(env.ws, env.agent, 30)) is not None:
@@ -126,6 +128,86 @@ async def test_reapers_racing_heartbeats_and_completions_stay_consistent(env: En
     assert len(rows) == len(jobs)
     for status, has_claim, open_attempts in rows:
         if status == "inProgress":
-            assert bool(has_claim) and open_attempts == 1, rows
+            assert bool(has_claim) and open_attempts == 0, rows
         else:
             assert status in ("queued", "successful") and not has_claim and open_attempts == 0
+
+
+async def test_complete_cancel_and_reap_racing_end_each_attempt_once(env: Env) -> None:
+    """The one-statement complete (claim row, then job) against an operator's cancel (the
+    locked path: claim row, then job) and two reapers (SKIP LOCKED), on the same jobs at once:
+    no deadlock (PostgreSQL would abort one side with an error, and count it), no refusal but
+    the agent's 409, and each attempt ended exactly once, by whoever deleted its claim row."""
+    jobs = [await env.job() for _ in range(60)]
+    claims: list[ClaimedJob] = []
+    while (claimed := await env.store.claim_next(env.ws, env.agent, 30)) is not None:
+        claims.append(claimed)
+    assert len(claims) == len(jobs)
+    expire_claims(env.url, [c.id for c in claims[::2]])  # half of them the reapers may take
+    completed: set[UUID] = set()
+
+    async def agent(store: Store, claim: ClaimedJob) -> None:
+        try:
+            await store.set_status(
+                env.ws,
+                claim.id,
+                JobStatus.SUCCESSFUL,
+                claim_id=claim.claim_id,
+                message="done",
+                external_id=None,
+                metadata={"by": "agent"},
+                agent_scope=env.agent,
+            )
+        except Exception as exc:  # the operator or a reaper ended the attempt first
+            assert type(exc).__name__ == "ClaimLost", exc
+        else:
+            completed.add(claim.id)
+
+    async def operator(store: Store, claim: ClaimedJob) -> None:
+        await store.set_status(
+            env.ws,
+            claim.id,
+            JobStatus.CANCELLED,
+            claim_id=None,
+            message="cancelled",
+            external_id=None,
+            metadata=None,
+        )
+
+    async def reaper(store: Store) -> int:
+        requeued = 0
+        for _ in range(5):
+            requeued += (await store.reap(3, 0)).requeued
+            await asyncio.sleep(0)
+        return requeued
+
+    deadlocks = "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+    before = sql(env.url, deadlocks)[0][0] if env.url.startswith("postgres") else 0
+    wide = {"max_size": 8} if env.url.startswith("postgres") else {}
+    async with stores(env.url, 4, **wide) as (agents, operators, reaper_a, reaper_b):
+        work = [
+            asyncio.gather(agent(agents, c), operator(operators, c))  # the same job at once
+            for c in claims
+        ]
+        results = await asyncio.gather(reaper(reaper_a), reaper(reaper_b), *work)
+    if env.url.startswith("postgres"):
+        assert sql(env.url, deadlocks)[0][0] == before  # the backends flushed as they closed
+    requeued = results[0] + results[1]
+    assert sql(env.url, "SELECT count(*) FROM job_claim") == [(0,)]
+    rows = sql(
+        env.url,
+        "SELECT t.job_id, t.attempt, t.outcome, t.ended_at IS NOT NULL FROM job_attempt t",
+    )
+    ended = {str(job_id): (attempt, outcome, closed) for job_id, attempt, outcome, closed in rows}
+    assert len(rows) == len(ended) == len(jobs), rows  # one row per attempt, each written once
+    outcomes = Counter(outcome for _, outcome, _ in ended.values())
+    assert {attempt for attempt, _, _ in ended.values()} == {1}
+    assert all(closed for _, _, closed in ended.values())
+    assert outcomes["completed"] == len(completed)
+    assert outcomes["expired"] == requeued
+    assert outcomes["completed"] + outcomes["cancelled"] + outcomes["expired"] == len(jobs)
+    for claim in claims:  # completed by the agent ⇔ its attempt's row says so
+        assert (ended[str(claim.id)][1] == "completed") == (claim.id in completed)
+    # Every job was cancelled last (the operator's write applies whatever came before).
+    statuses = sql(env.url, "SELECT DISTINCT status FROM job")
+    assert statuses == [("cancelled",)]

@@ -102,8 +102,10 @@ async def test_list_and_delete_agents(env: Env) -> None:
     assert await env.store.get_api_key("agent-key") is None
     kept = await env.store.get_job(env.ws, job.id)
     assert kept is not None and kept.agent_id is None
-    for table in ("job", "job_claim", "job_attempt"):
-        assert sql(env.url, f"SELECT count(*) FROM {table}") == [(1,)], table
+    # The running attempt lives in its claim row; its job_attempt row is written as it ends.
+    for table, rows in (("job", 1), ("job_claim", 1), ("job_attempt", 0)):
+        assert sql(env.url, f"SELECT count(*) FROM {table}") == [(rows,)], table
+    assert [a.attempt for a in await env.store.list_attempts(env.ws, job.id)] == [1]
 
 
 async def test_create_job_defaults_and_scopes(env: Env) -> None:

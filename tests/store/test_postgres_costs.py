@@ -1,8 +1,9 @@
 """What lease operations cost on PostgreSQL.
 
-- Round trips, counted from a libpq protocol trace: claim and heartbeat are one statement (one
-  round trip), a status update one pipelined transaction (two). A round trip is a switch from
-  client messages (``F``) to server messages (``B``).
+- Round trips, counted from a libpq protocol trace: claim, heartbeat and the claim's holder
+  completing its job are one statement each (one round trip); a status update that the
+  one-statement path refuses, or one without a claim id, is one pipelined transaction (two).
+  A round trip is a switch from client messages (``F``) to server messages (``B``).
 - Heartbeats are HOT updates of ``job_claim`` and never touch ``job`` (from the table
   statistics, which a backend flushes at the latest when it exits).
 """
@@ -61,7 +62,13 @@ async def test_claim_heartbeat_complete_round_trips(database_url: str, tmp_path:
         ws = await store.create_workspace("w")
         agent = (await store.upsert_agent(ws, uuid4(), "a", "shell", {}, None)).id
         trace = tmp_path / "trace.txt"
-        counts: dict[str, list[int]] = {"claim": [], "heartbeat": [], "complete": []}
+        counts: dict[str, list[int]] = {
+            "claim": [],
+            "heartbeat": [],
+            "complete": [],
+            "repeat": [],
+            "cancel": [],
+        }
         # Seven rounds: psycopg prepares a statement on its fifth use; check before and after.
         for _ in range(7):
             await store.create_job(ws, agent, None, None, None)
@@ -73,7 +80,23 @@ async def test_claim_heartbeat_complete_round_trips(database_url: str, tmp_path:
             done, trips = await _traced(
                 store,
                 trace,
-                store.update_status(
+                store.set_status(
+                    ws,
+                    job.id,
+                    JobStatus.SUCCESSFUL,
+                    claim_id=job.claim_id,
+                    message=None,
+                    external_id=None,
+                    metadata={"k": 1},
+                ),
+            )
+            assert done == JobStatus.SUCCESSFUL
+            counts["complete"].append(trips)
+            # A repeat: the one statement changes nothing, the locked path answers (no-op).
+            again, trips = await _traced(
+                store,
+                trace,
+                store.set_status(
                     ws,
                     job.id,
                     JobStatus.SUCCESSFUL,
@@ -83,9 +106,26 @@ async def test_claim_heartbeat_complete_round_trips(database_url: str, tmp_path:
                     metadata=None,
                 ),
             )
-            assert done.status == JobStatus.SUCCESSFUL
-            counts["complete"].append(trips)
-        for name, expected in (("claim", 1), ("heartbeat", 1), ("complete", 2)):
+            assert again == JobStatus.SUCCESSFUL
+            counts["repeat"].append(trips)
+            # An operator's status change (no claim id): the locked path only.
+            cancelled, trips = await _traced(
+                store,
+                trace,
+                store.set_status(
+                    ws,
+                    job.id,
+                    JobStatus.CANCELLED,
+                    claim_id=None,
+                    message=None,
+                    external_id=None,
+                    metadata=None,
+                ),
+            )
+            assert cancelled == JobStatus.CANCELLED
+            counts["cancel"].append(trips)
+        expected_trips = {"claim": 1, "heartbeat": 1, "complete": 1, "repeat": 3, "cancel": 2}
+        for name, expected in expected_trips.items():
             assert counts[name][0] == expected, counts
             assert counts[name][-1] == expected, counts
     finally:

@@ -4,12 +4,15 @@ databases."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import uuid
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
 from jobagentctl.errors import ServerUnavailable
+from jobagentctl.models import JobStatus
 from jobagentctl.server.store import open_store
 from jobagentctl.server.store._sql import migrations
 from tests.fixtures.databases import (
@@ -133,3 +136,70 @@ def test_postgres_job_claim_is_built_for_hot_heartbeats(database_url: str) -> No
     )
     assert columns["claim_expires_at"] == "timestamp with time zone"
     assert columns["claim_id"] == "uuid"
+
+
+async def test_v4_upgrade_keeps_running_attempts_and_their_numbers(empty_url: str) -> None:
+    """A v3 database (an open attempt row per live claim) migrated to v4: the running attempt
+    moves to its claim row, the job counts its attempts, and ending it writes its row once."""
+    postgres = empty_url.startswith("postgres")
+    now = "now()" if postgres else "(julianday('now') - 2440587.5) * 86400.0"
+    ws, agent, running, done = (str(uuid.uuid4()) for _ in range(4))
+    claim = str(uuid.uuid4())
+    script = [body for version, body in migrations("postgres" if postgres else "sqlite")][:3]
+    script += [
+        "CREATE TABLE schema_migrations (version integer PRIMARY KEY, applied_at "
+        + ("timestamptz" if postgres else "REAL")
+        + " NOT NULL)",
+        f"INSERT INTO schema_migrations VALUES (1, {now}), (2, {now}), (3, {now})",
+        f"INSERT INTO workspace (id, name, slug, created_at) VALUES ('{ws}', 'w', 'w', {now})",
+        "INSERT INTO job_agent (id, workspace_id, name, type, config, metadata, created_at,"
+        f" updated_at) VALUES ('{agent}', '{ws}', 'a', 'shell', '{{}}', '{{}}', {now}, {now})",
+    ]
+    for job, status in ((running, "inProgress"), (done, "successful")):
+        script.append(
+            "INSERT INTO job (id, workspace_id, job_agent_id, status, created_at, updated_at,"
+            f" started_at) VALUES ('{job}', '{ws}', '{agent}', '{status}', {now}, {now}, {now})"
+        )
+    script += [
+        # running: attempt 1 expired, attempt 2 open under a live claim (v3 wrote both rows)
+        "INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at, ended_at,"
+        f" outcome) VALUES ('{running}', 1, '{uuid.uuid4()}', '{agent}', {now}, {now}, 'expired'),"
+        f" ('{running}', 2, '{claim}', '{agent}', {now}, NULL, NULL),"
+        f" ('{done}', 1, '{uuid.uuid4()}', '{agent}', {now}, {now}, 'completed')",
+        "INSERT INTO job_claim (job_id, job_agent_id, claimed_at, claim_expires_at, claim_id,"
+        f" lease_seconds, attempt) VALUES ('{running}', '{agent}', {now},"
+        + ("now() + interval '1 hour'" if postgres else f"{now} + 3600")
+        + f", '{claim}', 3600, 2)",
+    ]
+    for statement in script:
+        if postgres:
+            with psycopg.connect(empty_url, autocommit=True) as pg:
+                pg.execute(statement.encode())  # no parameters: the scripts hold "%"
+        else:
+            conn = sqlite3.connect(empty_url.removeprefix("sqlite:///"), isolation_level=None)
+            try:
+                conn.executescript(statement)
+            finally:
+                conn.close()
+    store = open_store(empty_url)
+    await store.open()
+    try:
+        assert await store.migrate() == [4]
+        rows = sql(empty_url, "SELECT id, attempts FROM job ORDER BY attempts")
+        assert [(str(i), n) for i, n in rows] == [(done, 1), (running, 2)]
+        attempts = await store.list_attempts(uuid.UUID(ws), uuid.UUID(running))
+        assert [(a.attempt, a.outcome) for a in attempts] == [(1, "expired"), (2, None)]
+        assert sql(empty_url, "SELECT count(*) FROM job_attempt WHERE ended_at IS NULL") == [(0,)]
+        await store.set_status(
+            uuid.UUID(ws),
+            uuid.UUID(running),
+            JobStatus.SUCCESSFUL,
+            claim_id=uuid.UUID(claim),
+            message=None,
+            external_id=None,
+            metadata=None,
+        )
+        attempts = await store.list_attempts(uuid.UUID(ws), uuid.UUID(running))
+        assert [(a.attempt, a.outcome) for a in attempts] == [(1, "expired"), (2, "completed")]
+    finally:
+        await store.close()

@@ -43,7 +43,7 @@ from jobagentctl.server.store.sqlite import SqliteConnector, _translated
 # LISTEN/ping exist only for the PostgreSQL listener connection, the statement timeout only on
 # PostgreSQL connections.
 SQLITE_ONLY: set[str] = set()
-POSTGRES_ONLY = {"listen", "ping", "set_statement_timeout", "unbounded"}
+POSTGRES_ONLY = {"listen", "lock_claim", "ping", "set_statement_timeout", "unbounded"}
 
 
 def test_both_dialects_name_the_same_operations() -> None:

@@ -344,7 +344,7 @@ class JobService:
     ) -> AcceptedResponse:
         self._workspace(principal, ws)
         try:
-            await self.store.update_status(
+            await self.store.set_status(
                 ws,
                 job_id,
                 body.status,

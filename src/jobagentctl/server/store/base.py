@@ -227,13 +227,31 @@ class Store(Protocol):
           job can be queued again, its next claim is attempt N+1 — except the same terminal
           status again (idempotent success, nothing changes) and ``require_claim_id`` with
           ``agent_scope`` on a job with a claim row (``ValidationError``).
-        Effects: leaving ``inProgress`` deletes the claim row and closes the open attempt
-        (``completed`` for a terminal status, ``cancelled`` for ``cancelled``, ``released`` for
-        ``queued`` or any other non-terminal status); ``queued`` wakes long-polls;
+        Effects: leaving ``inProgress`` deletes the claim row and ends the attempt (its row is
+        written then, from the claim row; an unleased attempt's open row is closed):
+        ``completed`` for a terminal status, ``cancelled`` for ``cancelled``, ``released`` for
+        ``queued`` or any other non-terminal status; ``queued`` wakes long-polls;
         ``inProgress`` sets ``started_at`` (a claim sets it too: it is the latest attempt's); a
         terminal status sets ``completed_at``, any other clears it. ``message`` and
         ``external_id`` replace when given; ``metadata`` is merged key by key.
         """
+
+    async def set_status(
+        self,
+        workspace_id: UUID,
+        job_id: UUID,
+        status: JobStatus,
+        *,
+        claim_id: UUID | None,
+        message: str | None,
+        external_id: str | None,
+        metadata: dict[str, Any] | None,
+        agent_scope: UUID | None = None,
+        require_claim_id: bool = False,
+    ) -> JobStatus:
+        """``update_status`` answering only the job's status (the wire's ``{id, message}`` needs
+        no job): the claim's holder ending its attempt is one statement, one round trip; the
+        reason of a refusal is read only when that statement changed nothing."""
 
     async def reap(
         self, batch_size: int, max_reclaims: int, grace: OutageGrace | None = None

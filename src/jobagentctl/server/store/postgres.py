@@ -36,6 +36,11 @@ from jobagentctl.server.store.sql_store import Decide, Params
 
 __all__ = ["PostgresConnector", "translate_error"]
 
+
+class _ClaimAppeared(Exception):
+    """The locked path found a claim row that it holds no lock on: start again."""
+
+
 log = logging.getLogger(__name__)
 
 Q = load_queries("postgres")
@@ -264,20 +269,38 @@ class PostgresConnector:
         return await self._bounded(self._locked(read, params, decide))
 
     async def _locked(self, read: str, params: Params, decide: Decide) -> Row | None:
+        while True:
+            try:
+                return await self._locked_once(read, params, decide)
+            except _ClaimAppeared:
+                continue  # rolled back, nothing written: take the locks again, in order
+
+    async def _locked_once(self, read: str, params: Params, decide: Decide) -> Row | None:
         error: JobAgentError | None = None
         written: psycopg.AsyncCursor[DictRow] | None = None
         async with self._connection() as conn:
             try:
-                # One transaction in two round trips: BEGIN, the lock and the read leave
+                # One transaction in two round trips: BEGIN, the locks and the read leave
                 # together (the fetch flushes them); the write and COMMIT leave together when
                 # the pipeline ends. (psycopg's transaction() would wait on BEGIN and on COMMIT.)
-                # The lock is its own statement so that the read (a new snapshot) sees the
-                # claim row as it is now: every writer of job_claim rows holds this lock.
+                # The locks come in the order of every waiting writer: the claim row, then the
+                # job row (finish_claimed deletes the claim, then updates the job; the reaper
+                # skips locked rows), so no two of them deadlock. The job's lock is its own
+                # statement so that the read (a new snapshot) sees the claim row as it is now.
                 async with conn.pipeline():
                     await conn.execute(b"BEGIN")
+                    claim_lock = await conn.execute(Q["lock_claim"], params)
                     await conn.execute(Q["lock_job"], params)
                     cur = await conn.execute(Q[read], params)
                     row = await cur.fetchone()
+                    if (
+                        await claim_lock.fetchone() is None
+                        and row is not None
+                        and row.get("current_claim_id") is not None
+                    ):
+                        # A claim committed between the two locks: its row is not locked by
+                        # us, and deleting it now would take the locks out of order.
+                        raise _ClaimAppeared
                     try:
                         write = decide(row)
                     except JobAgentError as exc:

@@ -65,6 +65,11 @@ from jobagentctl.server.store.base import (
 
 __all__ = ["Connector", "Decide", "SqlStore"]
 
+
+def _as_uuid(value: Any) -> UUID:
+    return value if isinstance(value, UUID) else UUID(str(value))
+
+
 Params = dict[str, Any]
 # update_status's decision under the job's lock: the row read → the write to run, or None.
 Decide = Callable[[Row | None], tuple[str, Params] | None]
@@ -297,10 +302,9 @@ class SqlStore:
             try:
                 return await self._db.one(name, params)
             except Conflict:
-                # PostgreSQL: the attempt number comes from the statement's snapshot, so a claim,
-                # release and re-claim of this job racing within our statement can take it first
-                # (primary key violation, nothing written). A fresh statement sees the new
-                # maximum. (SQLite's write lock makes the race impossible.)
+                # A claim row left behind for a queued job (none is, by the invariant) or a
+                # unique violation of another kind: one fresh statement, then the error. (The
+                # attempt number is counted on the job row under its lock: no race there.)
                 if not retry:
                     raise
         raise AssertionError("unreachable")
@@ -399,6 +403,66 @@ class SqlStore:
         agent_scope: UUID | None = None,
         require_claim_id: bool = False,
     ) -> Job:
+        row = await self._set_status(
+            workspace_id,
+            job_id,
+            status,
+            claim_id=claim_id,
+            message=message,
+            external_id=external_id,
+            metadata=metadata,
+            agent_scope=agent_scope,
+            require_claim_id=require_claim_id,
+        )
+        if "created_at" not in row:  # finish_claimed answers {id, status}: read the job
+            params = {"job_id": job_id, "workspace_id": workspace_id, "agent_scope": None}
+            full = await self._db.one("get_job", params)
+            if full is None:  # pragma: no cover - job rows are never deleted
+                raise NotFound("job not found")
+            row = full
+        return job_from_row(row)
+
+    async def set_status(
+        self,
+        workspace_id: UUID,
+        job_id: UUID,
+        status: JobStatus,
+        *,
+        claim_id: UUID | None,
+        message: str | None,
+        external_id: str | None,
+        metadata: dict[str, Any] | None,
+        agent_scope: UUID | None = None,
+        require_claim_id: bool = False,
+    ) -> JobStatus:
+        row = await self._set_status(
+            workspace_id,
+            job_id,
+            status,
+            claim_id=claim_id,
+            message=message,
+            external_id=external_id,
+            metadata=metadata,
+            agent_scope=agent_scope,
+            require_claim_id=require_claim_id,
+        )
+        return JobStatus(row["status"])
+
+    async def _set_status(
+        self,
+        workspace_id: UUID,
+        job_id: UUID,
+        status: JobStatus,
+        *,
+        claim_id: UUID | None,
+        message: str | None,
+        external_id: str | None,
+        metadata: dict[str, Any] | None,
+        agent_scope: UUID | None,
+        require_claim_id: bool,
+    ) -> Row:
+        """The job's row after the change: ``{id, status, job_agent_id}`` from the one-statement
+        path, the whole job row from the locked path."""
         params = {
             "job_id": job_id,
             "workspace_id": workspace_id,
@@ -417,6 +481,18 @@ class SqlStore:
             "terminal": status in TERMINAL_STATUSES,
             "outcome": attempt_outcome_for(status).value,
         }
+        if (
+            claim_id is not None
+            and status != JobStatus.IN_PROGRESS
+            and (metadata is None or self.dialect == "postgres")
+        ):
+            # The common case, the claim's holder ending its attempt: one fenced statement.
+            # Nothing comes back when it is refused or a repeat; the locked path says why.
+            done = await self._db.one("finish_claimed", {**params, **write})
+            if done is not None:
+                if done["status"] == JobStatus.QUEUED and done["job_agent_id"] is not None:
+                    self._db.notify(_as_uuid(done["job_agent_id"]), 1)
+                return done
         wrote: list[bool] = []
 
         def decide(row: Row | None) -> tuple[str, Params] | None:
@@ -439,10 +515,9 @@ class SqlStore:
         row = await self._db.locked("status_context", params, decide)
         if row is None:  # pragma: no cover - the job row was locked by us
             raise NotFound("job not found")
-        job = job_from_row(row)
-        if wrote and job.status == JobStatus.QUEUED and job.agent_id is not None:
-            self._db.notify(job.agent_id, 1)
-        return job
+        if wrote and row["status"] == JobStatus.QUEUED and row["job_agent_id"] is not None:
+            self._db.notify(_as_uuid(row["job_agent_id"]), 1)
+        return row
 
     async def reap(
         self, batch_size: int, max_reclaims: int, grace: OutageGrace | None = None

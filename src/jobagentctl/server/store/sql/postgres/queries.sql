@@ -141,33 +141,24 @@ WHERE job_agent_id = %(agent_id)s AND status = 'queued'
 LIMIT 1
 
 -- name: claim_job
--- One statement: flip the job (only if still queued), open the attempt, record the lease.
--- A concurrent claimer waits on the row lock, then sees status <> 'queued' and gets no row.
+-- One statement: flip the job (only if still queued) and count the attempt on it, record the
+-- lease. A concurrent claimer waits on the row lock, then sees status <> 'queued' and gets no
+-- row. The attempt's row is written when it ends (from the claim row); only an unleased (V1)
+-- claim, which has no claim row, opens its attempt row here.
 WITH claimed AS (
     UPDATE job AS j
-    SET status = 'inProgress', started_at = now(), updated_at = now()
+    SET status = 'inProgress', started_at = now(), updated_at = now(), attempts = j.attempts + 1
     WHERE j.id = %(job_id)s AND j.job_agent_id = %(agent_id)s AND j.status = 'queued'
       AND EXISTS (SELECT 1 FROM job_agent AS a
                   WHERE a.id = %(agent_id)s AND a.workspace_id = %(workspace_id)s)
     RETURNING j.*
 ),
-attempt AS (
-    INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
-    SELECT c.id,
-           COALESCE((SELECT max(t.attempt) FROM job_attempt AS t WHERE t.job_id = c.id), 0) + 1,
-           CASE WHEN %(lease_seconds)s::integer IS NULL THEN NULL ELSE gen_random_uuid() END,
-           c.job_agent_id,
-           now()
-    FROM claimed AS c
-    RETURNING job_id, attempt, claim_id, claimed_at
-),
 lease AS (
     INSERT INTO job_claim (job_id, job_agent_id, claimed_at, claim_expires_at, claim_id,
                            lease_seconds, attempt)
-    SELECT t.job_id, c.job_agent_id, t.claimed_at,
-           t.claimed_at + make_interval(secs => %(lease_seconds)s::integer),
-           t.claim_id, %(lease_seconds)s::integer, t.attempt
-    FROM attempt AS t JOIN claimed AS c ON c.id = t.job_id
+    SELECT c.id, c.job_agent_id, now(), now() + make_interval(secs => %(lease_seconds)s::integer),
+           gen_random_uuid(), %(lease_seconds)s::integer, c.attempts
+    FROM claimed AS c
     WHERE %(lease_seconds)s::integer IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
     SET job_agent_id = excluded.job_agent_id,
@@ -176,11 +167,17 @@ lease AS (
         claim_id = excluded.claim_id,
         lease_seconds = excluded.lease_seconds,
         attempt = excluded.attempt
-    RETURNING job_id, claim_expires_at, lease_seconds
+    RETURNING job_id, claim_id, claim_expires_at, lease_seconds
+),
+unleased AS (
+    INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
+    SELECT c.id, c.attempts, NULL, c.job_agent_id, now()
+    FROM claimed AS c
+    WHERE %(lease_seconds)s::integer IS NULL
 )
-SELECT c.*, t.attempt, t.claim_id, t.claimed_at, l.claim_expires_at, l.lease_seconds
+SELECT c.*, c.attempts AS attempt, l.claim_id, now() AS claimed_at, l.claim_expires_at,
+       l.lease_seconds
 FROM claimed AS c
-JOIN attempt AS t ON t.job_id = c.id
 LEFT JOIN lease AS l ON l.job_id = c.id
 
 -- name: claim_next
@@ -198,28 +195,17 @@ WITH picked AS (
 ),
 claimed AS (
     UPDATE job AS j
-    SET status = 'inProgress', started_at = now(), updated_at = now()
+    SET status = 'inProgress', started_at = now(), updated_at = now(), attempts = j.attempts + 1
     FROM picked AS p
     WHERE j.id = p.id
     RETURNING j.*
 ),
-attempt AS (
-    INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
-    SELECT c.id,
-           COALESCE((SELECT max(t.attempt) FROM job_attempt AS t WHERE t.job_id = c.id), 0) + 1,
-           CASE WHEN %(lease_seconds)s::integer IS NULL THEN NULL ELSE gen_random_uuid() END,
-           c.job_agent_id,
-           now()
-    FROM claimed AS c
-    RETURNING job_id, attempt, claim_id, claimed_at
-),
 lease AS (
     INSERT INTO job_claim (job_id, job_agent_id, claimed_at, claim_expires_at, claim_id,
                            lease_seconds, attempt)
-    SELECT t.job_id, c.job_agent_id, t.claimed_at,
-           t.claimed_at + make_interval(secs => %(lease_seconds)s::integer),
-           t.claim_id, %(lease_seconds)s::integer, t.attempt
-    FROM attempt AS t JOIN claimed AS c ON c.id = t.job_id
+    SELECT c.id, c.job_agent_id, now(), now() + make_interval(secs => %(lease_seconds)s::integer),
+           gen_random_uuid(), %(lease_seconds)s::integer, c.attempts
+    FROM claimed AS c
     WHERE %(lease_seconds)s::integer IS NOT NULL
     ON CONFLICT (job_id) DO UPDATE
     SET job_agent_id = excluded.job_agent_id,
@@ -228,11 +214,17 @@ lease AS (
         claim_id = excluded.claim_id,
         lease_seconds = excluded.lease_seconds,
         attempt = excluded.attempt
-    RETURNING job_id, claim_expires_at, lease_seconds
+    RETURNING job_id, claim_id, claim_expires_at, lease_seconds
+),
+unleased AS (
+    INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
+    SELECT c.id, c.attempts, NULL, c.job_agent_id, now()
+    FROM claimed AS c
+    WHERE %(lease_seconds)s::integer IS NULL
 )
-SELECT c.*, t.attempt, t.claim_id, t.claimed_at, l.claim_expires_at, l.lease_seconds
+SELECT c.*, c.attempts AS attempt, l.claim_id, now() AS claimed_at, l.claim_expires_at,
+       l.lease_seconds
 FROM claimed AS c
-JOIN attempt AS t ON t.job_id = c.id
 LEFT JOIN lease AS l ON l.job_id = c.id
 
 -- name: heartbeat
@@ -249,9 +241,16 @@ WHERE c.job_id = %(job_id)s
               WHERE j.id = c.job_id AND j.workspace_id = %(workspace_id)s)
 RETURNING c.job_id, c.claim_id, c.attempt, c.lease_seconds, c.claim_expires_at
 
+-- name: lock_claim
+-- The lock order of every writer that waits for locks: the claim row, then the job row
+-- (finish_claimed deletes the claim, then updates the job). update_status's locked path takes
+-- the claim row's lock first in its own statement; the reaper takes both with SKIP LOCKED.
+SELECT c.job_id FROM job_claim AS c WHERE c.job_id = %(job_id)s FOR UPDATE
+
 -- name: lock_job
--- update_status locks the job row first, in its own statement, so that status_context (a new
--- snapshot) reads the claim row as it is now: every writer of job_claim rows holds this lock.
+-- update_status locks the job row next, in its own statement, so that status_context (a new
+-- snapshot) reads the claim row as it is now: a claim row that appeared after lock_claim (a
+-- claim committed in between) is seen there, and the transaction starts again (postgres.py).
 SELECT j.id FROM job AS j WHERE j.id = %(job_id)s FOR UPDATE
 
 -- name: status_context
@@ -265,10 +264,53 @@ LEFT JOIN job_claim AS c ON c.job_id = j.id
 WHERE j.id = %(job_id)s AND j.workspace_id = %(workspace_id)s
   AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid)
 
+-- name: finish_claimed
+-- The common status update in one fenced statement: the holder of the claim moves its job out
+-- of inProgress. The claim row is deleted (the fence: this claim id, the job in scope and
+-- inProgress), the attempt's row is written once from it, and the job takes the status. No
+-- row back = refused or a repeat: only then does the store read why (the locked path).
+WITH released AS (
+    DELETE FROM job_claim AS c
+    WHERE c.job_id = %(job_id)s AND c.claim_id = %(claim_id)s::uuid
+      AND EXISTS (SELECT 1 FROM job AS j
+                  WHERE j.id = c.job_id AND j.workspace_id = %(workspace_id)s
+                    AND j.status = 'inProgress'
+                    AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid))
+    RETURNING c.job_id, c.attempt, c.claim_id, c.job_agent_id, c.claimed_at
+),
+ended AS (
+    INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at, ended_at,
+                             outcome)
+    SELECT r.job_id, r.attempt, r.claim_id, r.job_agent_id, r.claimed_at, now(),
+           %(outcome)s::text
+    FROM released AS r
+    ON CONFLICT (job_id, attempt) DO UPDATE
+    SET ended_at = excluded.ended_at, outcome = excluded.outcome
+),
+updated AS (
+    UPDATE job AS j
+    SET status = %(status)s::text,
+        updated_at = now(),
+        message = COALESCE(%(message)s::text, j.message),
+        external_id = COALESCE(%(external_id)s::text, j.external_id),
+        metadata = j.metadata || COALESCE(%(metadata)s::jsonb, '{}'::jsonb),
+        completed_at = CASE WHEN %(terminal)s::boolean THEN now() END
+    FROM released AS r
+    WHERE j.id = r.job_id
+    RETURNING j.id, j.status, j.job_agent_id
+),
+woken AS (
+    SELECT pg_notify('jobagentctl_job_queued', u.job_agent_id::text)
+    FROM updated AS u
+    WHERE u.status = 'queued' AND u.job_agent_id IS NOT NULL
+)
+SELECT u.id, u.status, u.job_agent_id, (SELECT count(*) FROM woken) AS woken FROM updated AS u
+
 -- name: apply_status
 -- Write the status (a terminal one sets completed_at, any other clears it: the job is no longer
--- finished; started_at is the latest claim's); away from inProgress also end the lease and the
--- attempt; wake long-polls when the job is queued again.
+-- finished; started_at is the latest claim's); away from inProgress also end the lease (its
+-- attempt's row is written once, from the claim row) or close an unleased attempt's open row;
+-- wake long-polls when the job is queued again.
 WITH updated AS (
     UPDATE job AS j
     SET status = %(status)s::text,
@@ -285,12 +327,22 @@ WITH updated AS (
 released AS (
     DELETE FROM job_claim AS c
     WHERE c.job_id = %(job_id)s AND %(status)s::text <> 'inProgress'
-    RETURNING c.job_id
+    RETURNING c.job_id, c.attempt, c.claim_id, c.job_agent_id, c.claimed_at
+),
+ended AS (
+    INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at, ended_at,
+                             outcome)
+    SELECT r.job_id, r.attempt, r.claim_id, r.job_agent_id, r.claimed_at, now(),
+           %(outcome)s::text
+    FROM released AS r
+    ON CONFLICT (job_id, attempt) DO UPDATE
+    SET ended_at = excluded.ended_at, outcome = excluded.outcome
 ),
 closed AS (
     UPDATE job_attempt AS t
     SET ended_at = now(), outcome = %(outcome)s::text
     WHERE t.job_id = %(job_id)s AND t.ended_at IS NULL AND %(status)s::text <> 'inProgress'
+      AND NOT EXISTS (SELECT 1 FROM released AS r WHERE r.attempt = t.attempt)
     RETURNING t.attempt
 ),
 woken AS (
@@ -323,14 +375,17 @@ deleted AS (
     DELETE FROM job_claim AS c
     USING expired AS e
     WHERE c.job_id = e.job_id
-    RETURNING c.job_id, c.attempt, c.job_agent_id
+    RETURNING c.job_id, c.attempt, c.claim_id, c.job_agent_id, c.claimed_at
 ),
 attempts AS (
-    UPDATE job_attempt AS t
-    SET outcome = 'expired', ended_at = now()
+    -- The expired attempt's row, written once from its claim row.
+    INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at, ended_at,
+                             outcome)
+    SELECT d.job_id, d.attempt, d.claim_id, d.job_agent_id, d.claimed_at, now(), 'expired'
     FROM deleted AS d
-    WHERE t.job_id = d.job_id AND t.attempt = d.attempt
-    RETURNING t.job_id
+    ON CONFLICT (job_id, attempt) DO UPDATE
+    SET ended_at = excluded.ended_at, outcome = excluded.outcome
+    RETURNING job_id
 ),
 counted AS (
     -- The statement's snapshot does not see the attempt closed above: count it by hand.
@@ -395,13 +450,21 @@ ORDER BY claimed_at, job_id
 LIMIT %(limit)s OFFSET %(offset)s
 
 -- name: list_attempts
--- One row with NULL attempt when the job exists but was never claimed; none when unknown.
+-- The ended attempts (and unleased ones, open) and the running leased attempt, read from its
+-- claim row. One row with NULL attempt when the job exists but has no attempt row; none when
+-- unknown.
 SELECT t.attempt, t.claim_id, t.job_agent_id, t.claimed_at, t.ended_at, t.outcome
 FROM job AS j
 LEFT JOIN job_attempt AS t ON t.job_id = j.id
 WHERE j.id = %(job_id)s AND j.workspace_id = %(workspace_id)s
   AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid)
-ORDER BY t.attempt
+UNION ALL
+SELECT c.attempt, c.claim_id, c.job_agent_id, c.claimed_at, NULL::timestamptz, NULL::text
+FROM job AS j
+JOIN job_claim AS c ON c.job_id = j.id
+WHERE j.id = %(job_id)s AND j.workspace_id = %(workspace_id)s
+  AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid)
+ORDER BY attempt
 
 -- name: claim_stats
 SELECT

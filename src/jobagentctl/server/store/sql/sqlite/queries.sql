@@ -124,22 +124,19 @@ WHERE j.id = :job_id AND j.workspace_id = :workspace_id
 SELECT 1 AS found FROM job WHERE job_agent_id = :agent_id AND status = 'queued' LIMIT 1
 
 -- name: claim_job
--- Flip the job (only if still queued), open the attempt, record the lease.
+-- Flip the job (only if still queued) and count the attempt on it, record the lease. The
+-- attempt's row is written when it ends, from the claim row.
 UPDATE job
 SET status = 'inProgress',
     started_at = (julianday('now') - 2440587.5) * 86400.0,
-    updated_at = (julianday('now') - 2440587.5) * 86400.0
+    updated_at = (julianday('now') - 2440587.5) * 86400.0,
+    attempts = attempts + 1
 WHERE id = :job_id AND job_agent_id = :agent_id AND status = 'queued'
   AND EXISTS (SELECT 1 FROM job_agent AS a WHERE a.id = :agent_id AND a.workspace_id = :workspace_id)
 RETURNING *;
-INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
-SELECT :id, COALESCE(MAX(t.attempt), 0) + 1,
-       CASE WHEN :lease_seconds IS NULL THEN NULL ELSE :new_claim_id END, :job_agent_id,
-       :started_at
-FROM job_attempt AS t
-WHERE t.job_id = :id
-RETURNING attempt, claim_id, claimed_at;
--- The lease, when there is one: the three rows agree on the time to the millisecond.
+SELECT :attempts AS attempt, :started_at AS claimed_at,
+       CASE WHEN :lease_seconds IS NULL THEN NULL ELSE :new_claim_id END AS claim_id;
+-- The lease, when there is one: the job and the claim agree on the time to the millisecond.
 INSERT INTO job_claim (job_id, job_agent_id, claimed_at, claim_expires_at, claim_id,
                        lease_seconds, attempt)
 SELECT :id, :job_agent_id, :claimed_at, :claimed_at + :lease_seconds, :claim_id,
@@ -152,14 +149,19 @@ SET job_agent_id = excluded.job_agent_id,
     claim_id = excluded.claim_id,
     lease_seconds = excluded.lease_seconds,
     attempt = excluded.attempt
-RETURNING claim_expires_at, lease_seconds
+RETURNING claim_expires_at, lease_seconds;
+-- An unleased (V1) claim has no claim row: its attempt row is opened here.
+INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
+SELECT :id, :attempt, NULL, :job_agent_id, :claimed_at
+WHERE :lease_seconds IS NULL
 
 -- name: claim_next
 -- As claim_job, for the agent's oldest queued job.
 UPDATE job
 SET status = 'inProgress',
     started_at = (julianday('now') - 2440587.5) * 86400.0,
-    updated_at = (julianday('now') - 2440587.5) * 86400.0
+    updated_at = (julianday('now') - 2440587.5) * 86400.0,
+    attempts = attempts + 1
 WHERE id = (
         SELECT q.id FROM job AS q
         WHERE q.job_agent_id = :agent_id AND q.status = 'queued'
@@ -167,14 +169,9 @@ WHERE id = (
         LIMIT 1)
   AND EXISTS (SELECT 1 FROM job_agent AS a WHERE a.id = :agent_id AND a.workspace_id = :workspace_id)
 RETURNING *;
-INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
-SELECT :id, COALESCE(MAX(t.attempt), 0) + 1,
-       CASE WHEN :lease_seconds IS NULL THEN NULL ELSE :new_claim_id END, :job_agent_id,
-       :started_at
-FROM job_attempt AS t
-WHERE t.job_id = :id
-RETURNING attempt, claim_id, claimed_at;
--- The lease, when there is one: the three rows agree on the time to the millisecond.
+SELECT :attempts AS attempt, :started_at AS claimed_at,
+       CASE WHEN :lease_seconds IS NULL THEN NULL ELSE :new_claim_id END AS claim_id;
+-- The lease, when there is one: the job and the claim agree on the time to the millisecond.
 INSERT INTO job_claim (job_id, job_agent_id, claimed_at, claim_expires_at, claim_id,
                        lease_seconds, attempt)
 SELECT :id, :job_agent_id, :claimed_at, :claimed_at + :lease_seconds, :claim_id,
@@ -187,7 +184,11 @@ SET job_agent_id = excluded.job_agent_id,
     claim_id = excluded.claim_id,
     lease_seconds = excluded.lease_seconds,
     attempt = excluded.attempt
-RETURNING claim_expires_at, lease_seconds
+RETURNING claim_expires_at, lease_seconds;
+-- An unleased (V1) claim has no claim row: its attempt row is opened here.
+INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
+SELECT :id, :attempt, NULL, :job_agent_id, :claimed_at
+WHERE :lease_seconds IS NULL
 
 -- name: heartbeat
 UPDATE job_claim
@@ -232,10 +233,43 @@ SET status = :status,
     completed_at = CASE WHEN :terminal THEN (julianday('now') - 2440587.5) * 86400.0 END
 WHERE id = :job_id
 RETURNING *;
+-- A leased attempt's row is written once, as it ends, from the claim row.
+INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at, ended_at, outcome)
+SELECT c.job_id, c.attempt, c.claim_id, c.job_agent_id, c.claimed_at, :updated_at, :outcome
+FROM job_claim AS c
+WHERE c.job_id = :job_id AND :status <> 'inProgress'
+ON CONFLICT (job_id, attempt) DO UPDATE
+SET ended_at = excluded.ended_at, outcome = excluded.outcome;
 DELETE FROM job_claim WHERE job_id = :job_id AND :status <> 'inProgress';
 UPDATE job_attempt
 SET ended_at = :updated_at, outcome = :outcome
 WHERE job_id = :job_id AND ended_at IS NULL AND :status <> 'inProgress'
+
+-- name: finish_claimed
+-- The common status update (the holder of the claim moves its job out of inProgress) without
+-- reading first: delete the claim row (the fence: this claim id, the job in scope and
+-- inProgress), set the status, write the attempt's row once from the claim row. No row back =
+-- refused or a repeat: only then does the store read why (the locked path). The store takes
+-- this path only without a metadata patch (SQLite merges metadata in Python).
+DELETE FROM job_claim
+WHERE job_id = :job_id AND claim_id = :claim_id
+  AND EXISTS (SELECT 1 FROM job AS j
+              WHERE j.id = job_claim.job_id AND j.workspace_id = :workspace_id
+                AND j.status = 'inProgress'
+                AND (:agent_scope IS NULL OR j.job_agent_id = :agent_scope))
+RETURNING attempt, job_agent_id AS claim_agent_id, claimed_at;
+UPDATE job
+SET status = :status,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0,
+    message = COALESCE(:message, message),
+    external_id = COALESCE(:external_id, external_id),
+    completed_at = CASE WHEN :terminal THEN (julianday('now') - 2440587.5) * 86400.0 END
+WHERE id = :job_id
+RETURNING id, status, job_agent_id, updated_at;
+INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at, ended_at, outcome)
+VALUES (:job_id, :attempt, :claim_id, :claim_agent_id, :claimed_at, :updated_at, :outcome)
+ON CONFLICT (job_id, attempt) DO UPDATE
+SET ended_at = excluded.ended_at, outcome = excluded.outcome
 
 -- name: reap
 -- One batch. The batch is "the first :batch_size claims by job id that expired before :now",
@@ -250,13 +284,17 @@ WHERE EXISTS (SELECT 1 FROM job_claim AS c
               WHERE c.claim_expires_at < n.now
                    AND NOT (c.claim_expires_at >= n.now - :outage_began_ago
                             AND :outage_ended_ago < MIN(60, MAX(1, c.lease_seconds / 3.0))));
-UPDATE job_attempt
-SET outcome = 'expired', ended_at = :now
-WHERE (job_id, attempt) IN (SELECT c.job_id, c.attempt FROM job_claim AS c
-                            WHERE c.claim_expires_at < :now
+-- The expired attempts' rows, written once from their claim rows.
+INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at, ended_at, outcome)
+SELECT c.job_id, c.attempt, c.claim_id, c.job_agent_id, c.claimed_at, :now, 'expired'
+FROM job_claim AS c
+WHERE c.job_id IN (SELECT c.job_id FROM job_claim AS c
+                   WHERE c.claim_expires_at < :now
                    AND NOT (c.claim_expires_at >= :now - :outage_began_ago
                             AND :outage_ended_ago < MIN(60, MAX(1, c.lease_seconds / 3.0)))
-                            ORDER BY c.job_id LIMIT :batch_size);
+                   ORDER BY c.job_id LIMIT :batch_size)
+ON CONFLICT (job_id, attempt) DO UPDATE
+SET ended_at = excluded.ended_at, outcome = excluded.outcome;
 UPDATE job
 SET status = CASE WHEN x.give_up THEN 'failure' ELSE 'queued' END,
     message = CASE WHEN x.give_up THEN 'lease expired ' || x.expiries || ' times'
@@ -321,13 +359,21 @@ ORDER BY claimed_at, job_seq
 LIMIT :limit OFFSET :offset
 
 -- name: list_attempts
--- One row with NULL attempt when the job exists but was never claimed; none when unknown.
+-- The ended attempts (and unleased ones, open) and the running leased attempt, read from its
+-- claim row. One row with NULL attempt when the job exists but has no attempt row; none when
+-- unknown.
 SELECT t.attempt, t.claim_id, t.job_agent_id, t.claimed_at, t.ended_at, t.outcome
 FROM job AS j
 LEFT JOIN job_attempt AS t ON t.job_id = j.id
 WHERE j.id = :job_id AND j.workspace_id = :workspace_id
   AND (:agent_scope IS NULL OR j.job_agent_id = :agent_scope)
-ORDER BY t.attempt
+UNION ALL
+SELECT c.attempt, c.claim_id, c.job_agent_id, c.claimed_at, NULL, NULL
+FROM job AS j
+JOIN job_claim AS c ON c.job_id = j.id
+WHERE j.id = :job_id AND j.workspace_id = :workspace_id
+  AND (:agent_scope IS NULL OR j.job_agent_id = :agent_scope)
+ORDER BY 1
 
 -- name: claim_stats
 SELECT
