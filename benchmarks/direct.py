@@ -194,9 +194,8 @@ WITH ids AS (
     SELECT i.id, a.id, a.workspace_id, 'inProgress', now()
     FROM ids AS i, job_agent AS a WHERE a.id = '{agent}' RETURNING id
 ), attempts AS (
-    INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
-    SELECT i.id, 1, gen_random_uuid(), '{agent}', now() FROM ids AS i
-    RETURNING job_id, claim_id
+    -- Schema v4: a running leased attempt has no job_attempt row (written when it ends).
+    SELECT i.id AS job_id, gen_random_uuid() AS claim_id FROM ids AS i
 )
 INSERT INTO job_claim (job_id, job_agent_id, claimed_at, claim_expires_at, claim_id,
                        lease_seconds, attempt)
