@@ -10,7 +10,8 @@ from pathlib import Path
 
 from tests.fixtures.databases import sql
 from tests.fixtures.live_server import LiveServer
-from tests.integration.cli import env_for, jac, jac_process, until
+from tests.fixtures.waiting import wait_until
+from tests.integration.cli import env_for, jac, jac_process
 
 
 def test_jobs_list_status_agents_list_get_on_our_server(live_server: LiveServer) -> None:
@@ -67,7 +68,7 @@ def test_run_report_on_a_deleted_job_is_job_gone_on_our_server(
         text=True,
     )
     try:
-        until(lambda: (tmp_path / "ready").exists(), timeout=60)
+        wait_until(lambda: (tmp_path / "ready").exists(), what="the command to start")
         # The job is deleted under the running command (an operator, a workspace clean-up).
         mark = "?" if live_server.database_url.startswith("sqlite") else "%s"
         for table, column in (("job_claim", "job_id"), ("job_attempt", "job_id"), ("job", "id")):

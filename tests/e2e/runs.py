@@ -15,8 +15,6 @@ import signal
 import subprocess
 import sys
 import termios
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,24 +26,11 @@ __all__ = [
     "AgentRun",
     "Harness",
     "cli",
-    "eventually",
     "gone",
     "kill_group_of",
 ]
 
 DEADLINE = 60.0
-
-
-def eventually(condition: Callable[[], Any], what: str, timeout: float = DEADLINE) -> Any:
-    """Poll ``condition`` until it is truthy (returned) or fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def gone(pid: int) -> bool:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import signal
 
-from .runs import Harness, cli, eventually
+from tests.fixtures.waiting import wait_until
+
+from .runs import Harness, cli
 
 # Writes forever (yes never ends by itself); `ready` once it has started.
 FLOOD = "touch ready; exec yes 'a line of output that nobody will ever read'"
@@ -21,7 +23,7 @@ def test_timeout_fires_while_nobody_reads_the_output(harness: Harness) -> None:
     run = harness.start(
         ["--timeout", "2s", "--grace", "1s"], ["sh", "-c", FLOOD], blocked_output=True
     )
-    eventually(lambda: run.unread_bytes() >= 60_000, "the pipe nobody reads to fill up")
+    wait_until(lambda: run.unread_bytes() >= 60_000, what="the pipe nobody reads to fill up")
     assert run.wait() == 124
     job = harness.job(job_id)
     assert job["status"] == "failure"
@@ -37,9 +39,9 @@ def test_sigterm_is_acted_on_while_nobody_reads_the_output(harness: Harness) -> 
     run = harness.start(
         ["--lease-seconds", "60", "--grace", "1s"], ["sh", "-c", FLOOD], blocked_output=True
     )
-    eventually((run.workdir / "ready").exists, "the command to start")
+    wait_until((run.workdir / "ready").exists, what="the command to start")
     # The pipe is full: from here on, every write to it blocks.
-    eventually(lambda: run.unread_bytes() >= 60_000, "the pipe nobody reads to fill up")
+    wait_until(lambda: run.unread_bytes() >= 60_000, what="the pipe nobody reads to fill up")
     run.signal(signal.SIGTERM)
     assert run.wait() == 143
     # Released at once (60 s lease: "queued" now can only be the release).
@@ -51,8 +53,8 @@ def test_cancel_is_acted_on_while_nobody_reads_the_output(harness: Harness) -> N
     run = harness.start(
         ["--lease-seconds", "3", "--grace", "1s"], ["sh", "-c", FLOOD], blocked_output=True
     )
-    eventually((run.workdir / "ready").exists, "the command to start")
-    eventually(lambda: run.unread_bytes() >= 60_000, "the pipe nobody reads to fill up")
+    wait_until((run.workdir / "ready").exists, what="the command to start")
+    wait_until(lambda: run.unread_bytes() >= 60_000, what="the pipe nobody reads to fill up")
     cancel = cli(harness, "cancel", job_id)
     assert cancel.returncode == 0, cancel.stderr
     assert run.wait() == 143

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import signal
 
-from .runs import Harness, eventually, kill_group_of
+from tests.fixtures.waiting import wait_until
+
+from .runs import Harness, kill_group_of
 
 LEASE = "2"  # seconds: heartbeats every ~1 s, the reaper sweeps every 0.2 s
 
@@ -21,13 +23,13 @@ def test_sigkill_of_the_agent_requeues_the_job_for_attempt_2(own_harness: Harnes
     )
     pid_file = first.workdir / "child.pid"
     try:
-        eventually(pid_file.exists, "the first child to start")
+        wait_until(pid_file.exists, what="the first child to start")
         first.signal(signal.SIGKILL)
         assert first.wait() == -signal.SIGKILL
     finally:
         # The child lives in its own session: a SIGKILLed agent cannot take it along.
         kill_group_of(pid_file)
-    eventually(lambda: own_harness.job(job_id)["status"] == "queued", "the reaper to requeue")
+    wait_until(lambda: own_harness.job(job_id)["status"] == "queued", what="the reaper to requeue")
     second = own_harness.start(
         ["--lease-seconds", LEASE],
         ["sh", "-c", 'echo "$JOBAGENTCTL_ATTEMPT" > attempt'],
@@ -50,11 +52,11 @@ def test_an_agent_frozen_past_its_lease_stops_the_child_and_cannot_report(
         "touch ready; while :; do sleep 0.05; done"
     )
     run = harness.start(["--lease-seconds", LEASE], ["sh", "-c", script])
-    eventually((run.workdir / "ready").exists, "the child to start")
+    wait_until((run.workdir / "ready").exists, what="the child to start")
     run.signal(signal.SIGSTOP)
     try:
         # Frozen, it cannot heartbeat: the lease expires and the reaper requeues the job.
-        eventually(lambda: harness.job(job_id)["status"] == "queued", "the reaper to requeue")
+        wait_until(lambda: harness.job(job_id)["status"] == "queued", what="the reaper to requeue")
     finally:
         run.signal(signal.SIGCONT)
     assert run.wait() == 75, run.stderr()

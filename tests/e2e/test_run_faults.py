@@ -8,7 +8,9 @@ import time
 
 import pytest
 
-from .runs import Harness, eventually
+from tests.fixtures.waiting import wait_until
+
+from .runs import Harness
 
 sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -26,9 +28,9 @@ def test_a_server_outage_shorter_than_the_lease_is_ridden_out(own_harness: Harne
     # A 15 s lease heartbeats every ~5 s: the outage below (one failed heartbeat, then a
     # restart) stays well inside it even on a slow machine.
     run = own_harness.start(["--lease-seconds", "15"], ["sh", "-c", WAIT_FOR_GO])
-    eventually((run.workdir / "ready").exists, "the child to start")
+    wait_until((run.workdir / "ready").exists, what="the child to start")
     server.stop()
-    eventually(lambda: "heartbeat failed" in run.stderr(), "a heartbeat to fail")
+    wait_until(lambda: "heartbeat failed" in run.stderr(), what="a heartbeat to fail")
     server.start()
     (run.workdir / "go").touch()
     assert run.wait() == 0, run.stderr()
@@ -44,20 +46,20 @@ def test_a_server_outage_longer_than_the_lease_loses_it(own_harness: Harness) ->
     server = own_harness.server
     job_id = own_harness.enqueue()
     run = own_harness.start(["--lease-seconds", "2"], ["sh", "-c", TRAP_STOP])
-    eventually((run.workdir / "ready").exists, "the child to start")
+    wait_until((run.workdir / "ready").exists, what="the child to start")
     server.stop()
     assert run.wait() == 75, run.stderr()
     assert (run.workdir / "reason").read_text() == "lease_lost\n"
     assert run.report()[0]["reported"] is False
     # Back up, the server's reaper finds the claim expired: the job is queued, not reported.
     server.start()
-    eventually(lambda: own_harness.job(job_id)["status"] == "queued", "the reaper to requeue")
+    wait_until(lambda: own_harness.job(job_id)["status"] == "queued", what="the reaper to requeue")
 
 
 def test_cancel_stops_the_child_within_a_heartbeat_interval(harness: Harness) -> None:
     job_id = harness.enqueue()
     run = harness.start(["--lease-seconds", "3"], ["sh", "-c", TRAP_STOP])  # beats every ≤ 1 s
-    eventually((run.workdir / "ready").exists, "the child to start")
+    wait_until((run.workdir / "ready").exists, what="the child to start")
     env = {**harness.server.base_env(), **harness.server.env()}
     cancel = subprocess.run(
         [sys.executable, "-m", "jobagentctl", "cancel", job_id],
@@ -69,7 +71,7 @@ def test_cancel_stops_the_child_within_a_heartbeat_interval(harness: Harness) ->
     )
     assert cancel.returncode == 0, cancel.stderr
     cancelled_at = time.monotonic()
-    eventually((run.workdir / "reason").exists, "the child to get the stop signal")
+    wait_until((run.workdir / "reason").exists, what="the child to get the stop signal")
     # One heartbeat interval (1 s), plus generous slack for two busy cores.
     assert time.monotonic() - cancelled_at < 1.0 + 4.0
     assert (run.workdir / "reason").read_text() == "cancelled\n"

@@ -9,7 +9,9 @@ from __future__ import annotations
 import signal
 import time
 
-from .runs import DEADLINE, Harness, eventually, gone
+from tests.fixtures.waiting import wait_until
+
+from .runs import DEADLINE, Harness, gone
 
 
 def test_exit_code_passes_through_and_failure_carries_the_output(harness: Harness) -> None:
@@ -94,4 +96,4 @@ def test_a_grandchild_holding_stdout_does_not_hang_the_run(harness: Harness) -> 
     assert time.monotonic() - started < DEADLINE  # far less than the grandchild's 120 s
     assert harness.job(job_id)["status"] == "successful"
     gc = int((run.workdir / "gc.pid").read_text())
-    eventually(lambda: gone(gc), "the grandchild to be killed with the group")
+    wait_until(lambda: gone(gc), what="the grandchild to be killed with the group")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from .runs import Harness, eventually, gone
+from tests.fixtures.waiting import wait_until
+
+from .runs import Harness, gone
 
 # The child and a background grandchild (same process group) each record the TERM they get.
 FAMILY = (
@@ -21,7 +23,7 @@ def test_sigterm_reaches_the_whole_group_and_requeues_the_job_at_once(harness: H
     job_id = harness.enqueue()
     # A 60 s lease: "queued" right after the exit can only be the release, not the reaper.
     run = harness.start(["--lease-seconds", "60"], ["sh", "-c", FAMILY])
-    eventually((run.workdir / "ready").exists, "the child and grandchild to start")
+    wait_until((run.workdir / "ready").exists, what="the child and grandchild to start")
     run.signal(signal.SIGTERM)
     assert run.wait() == 143, run.stderr()
     assert (run.workdir / "child.term").exists()
@@ -37,7 +39,7 @@ def test_sigint_is_130_and_releases_too(harness: Harness) -> None:
     job_id = harness.enqueue()
     script = "trap 'exit 130' INT; touch ready; while :; do sleep 0.05; done"
     run = harness.start([], ["sh", "-c", script])
-    eventually((run.workdir / "ready").exists, "the child to start")
+    wait_until((run.workdir / "ready").exists, what="the child to start")
     run.signal(signal.SIGINT)
     assert run.wait() == 130, run.stderr()
     assert harness.job(job_id)["status"] == "queued"
@@ -50,9 +52,9 @@ def test_first_sigterm_in_loop_mode_drains(harness: Harness) -> None:
         "while [ ! -e go ]; do sleep 0.05; done; rm ready; exit 0"
     )
     run = harness.start(["--loop", "--lease-seconds", "10"], ["sh", "-c", script])
-    eventually((run.workdir / "ready").exists, "the first job to start")
+    wait_until((run.workdir / "ready").exists, what="the first job to start")
     run.signal(signal.SIGTERM)
-    eventually(lambda: "draining" in run.stderr(), "jobagentctl to start draining")
+    wait_until(lambda: "draining" in run.stderr(), what="jobagentctl to start draining")
     (run.workdir / "go").touch()
     assert run.wait() == 0, run.stderr()
     assert not (run.workdir / "got.term").exists()  # the running job was left alone
@@ -90,13 +92,13 @@ def test_ctrl_z_suspends_the_command_with_the_run_and_fg_resumes_both(harness: H
     script = "echo $$ > pid; while [ ! -e go ]; do sleep 0.05; done; exit 0"
     run = harness.start(["--lease-seconds", "60"], ["sh", "-c", script])
     pid_file = run.workdir / "pid"
-    child = int(eventually(lambda: pid_file.exists() and pid_file.read_text().strip(), "pid"))
+    child = int(wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), what="pid"))
     run.signal(signal.SIGTSTP)
-    eventually(lambda: _state(run.pid) == "T", "the run to stop")
-    eventually(lambda: _state(child) == "T", "the command to stop with it")
+    wait_until(lambda: _state(run.pid) == "T", what="the run to stop")
+    wait_until(lambda: _state(child) == "T", what="the command to stop with it")
     assert "SIGTSTP: suspending the command and jobagentctl" in run.stderr()
     run.signal(signal.SIGCONT)
-    eventually(lambda: _state(child) not in ("T", "X"), "the command to resume")
+    wait_until(lambda: _state(child) not in ("T", "X"), what="the command to resume")
     (run.workdir / "go").touch()
     assert run.wait() == 0, run.stderr()
     assert harness.job(job_id)["status"] == "successful"
@@ -107,10 +109,10 @@ def test_a_command_that_ignores_sigint_is_waited_for_out_loud(harness: Harness) 
     job_id = harness.enqueue()
     script = "trap '' INT; touch ready; while :; do sleep 0.05; done"
     run = harness.start(["--grace", "2s"], ["sh", "-c", script])
-    eventually((run.workdir / "ready").exists, "the child to start")
+    wait_until((run.workdir / "ready").exists, what="the child to start")
     run.signal(signal.SIGINT)
-    message = eventually(
-        lambda: "SIGINT: stopping the job" in run.stderr() and run.stderr(), "the stop message"
+    message = wait_until(
+        lambda: "SIGINT: stopping the job" in run.stderr() and run.stderr(), what="the stop message"
     )
     assert "waiting up to 2s for it to exit, then SIGKILL; SIGINT again kills it now" in message
     assert run.wait() == 130, run.stderr()
@@ -125,14 +127,14 @@ def test_a_run_suspended_past_its_lease_has_its_command_stopped_and_exits_75(
     script = "echo $$ > pid; while :; do sleep 0.05; done"
     run = harness.start(["--lease-seconds", "3", "--grace", "1s"], ["sh", "-c", script])
     pid_file = run.workdir / "pid"
-    child = int(eventually(lambda: pid_file.exists() and pid_file.read_text().strip(), "pid"))
+    child = int(wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), what="pid"))
     run.signal(signal.SIGTSTP)
-    eventually(lambda: _state(run.pid) == "T", "the run to stop")
+    wait_until(lambda: _state(run.pid) == "T", what="the run to stop")
     assert "resume within" in run.stderr()
     # run is suspended, heartbeats and all: the watchdog ends the command before the lease.
-    eventually(lambda: gone(child), "the watchdog to stop the suspended command")
+    wait_until(lambda: gone(child), what="the watchdog to stop the suspended command")
     run.signal(signal.SIGCONT)
     assert run.wait() == 75, run.stderr()
     [record] = run.report()
     assert (record["verdict"], record["reported"]) == ("lease_lost", False)
-    eventually(lambda: harness.job(job_id)["status"] == "queued", "the reaper to requeue")
+    wait_until(lambda: harness.job(job_id)["status"] == "queued", what="the reaper to requeue")

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from tests.ctrlplane.standin import CtrlplaneStandIn
+from tests.fixtures.waiting import wait_until
 
-from .runs import DEADLINE, Harness, eventually
+from .runs import DEADLINE, Harness
 
 
 @pytest.fixture
@@ -77,7 +78,7 @@ def test_a_404_on_the_final_report_is_job_gone_not_lease_lost(
     job = ctrlplane.seed_job(agent)
     script = "touch ready; while [ ! -e go ]; do sleep 0.05; done; exit 3"
     proc = start(ctrlplane, agent, tmp_path, [], ["sh", "-c", script])
-    eventually((tmp_path / "ready").exists, "the command to start")
+    wait_until((tmp_path / "ready").exists, what="the command to start")
     # The job goes away under the running command (ctrlplane answers 404 for it from now on).
     with ctrlplane.state.lock:
         del ctrlplane.state.jobs[job]
@@ -108,7 +109,7 @@ def test_run_job_on_our_server_on_a_job_that_is_not_queued_is_7(
     job_id = harness.enqueue()
     if status == "inProgress":
         first = harness.start(["--job", job_id], ["sh", "-c", "touch ready; sleep 60"], name="a")
-        eventually((first.workdir / "ready").exists, "the first claim")
+        wait_until((first.workdir / "ready").exists, what="the first claim")
     else:
         assert harness.start(["--job", job_id], ["true"], name="a").wait() == 0
     assert harness.job(job_id)["status"] == status

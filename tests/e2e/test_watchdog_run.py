@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from .runs import DEADLINE, Harness, eventually
+from tests.fixtures.waiting import wait_until
+
+from .runs import DEADLINE, Harness
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"),
@@ -63,7 +65,7 @@ class Deaths:
 def _start(harness: Harness) -> tuple[str, Path, Deaths, list[int]]:
     job_id = harness.enqueue()
     run = harness.start(["--lease-seconds", LEASE], ["sh", "-c", JOB])
-    eventually((run.workdir / "ready").exists, "the command to start")
+    wait_until((run.workdir / "ready").exists, what="the command to start")
     pids = [int((run.workdir / f"{n}.pid").read_text()) for n in ("leader", "background", "daemon")]
     assert os.getsid(pids[2]) != os.getsid(pids[0])  # the daemon left the job's session
     return job_id, run.workdir, Deaths(pids), pids
@@ -71,7 +73,7 @@ def _start(harness: Harness) -> tuple[str, Path, Deaths, list[int]]:
 
 def _requeued_at(harness: Harness, job_id: str) -> float:
     """When the reaper closed the first attempt (it expired)."""
-    eventually(lambda: harness.job(job_id)["status"] == "queued", "the reaper to requeue")
+    wait_until(lambda: harness.job(job_id)["status"] == "queued", what="the reaper to requeue")
     first = harness.attempts(job_id)[0]
     assert first["outcome"] == "expired", first
     return datetime.fromisoformat(first["endedAt"].replace("Z", "+00:00")).timestamp()

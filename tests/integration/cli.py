@@ -9,17 +9,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from typer.testing import CliRunner
 
 from jobagentctl.cli.app import app
 from tests.fixtures.live_server import LiveServer
 
-__all__ = ["Ran", "env_for", "jac", "jac_process", "until"]
+__all__ = ["Ran", "env_for", "jac", "jac_process"]
 
 
 @dataclass(frozen=True)
@@ -70,15 +68,3 @@ def jac_process(
         check=False,
     )
     return _check(server, Ran(proc.returncode, proc.stdout, proc.stderr))
-
-
-def until(check: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.1) -> Any:
-    """Poll ``check`` until it returns something truthy; fail after a generous deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s (last: {value!r})")
-        time.sleep(interval)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 from tests.fixtures.live_server import LiveServer, LiveServerFactory
+from tests.fixtures.waiting import wait_until
 
-from .cli import jac, jac_process, until
+from .cli import jac, jac_process
 
 
 def test_expired_and_unleased_claims_are_stuck(live_server_factory: LiveServerFactory) -> None:
@@ -29,7 +30,9 @@ def test_expired_and_unleased_claims_are_stuck(live_server_factory: LiveServerFa
         assert proc.returncode == 0, proc.stderr
         return {c["jobId"]: c["state"] for c in json.loads(proc.stdout)}
 
-    seen = until(lambda: (s := states()).get(leased["id"]) == "expired" and s)
+    seen = wait_until(
+        lambda: (s := states()).get(leased["id"]) == "expired" and s, what="the lease to lapse"
+    )
     assert seen == {leased["id"]: "expired", v1["id"]: "unleased"}
 
     tsv = jac(server, "inspect-claims", "--state", "expired")
@@ -57,7 +60,9 @@ def test_reaped_claim_is_lost_and_stale_claims_fail(live_server: LiveServer) -> 
     assert claim.returncode == 0, claim.stderr
     ids = dict(line.removeprefix("export ").split("=", 1) for line in claim.stdout.splitlines())
     # The fast reaper returns the job to the queue after its 1 s lease.
-    until(lambda: live_server.get_job(job["id"])["status"] == "queued")
+    wait_until(
+        lambda: live_server.get_job(job["id"])["status"] == "queued", what="the reaper to requeue"
+    )
     lost = jac(live_server, "heartbeat", env=ids)
     assert lost.returncode == 6
     assert "error:" in lost.stderr
@@ -72,6 +77,6 @@ def test_reaped_claim_is_lost_and_stale_claims_fail(live_server: LiveServer) -> 
         proc = jac(live_server, "inspect-claims", "--stale-after", "1s", "--fail-if-stuck")
         return proc.returncode == 6 and "\tstale\t" in proc.stdout
 
-    until(stale)
+    wait_until(stale, what="the claim to be marked stale")
     fresh = jac(live_server, "inspect-claims", "--stale-after", "1h", "--fail-if-stuck")
     assert fresh.returncode == 0, fresh.stderr

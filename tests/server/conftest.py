@@ -8,7 +8,6 @@ app's lifespan; tests call ``api.reap()`` to sweep deterministically.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -136,28 +135,6 @@ class Api:
         """Make these claims lapse now (the tests-only way: the database clock cannot move)."""
         expired = await asyncio.to_thread(expire_claims, self.database_url, list(job_ids))
         assert expired == len(job_ids)
-
-
-async def wait_until(condition: Any, *, timeout: float = 20.0, interval: float = 0.05) -> None:
-    """Poll an async condition until true; fail after ``timeout`` (generous: busy machine)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        if await condition():
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(interval)
-
-
-def wait_for(condition: Any, timeout: float = 30.0, interval: float = 0.02) -> float:
-    """Poll until ``condition()`` is truthy; the seconds it took."""
-    started = time.monotonic()
-    while not condition():
-        if time.monotonic() - started > timeout:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
-    return time.monotonic() - started
 
 
 def server_metrics(server: LiveServer) -> str:

@@ -13,7 +13,8 @@ import pytest
 from jobagentctl.errors import ServerUnavailable
 from jobagentctl.server.edge import json_too_deep
 from jobagentctl.server.operations import Routes
-from tests.server.conftest import Api, open_api, wait_until
+from tests.fixtures.waiting import await_until
+from tests.server.conftest import Api, open_api
 
 pytestmark = pytest.mark.anyio
 
@@ -189,7 +190,7 @@ async def api_wait_for_long_poll(api: Api) -> None:
         text = (await api.client.get("/metrics")).text
         return "jobagentctl_long_polls_waiting 1.0" in text
 
-    await wait_until(waiting)
+    await await_until(waiting, what="the long-poll to wait")
 
 
 async def _key_id(api: Api, key: str) -> Any:

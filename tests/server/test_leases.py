@@ -102,17 +102,21 @@ async def test_heartbeat_extends_the_claim_only(api: Api) -> None:
 async def test_heartbeats_keep_a_job_claimed_past_several_leases(database_url: str) -> None:
     async for api in make_api(database_url, reap_interval=0.1):
         async with api.app.router.lifespan_context(api.app):  # runs the real reaper task
-            _agent, claimed = await _claimed(api, lease=1)
+            # A 2 s lease, a heartbeat every 0.2 s: a busy machine has ten beats of headroom
+            # before a late beat would lose the lease.
+            _agent, claimed = await _claimed(api, lease=2)
             loop = asyncio.get_running_loop()
-            end = loop.time() + 3.5  # several 1 s leases
+            started = loop.time()
+            reaper = api.app.state.reaper
             beats = 0
-            while loop.time() < end:
+            # Until the claim has outlived 2.5 leases, with at least 5 beats and 10 reaper
+            # sweeps (counted, not assumed from elapsed time) while it held.
+            while beats < 5 or reaper.passes <= 10 or loop.time() < started + 5.0:
                 r = await api.heartbeat(claimed["id"], {"claimId": claimed["claimId"]})
                 assert r.status_code == 200, r.text
                 beats += 1
+                assert loop.time() < started + 120, "the reaper never swept 10 times"
                 await asyncio.sleep(0.2)
-            assert beats >= 5
-            assert api.app.state.reaper.passes > 10  # the reaper was sweeping meanwhile
             job = await api.job(claimed["id"])
             assert job["status"] == "inProgress"
             assert [a["outcome"] for a in await api.attempts(claimed["id"])] == [None]

@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tests.fixtures.live_server import LiveServer, LiveServerFactory
-from tests.server.conftest import server_metrics, wait_for
+from tests.fixtures.waiting import wait_until
+from tests.server.conftest import server_metrics
 
 
 def test_two_replicas_serve_claims_and_long_polls_together(
@@ -29,7 +30,9 @@ def test_two_replicas_serve_claims_and_long_polls_together(
 
     thread = threading.Thread(target=wait_on_b)
     thread.start()
-    wait_for(lambda: "jobagentctl_long_polls_waiting 1.0" in server_metrics(b), timeout=30)
+    wait_until(
+        lambda: "jobagentctl_long_polls_waiting 1.0" in server_metrics(b), what="b's long-poll"
+    )
     queued_at = time.monotonic()
     job = a.enqueue(agent)
     thread.join(30)
@@ -38,8 +41,10 @@ def test_two_replicas_serve_claims_and_long_polls_together(
     assert status == 200
     assert claimed["id"] == job["id"]
     print(f"\ncross-replica long-poll wake-up: {latency:.2f}s")
-    # PostgreSQL: NOTIFY; SQLite: the store's 1 s cross-process re-check.
-    assert latency < 5
+    # PostgreSQL: NOTIFY; SQLite: the store's 1 s cross-process re-check. Without either, the
+    # service's own 10 s re-check would answer: the bound sits below it, with headroom above
+    # the expected ≤ 1 s for a busy machine.
+    assert latency < 9
 
     # Claims through both replicas at once: every job exactly once.
     jobs = {a.enqueue(agent)["id"] for _ in range(20)}
@@ -63,7 +68,7 @@ def test_two_replicas_serve_claims_and_long_polls_together(
     victim = claimed_ids[0]
     status, _ = b.request("POST", f"jobs/{victim}/heartbeat", {"leaseSeconds": 1})
     assert status == 200
-    wait_for(lambda: a.get_job(victim)["status"] == "queued", timeout=30)
+    wait_until(lambda: a.get_job(victim)["status"] == "queued", what="the victim requeued")
     status, attempts = b.request("GET", f"jobs/{victim}/attempts")
     assert [x["outcome"] for x in attempts] == ["expired"]
 
@@ -78,6 +83,6 @@ def test_kill_leaves_the_claim_for_another_replica_to_reap(
     assert status == 200
     a.kill()  # a crash: no drain; the lease lives in the database, not in the process
     b = a.replica()  # only B can reap now
-    wait_for(lambda: b.get_job(job["id"])["status"] == "queued", timeout=30)
+    wait_until(lambda: b.get_job(job["id"])["status"] == "queued", what="the job requeued")
     status, attempts = b.request("GET", f"jobs/{job['id']}/attempts")
     assert [x["outcome"] for x in attempts] == ["expired"]

@@ -3,8 +3,7 @@ extra store instances on the same database (separate connections: real concurren
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -57,15 +56,3 @@ async def stores(url: str, count: int, **options: Any) -> AsyncIterator[list[Sto
     finally:
         for extra in opened:
             await extra.close()
-
-
-async def eventually(
-    condition: Callable[[], Awaitable[bool]], timeout: float = 20.0, what: str = "condition"
-) -> None:
-    """Poll ``condition`` until true; generous deadline for two busy cores."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)

@@ -17,7 +17,8 @@ from jobagentctl.errors import (
 )
 from jobagentctl.models import ClaimedJob, Job, JobStatus
 from tests.fixtures.databases import expire_claims, sql
-from tests.store.conftest import Env, eventually
+from tests.fixtures.waiting import await_until
+from tests.store.conftest import Env
 
 pytestmark = pytest.mark.anyio
 
@@ -480,7 +481,7 @@ async def test_a_one_second_lease_lapses_by_the_database_clock(env: Env) -> None
         )
         return [c.job_id for c in rows] == [job.id]
 
-    await eventually(expired, what="the 1 s lease to lapse")
+    await await_until(expired, what="the 1 s lease to lapse")
     assert (await env.store.reap(500, 0)).requeued == 1
     again = await env.store.claim_next(env.ws, env.agent, 3600)
     assert again is not None and again.attempt == 2

@@ -11,7 +11,7 @@ check returns only after it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from uuid import UUID
 
 import pytest
@@ -21,7 +21,8 @@ from jobagentctl.server.store import Store, open_store
 from jobagentctl.server.store.postgres import PostgresConnector
 from jobagentctl.server.store.sql_store import SqlStore
 from tests.fixtures.databases import expire_claims, sql
-from tests.store.conftest import Env, eventually
+from tests.fixtures.waiting import await_until
+from tests.store.conftest import Env
 
 pytestmark = pytest.mark.anyio
 
@@ -38,18 +39,11 @@ async def waiter(env: Env) -> AsyncIterator[Store]:
     assert isinstance(store, SqlStore)
     connector = store.connector
     if isinstance(connector, PostgresConnector):
-        await eventually(_async(lambda: connector.listening), what="LISTEN connection")
+        await await_until(lambda: connector.listening, what="LISTEN connection")
     try:
         yield store
     finally:
         await store.close()
-
-
-def _async(check: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
-    async def run() -> bool:
-        return check()
-
-    return run
 
 
 async def _waiting(store: Store, agent: UUID) -> asyncio.Task[bool]:
@@ -145,7 +139,7 @@ async def test_listener_reconnects_after_its_connection_is_killed(env: Env, wait
         now = {pid for (pid,) in sql(env.url, listeners, [dbname])}
         return len(now) == 2 and not now & before and connector.listening
 
-    await eventually(reconnected, what="both listeners to reconnect")
+    await await_until(reconnected, what="both listeners to reconnect")
     task = await _waiting(waiter, env.agent)
     await env.job()
     assert await _woken(task) is True
