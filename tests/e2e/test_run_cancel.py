@@ -19,8 +19,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.fixtures.live_server import LiveServer
+from tests.fixtures.waiting import wait_until
 
-from .runs import Harness, eventually
+from .runs import Harness
 
 LONG_LEASE = "300"
 HANG = 30.0  # far below the first heartbeat (≥ 75 s), far above a busy machine's second
@@ -53,9 +54,11 @@ def assert_cancelled(harness: Harness, run_workdir: Path, job_id: str) -> None:
 def test_cancel_reaches_the_child_at_once_with_a_long_lease(own_harness: Harness) -> None:
     job_id = own_harness.enqueue()
     run = own_harness.start(["--lease-seconds", LONG_LEASE], ["sh", "-c", TRAP_STOP])
-    eventually((run.workdir / "ready").exists, "the child to start")
+    wait_until((run.workdir / "ready").exists, what="the child to start")
     cancel(own_harness.server, job_id)
-    eventually((run.workdir / "reason").exists, "the child to get the stop signal", HANG)
+    wait_until(
+        (run.workdir / "reason").exists, what="the child to get the stop signal", timeout=HANG
+    )
     assert run.wait() == 143, run.stderr()
     assert_cancelled(own_harness, run.workdir, job_id)
     [record] = run.report()
@@ -67,9 +70,11 @@ def test_cancel_through_another_replica_reaches_the_child(own_harness: Harness) 
     replica = own_harness.server.replica()
     job_id = own_harness.enqueue()
     run = own_harness.start(["--lease-seconds", LONG_LEASE], ["sh", "-c", TRAP_STOP])
-    eventually((run.workdir / "ready").exists, "the child to start")
+    wait_until((run.workdir / "ready").exists, what="the child to start")
     cancel(replica, job_id)  # the run's long-poll is open on the first server
-    eventually((run.workdir / "reason").exists, "the child to get the stop signal", HANG)
+    wait_until(
+        (run.workdir / "reason").exists, what="the child to get the stop signal", timeout=HANG
+    )
     assert run.wait() == 143, run.stderr()
     assert_cancelled(own_harness, run.workdir, job_id)
     assert run.report()[0]["heartbeats"] == 0
@@ -80,9 +85,11 @@ def test_a_requeue_is_confirmed_by_a_heartbeat_and_stops_the_child_as_lease_lost
 ) -> None:
     job_id = harness.enqueue()
     run = harness.start(["--lease-seconds", LONG_LEASE], ["sh", "-c", TRAP_STOP])
-    eventually((run.workdir / "ready").exists, "the child to start")
+    wait_until((run.workdir / "ready").exists, what="the child to start")
     cancel(harness.server, job_id, "requeue")  # the claim ends: released by an operator
-    eventually((run.workdir / "reason").exists, "the child to get the stop signal", HANG)
+    wait_until(
+        (run.workdir / "reason").exists, what="the child to get the stop signal", timeout=HANG
+    )
     assert run.wait() == 75, run.stderr()
     assert "claim lost (job is queued)" in run.stderr()  # the confirming heartbeat's verdict
     assert (run.workdir / "reason").read_text() == "lease_lost\n"
@@ -177,9 +184,9 @@ def test_without_the_long_poll_jobs_run_and_heartbeats_still_see_a_cancel(
 
     job_id = harness.enqueue()
     run = harness.start(["--lease-seconds", "3"], ["sh", "-c", TRAP_STOP], env=env)
-    eventually((run.workdir / "ready").exists, "the child to start")
+    wait_until((run.workdir / "ready").exists, what="the child to start")
     cancel(harness.server, job_id)
-    eventually((run.workdir / "reason").exists, "a heartbeat to see the cancel", HANG)
+    wait_until((run.workdir / "reason").exists, what="a heartbeat to see the cancel", timeout=HANG)
     assert run.wait() == 143, run.stderr()
     assert_cancelled(harness, run.workdir, job_id)
     assert "claim long-poll failed" not in run.stderr()  # no warning: quietly not used
