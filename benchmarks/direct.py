@@ -63,7 +63,7 @@ async def _cycles(url: str, concurrency: int, jobs: int, kind: str) -> DirectRes
             job = await store.claim_next(ws, agent, 60)
             if job is None:
                 return
-            await store.update_status(
+            await store.set_status(
                 ws,
                 job.id,
                 JobStatus.SUCCESSFUL,

@@ -7,7 +7,8 @@ One process runs ``agents`` agents, each looping claim → complete until the qu
 
 ``http`` speaks to one or more server processes (URLS comma-separated; agent i uses
 URLS[i % n], the round-robin of the scale-out figures) with the minimal keep-alive client;
-``direct`` issues the store's own calls in-process (``Store.claim_next`` + ``update_status``).
+``direct`` issues the store's own calls in-process (``Store.claim_next`` + ``set_status``, as
+the server calls them).
 Protocol on stdin/stdout: prints ``ready``, waits for ``go``, runs, prints one JSON line
 {"cycles", "seconds", "cpu"} (this process's CPU during the run), then waits for a line before
 closing its connections (so the parent can read their backends' CPU while they are alive).
@@ -85,7 +86,7 @@ async def _direct(url: str, ws: str, agent_id: str, agents: int) -> int:
             job = await store.claim_next(wsid, aid, 60)
             if job is None:
                 return
-            await store.update_status(
+            await store.set_status(
                 wsid,
                 job.id,
                 JobStatus.SUCCESSFUL,

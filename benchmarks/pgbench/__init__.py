@@ -4,9 +4,10 @@ Three designs run on the same schema (the project's migrations), the same seeded
 same concurrency:
 
 - ``project``: exactly the statements the server runs. They are not copied: the store's own
-  ``claim_next`` and ``update_status(successful)`` run once against a scratch database with
-  psycopg's cursor traced, and the recorded statements (read from the store's queries.sql at
-  that moment, in the order the store sends them, BEGIN/COMMIT included) become the script.
+  ``claim_next`` and ``set_status(successful)`` (what the server calls) run once against a
+  scratch database with psycopg's cursor traced, and the recorded statements (read from the
+  store's queries.sql at that moment, in the order the store sends them, BEGIN/COMMIT
+  included) become the script.
   When the store engineer changes the SQL, the benchmark follows.
 - ``seed``: the seed's minimal design (``seed.sql``): claim CTE with SKIP LOCKED; fenced
   ``DELETE job_claim … RETURNING`` → ``UPDATE job``.
@@ -106,7 +107,7 @@ async def _trace(url: str) -> tuple[list[Traced], dict[str, Any]]:
         if job is None:
             raise RuntimeError("trace: the store claimed nothing")
         phase[0] = "complete"
-        await store.update_status(
+        await store.set_status(
             ws,
             job.id,
             JobStatus.SUCCESSFUL,
@@ -181,7 +182,7 @@ def _statement_name(sql: str) -> str:
 
 
 def project_script(url: str) -> tuple[str, dict[str, str]]:
-    """The pgbench script of the store's claim_next + update_status(successful), traced now,
+    """The pgbench script of the store's claim_next + set_status(successful), traced now,
     and the constants it binds (pgbench -D).
 
     ``url`` is a scratch database (migrated by the trace); the script uses :b_agent and :b_ws.
@@ -203,7 +204,7 @@ def project_script(url: str) -> tuple[str, dict[str, str]]:
             names[str(value)] = col
     if str(ids["claim"]) not in names:
         raise RuntimeError("trace: the claim statement did not return the claim id")
-    parts = ["-- Traced from the store: claim_next + update_status(successful)."]
+    parts = ["-- Traced from the store: claim_next + set_status(successful)."]
     for t in claim + complete:
         sql = _strip(_substitute(t.sql, t.params, names, defines))
         if t is gset:
