@@ -489,7 +489,7 @@ def _machine(
         ) -> None:
             """The fencing rules of SPEC §3, stated once more, independently of the store."""
             agent_scope = self.agent_scope(job, scope)
-            call = store.update_status(
+            call = store.set_status(
                 ws,
                 job.id,
                 status,

@@ -58,6 +58,29 @@ async def test_concurrent_claim_next_never_hands_out_a_job_twice(env: Env) -> No
     assert sql(env.url, "SELECT count(*) FROM job_attempt") == [(0,)]
 
 
+async def test_concurrent_claim_batches_never_hand_out_a_job_twice(env: Env) -> None:
+    jobs = [await env.job() for _ in range(40)]
+
+    async def drain(claimer: Store) -> list[list[UUID]]:
+        batches: list[list[UUID]] = []
+        while batch := await claimer.claim_batch(env.ws, env.agent, 30, 3):
+            batches.append([c.id for c in batch])
+        return batches
+
+    async with stores(env.url, 6) as claimers:
+        per_claimer = await asyncio.gather(*(drain(c) for c in claimers))
+    counts = Counter(job_id for got in per_claimer for batch in got for job_id in batch)
+    assert set(counts) == {j.id for j in jobs}
+    assert set(counts.values()) == {1}
+    order = {j.id: n for n, j in enumerate(jobs)}
+    for got in per_claimer:
+        for batch in got:
+            assert 1 <= len(batch) <= 3
+            assert [order[j] for j in batch] == sorted(order[j] for j in batch)
+    # One claim row per job, each with a claim id of its own.
+    assert sql(env.url, "SELECT count(*), count(DISTINCT claim_id) FROM job_claim") == [(40, 40)]
+
+
 async def test_four_concurrent_reapers_requeue_each_job_exactly_once(env: Env) -> None:
     total = 200
     jobs = [await env.job() for _ in range(total)]
@@ -101,7 +124,7 @@ async def test_reapers_racing_heartbeats_and_completions_stay_consistent(env: En
             if n % 2:
                 await store.heartbeat(env.ws, claim.id, claim.claim_id, None)
             else:
-                await store.update_status(
+                await store.set_status(
                     env.ws,
                     claim.id,
                     JobStatus.SUCCESSFUL,

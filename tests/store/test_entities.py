@@ -209,7 +209,7 @@ async def test_postgres_refuses_nul_characters_as_validation_errors(env: Env) ->
     assert "\u0000" not in caught.value.message
     job = await env.job()
     with pytest.raises(ValidationError):
-        await env.store.update_status(
+        await env.store.set_status(
             env.ws,
             job.id,
             JobStatus.FAILURE,

@@ -31,7 +31,10 @@ async def _status(env: Env, job: Job, status: JobStatus, **kw: object) -> Job:
         "metadata": None,
     }
     args.update(kw)
-    return await env.store.update_status(env.ws, job.id, status, **args)  # type: ignore[arg-type]
+    await env.store.set_status(env.ws, job.id, status, **args)  # type: ignore[arg-type]
+    changed = await env.store.get_job(env.ws, job.id)
+    assert changed is not None
+    return changed
 
 
 def _claim_rows(env: Env) -> int:
@@ -118,6 +121,42 @@ async def test_claim_next_unleased(env: Env) -> None:
     claimed = await env.store.claim_next(env.ws, env.agent, None)
     assert claimed is not None and claimed.id == job.id
     assert claimed.claim_id is None and claimed.claim_expires_at is None and claimed.attempt == 1
+
+
+async def test_claim_batch_takes_the_oldest_jobs_each_with_its_own_claim(env: Env) -> None:
+    await env.job(agent=env.other_agent)
+    jobs = [await env.job() for _ in range(5)]
+    first = await env.store.claim_batch(env.ws, env.agent, 60, 3)
+    assert [c.id for c in first] == [j.id for j in jobs[:3]]
+    assert len({c.claim_id for c in first}) == 3 and None not in {c.claim_id for c in first}
+    assert all(c.lease_seconds == 60 and c.attempt == 1 for c in first)
+    assert all(c.status == JobStatus.IN_PROGRESS for c in first)
+    rest = await env.store.claim_batch(env.ws, env.agent, 60, 3)
+    assert [c.id for c in rest] == [j.id for j in jobs[3:]]
+    assert await env.store.claim_batch(env.ws, env.agent, 60, 3) == []
+    assert _claim_rows(env) == 5
+    # Fencing is per job: one claim's id does not complete another job of the batch.
+    with pytest.raises((ClaimMismatch, ClaimLost)):
+        await _status(env, first[1], JobStatus.SUCCESSFUL, claim_id=first[0].claim_id)
+    done = await _status(env, first[1], JobStatus.SUCCESSFUL, claim_id=first[1].claim_id)
+    assert done.status == JobStatus.SUCCESSFUL
+    beat = await env.store.heartbeat(env.ws, first[0].id, first[0].claim_id, None)
+    assert beat.claim_id == first[0].claim_id
+
+
+async def test_claim_batch_unleased_and_limits(env: Env) -> None:
+    jobs = [await env.job() for _ in range(2)]
+    got = await env.store.claim_batch(env.ws, env.agent, None, 10)
+    assert [c.id for c in got] == [j.id for j in jobs]
+    assert all(c.claim_id is None and c.attempt == 1 for c in got)
+    assert _claim_rows(env) == 0
+    assert [a.attempt for a in await env.store.list_attempts(env.ws, jobs[1].id)] == [1]
+    with pytest.raises(ValidationError):
+        await env.store.claim_batch(env.ws, env.agent, 60, 0)
+    # Another workspace's agent id claims nothing here.
+    other_ws = await env.store.create_workspace("o")
+    await env.job()
+    assert await env.store.claim_batch(other_ws, env.agent, 60, 5) == []
 
 
 # --- heartbeat ---------------------------------------------------------------------------------
@@ -235,7 +274,7 @@ async def test_wrong_claim_id_changes_nothing(env: Env) -> None:
     with pytest.raises(NotFound):
         await _status(env, job, JobStatus.FAILURE, claim_id=claimed.claim_id, agent_scope=uuid4())
     with pytest.raises(NotFound):
-        await env.store.update_status(
+        await env.store.set_status(
             env.ws,
             uuid4(),
             JobStatus.FAILURE,

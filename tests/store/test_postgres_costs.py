@@ -90,7 +90,7 @@ async def test_claim_heartbeat_complete_round_trips(database_url: str, tmp_path:
                     metadata={"k": 1},
                 ),
             )
-            assert done == JobStatus.SUCCESSFUL
+            assert done.status == JobStatus.SUCCESSFUL
             counts["complete"].append(trips)
             # A repeat: the one statement changes nothing, the locked path answers (no-op).
             again, trips = await _traced(
@@ -106,7 +106,7 @@ async def test_claim_heartbeat_complete_round_trips(database_url: str, tmp_path:
                     metadata=None,
                 ),
             )
-            assert again == JobStatus.SUCCESSFUL
+            assert again.status == JobStatus.SUCCESSFUL
             counts["repeat"].append(trips)
             # An operator's status change (no claim id): the locked path only.
             cancelled, trips = await _traced(
@@ -122,7 +122,7 @@ async def test_claim_heartbeat_complete_round_trips(database_url: str, tmp_path:
                     metadata=None,
                 ),
             )
-            assert cancelled == JobStatus.CANCELLED
+            assert cancelled.status == JobStatus.CANCELLED
             counts["cancel"].append(trips)
         expected_trips = {"claim": 1, "heartbeat": 1, "complete": 1, "repeat": 3, "cancel": 2}
         for name, expected in expected_trips.items():
@@ -140,7 +140,7 @@ async def test_a_refused_status_update_leaves_the_connection_usable(database_url
         agent = (await store.upsert_agent(ws, uuid4(), "a", "shell", {}, None)).id
         job = await store.create_job(ws, agent, None, None, None)
         with pytest.raises(ValidationError):  # PostgreSQL refuses NUL in text
-            await store.update_status(
+            await store.set_status(
                 ws,
                 job.id,
                 JobStatus.FAILURE,
@@ -149,7 +149,7 @@ async def test_a_refused_status_update_leaves_the_connection_usable(database_url
                 external_id=None,
                 metadata=None,
             )
-        done = await store.update_status(
+        await store.set_status(
             ws,
             job.id,
             JobStatus.FAILURE,
@@ -158,7 +158,8 @@ async def test_a_refused_status_update_leaves_the_connection_usable(database_url
             external_id=None,
             metadata=None,
         )
-        assert done.status == JobStatus.FAILURE and done.message == "ok"
+        done = await store.get_job(ws, job.id)
+        assert done is not None and done.status == JobStatus.FAILURE and done.message == "ok"
     finally:
         await store.close()
 

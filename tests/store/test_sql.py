@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import re
 import sqlite3
+from pathlib import Path
 from uuid import uuid4
 
 import psycopg
@@ -303,7 +304,7 @@ def test_sqlite_errors_are_translated_without_their_text() -> None:
 
 
 @pytest.mark.anyio
-async def test_postgres_claim_retries_once_after_an_attempt_number_race(
+async def test_postgres_claim_retries_once_after_a_unique_violation(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     connector = PostgresConnector("postgresql://u@h/db")
@@ -311,20 +312,45 @@ async def test_postgres_claim_retries_once_after_an_attempt_number_race(
     calls: list[str] = []
 
     def racing(times: int) -> object:
-        async def one(query: str, params: object = None) -> object:
+        async def each(query: str, params: object, limit: int) -> object:
             calls.append(query)
             if len(calls) <= times:
                 violation = pg_errors.UniqueViolation("job_attempt_pkey")
                 raise translate_error(violation) from violation
-            return {"claimed": True}
+            return [{"claimed": True}]
 
-        return one
+        return each
 
-    monkeypatch.setattr(connector, "one", racing(1))
-    assert await store._claim("claim", {}) == {"claimed": True}
+    monkeypatch.setattr(connector, "each", racing(1))
+    assert await store._claim("claim", dict, 1) == [{"claimed": True}]
     assert len(calls) == 2
     calls.clear()
-    monkeypatch.setattr(connector, "one", racing(2))  # twice in a row: give up, as a conflict
+    monkeypatch.setattr(connector, "each", racing(2))  # twice in a row: give up, as a conflict
     with pytest.raises(Conflict):
-        await store._claim("claim", {})
+        await store._claim("claim", dict, 1)
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_both_claims_share_one_written_tail(dialect: str) -> None:
+    queries = load_queries(dialect)
+    assert "claim_tail" not in queries  # a fragment is not an operation
+    tail = "INSERT INTO job_claim"
+    by_id, nxt = queries["claim_job"], queries["claim_next"]
+    assert by_id[by_id.index(tail) :] == nxt[nxt.index(tail) :]
+    assert "-- include:" not in by_id and "-- include:" not in nxt
+
+
+def test_an_include_of_an_unknown_fragment_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from jobagentctl.server.store import _sql
+
+    (tmp_path / "queries.sql").write_text("-- name: a\nSELECT 1,\n-- include: nowhere\n")
+    monkeypatch.setattr(_sql, "_sql_dir", lambda dialect: tmp_path)
+    _sql.load_queries.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match="nowhere"):
+            _sql.load_queries("sqlite")
+    finally:
+        _sql.load_queries.cache_clear()

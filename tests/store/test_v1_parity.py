@@ -33,7 +33,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def _status(env: Env, job_id: UUID, status: JobStatus, claim_id: UUID | None = None) -> Job:
-    return await env.store.update_status(
+    await env.store.set_status(
         env.ws,
         job_id,
         status,
@@ -42,6 +42,9 @@ async def _status(env: Env, job_id: UUID, status: JobStatus, claim_id: UUID | No
         external_id=None,
         metadata=None,
     )
+    changed = await env.store.get_job(env.ws, job_id)
+    assert changed is not None
+    return changed
 
 
 # --- deleting an agent keeps its jobs -----------------------------------------------------------

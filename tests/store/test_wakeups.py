@@ -82,7 +82,7 @@ async def test_woken_by_release(env: Env, waiter: Store) -> None:
     claimed = await waiter.claim_next(env.ws, env.agent, 30)
     assert claimed is not None
     task = await _waiting(waiter, env.agent)
-    await waiter.update_status(
+    await waiter.set_status(
         env.ws,
         claimed.id,
         JobStatus.QUEUED,

@@ -1,5 +1,5 @@
 """Pieces of the store that need no driver: the named-SQL loader, row → model converters (one
-per entity), the fencing decision of ``update_status`` and the per-agent wake-up registry.
+per entity), the fencing decision of ``set_status`` and the per-agent wake-up registry.
 
 Rows arrive as mappings (SQLite gives epoch floats, UUID and JSON text; PostgreSQL gives
 datetimes, UUIDs and parsed JSON) and the converters accept both.
@@ -77,7 +77,8 @@ Row = Mapping[str, Any]
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]{0,49}$")
 _NOT_SLUG_CHARS = re.compile(r"[^a-z0-9]+")
 
-_NAME_LINE = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$")
+_NAME_LINE = re.compile(r"^--\s*(name|fragment):\s*([a-z_][a-z0-9_]*)\s*$")
+_INCLUDE_LINE = re.compile(r"^\s*--\s*include:\s*([a-z_][a-z0-9_]*)\s*$")
 _MIGRATION_FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 
@@ -87,24 +88,42 @@ def _sql_dir(dialect: str) -> Traversable:
 
 @cache
 def load_queries(dialect: str) -> dict[str, str]:
-    """The named blocks of ``sql/<dialect>/queries.sql``: ``-- name: x`` starts block ``x``."""
+    """The named blocks of ``sql/<dialect>/queries.sql``: ``-- name: x`` starts block ``x``.
+
+    ``-- fragment: f`` starts a piece of SQL that is not a query of its own: a later line
+    ``-- include: f`` is replaced by it (static text, written once, e.g. the lease and attempt
+    writes that claiming by id and claiming the next job share). Fragments are defined before
+    they are included.
+    """
     text = _sql_dir(dialect).joinpath("queries.sql").read_text(encoding="utf-8")
     queries: dict[str, str] = {}
+    fragments: dict[str, str] = {}
+    kind: str | None = None
     name: str | None = None
     lines: list[str] = []
+
+    def close() -> None:
+        if name is not None:
+            (fragments if kind == "fragment" else queries)[name] = "\n".join(lines).strip()
+
     for line in text.splitlines():
         match = _NAME_LINE.match(line)
         if match:
-            if name is not None:
-                queries[name] = "\n".join(lines).strip()
-            name, lines = match.group(1), []
-            if name in queries:
+            close()
+            kind, name, lines = match.group(1), match.group(2), []
+            if name in queries or name in fragments:
                 raise RuntimeError(f"duplicate query name {name!r} in {dialect}/queries.sql")
+        elif name is not None and (include := _INCLUDE_LINE.match(line)):
+            if include.group(1) not in fragments:
+                raise RuntimeError(
+                    f"{dialect}/queries.sql: {name!r} includes {include.group(1)!r}, "
+                    "which is not a fragment defined before it"
+                )
+            lines.append(fragments[include.group(1)])
         elif name is not None and not line.lstrip().startswith("--"):
             # Comment lines document the file; the server need not receive them every time.
             lines.append(line)
-    if name is not None:
-        queries[name] = "\n".join(lines).strip()
+    close()
     return queries
 
 
@@ -309,12 +328,12 @@ def attempt_from_row(row: Mapping[str, Any]) -> JobAttempt:
     )
 
 
-# --- update_status fencing --------------------------------------------------------------------
+# --- set_status fencing -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class StatusContext:
-    """What ``update_status`` reads under the job's lock before deciding."""
+    """What ``set_status`` reads under the job's lock before deciding."""
 
     status: JobStatus
     current_claim_id: UUID | None  # the job_claim row's claim_id, None when there is no row
@@ -339,7 +358,7 @@ def decide_status_change(
     agent_scope: UUID | None,
     require_claim_id: bool,
 ) -> Literal["apply", "noop"]:
-    """The fencing rules of ``Store.update_status``; raises the 409/400 errors, else says
+    """The fencing rules of ``Store.set_status``; raises the 409/400 errors, else says
     whether to write (``apply``) or answer an idempotent repeat without writing (``noop``)."""
     details: dict[str, Any] = {"jobStatus": ctx.status.value}
     if claim_id is not None:

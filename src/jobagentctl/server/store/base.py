@@ -24,7 +24,14 @@ from jobagentctl.models import (
     JobStatus,
 )
 
-__all__ = ["ApiKeyRecord", "OutageGrace", "ReapResult", "Store", "WorkspaceRecord"]
+__all__ = [
+    "ApiKeyRecord",
+    "OutageGrace",
+    "ReapResult",
+    "StatusChange",
+    "Store",
+    "WorkspaceRecord",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +59,15 @@ class OutageGrace:
 
     began_ago: float  # since the last pass that worked before the failures
     ended_ago: float  # since the first pass that worked again (0: this one)
+
+
+@dataclass(frozen=True, slots=True)
+class StatusChange:
+    """What ``set_status`` answers: the job's status after it, and its agent (None when the
+    agent was deleted)."""
+
+    status: JobStatus
+    job_agent_id: UUID | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,9 +186,10 @@ class Store(Protocol):
     async def claim_job(
         self, workspace_id: UUID, agent_id: UUID, job_id: UUID, lease_seconds: int | None
     ) -> ClaimedJob:
-        """Claim that job atomically: ``queued → inProgress``, ``started_at = now``, a new
-        ``job_attempt`` row (attempt = previous max + 1), and — when ``lease_seconds`` is not
-        None — a ``job_claim`` row with a fresh ``claim_id`` expiring at ``now + lease``.
+        """Claim that job atomically: ``queued → inProgress``, ``started_at = now``, the attempt
+        counted on the job (previous + 1), and — when ``lease_seconds`` is not None — a
+        ``job_claim`` row with a fresh ``claim_id`` expiring at ``now + lease`` (the attempt's
+        ``job_attempt`` row is written when it ends; an unleased claim opens it now).
         ``lease_seconds`` is already resolved and clamped by the service; None = unleased.
         Unknown job, or another agent's → ``NotFound``; not queued → ``NotClaimable`` with
         ``details.jobStatus``."""
@@ -180,13 +197,20 @@ class Store(Protocol):
     async def claim_next(
         self, workspace_id: UUID, agent_id: UUID, lease_seconds: int | None
     ) -> ClaimedJob | None:
-        """Claim the oldest queued job of the agent (``created_at ASC, id ASC``; PostgreSQL
-        ``FOR UPDATE SKIP LOCKED``); None when nothing is queued. Same effects as claim_job."""
+        """``claim_batch`` of one: the job, or None when nothing is queued."""
+
+    async def claim_batch(
+        self, workspace_id: UUID, agent_id: UUID, lease_seconds: int | None, limit: int
+    ) -> list[ClaimedJob]:
+        """Claim up to ``limit`` of the agent's oldest queued jobs (``created_at ASC, id ASC``;
+        PostgreSQL one statement with ``FOR UPDATE SKIP LOCKED``, SQLite one transaction),
+        oldest first; each as ``claim_job`` (its own claim id and lease). [] when nothing is
+        queued."""
 
     async def wait_for_job(self, agent_id: UUID, timeout: float) -> bool:
         """Block up to ``timeout`` seconds for a "job queued for this agent" signal (created,
         released, requeued by the reaper; from any replica on PostgreSQL). True if signalled.
-        May wake spuriously; the caller re-tries ``claim_next``."""
+        May wake spuriously; the caller re-tries its claim."""
 
     async def heartbeat(
         self,
@@ -202,7 +226,7 @@ class Store(Protocol):
         ``ClaimMismatch`` (``details.jobStatus``, ``details.attempt``); unknown job → ``NotFound``.
         """
 
-    async def update_status(
+    async def set_status(
         self,
         workspace_id: UUID,
         job_id: UUID,
@@ -214,10 +238,13 @@ class Store(Protocol):
         metadata: dict[str, Any] | None,
         agent_scope: UUID | None = None,
         require_claim_id: bool = False,
-    ) -> Job:
-        """Set a status, fenced by ``claim_id``, atomically.
+    ) -> StatusChange:
+        """Set a status, fenced by ``claim_id``, atomically; answers the job's status and agent
+        (the wire's ``{id, message}`` needs no job: read it with ``get_job``).
 
-        - ``claim_id`` given and equal to the current claim → apply.
+        - ``claim_id`` given and equal to the current claim → apply. The claim's holder ending
+          its attempt (``claim_id``, any status but ``inProgress``) is one statement, one round
+          trip; the reason of a refusal is read only when that statement changed nothing.
         - ``claim_id`` given, no claim row, the attempt with that ``claim_id`` ended
           ``completed``/``cancelled`` and the job already has ``status`` → idempotent success,
           nothing changes.
@@ -235,23 +262,6 @@ class Store(Protocol):
         terminal status sets ``completed_at``, any other clears it. ``message`` and
         ``external_id`` replace when given; ``metadata`` is merged key by key.
         """
-
-    async def set_status(
-        self,
-        workspace_id: UUID,
-        job_id: UUID,
-        status: JobStatus,
-        *,
-        claim_id: UUID | None,
-        message: str | None,
-        external_id: str | None,
-        metadata: dict[str, Any] | None,
-        agent_scope: UUID | None = None,
-        require_claim_id: bool = False,
-    ) -> JobStatus:
-        """``update_status`` answering only the job's status (the wire's ``{id, message}`` needs
-        no job): the claim's holder ending its attempt is one statement, one round trip; the
-        reason of a refusal is read only when that statement changed nothing."""
 
     async def reap(
         self, batch_size: int, max_reclaims: int, grace: OutageGrace | None = None

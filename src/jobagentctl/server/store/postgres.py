@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar
 from uuid import UUID
@@ -264,6 +264,10 @@ class PostgresConnector:
         async with self._connection() as conn:
             cur = await conn.execute(Q[name], params)
             return list(await cur.fetchall())
+
+    async def each(self, name: str, params: Callable[[], Params], limit: int) -> list[Row]:
+        # One statement claims the whole batch (its LIMIT): the rows it answers.
+        return await self.all(name, {**params(), "limit": limit})
 
     async def locked(self, read: str, params: Params, decide: Decide) -> Row | None:
         return await self._bounded(self._locked(read, params, decide))

@@ -60,6 +60,7 @@ from jobagentctl.server.store.base import (
     ApiKeyRecord,
     OutageGrace,
     ReapResult,
+    StatusChange,
     WorkspaceRecord,
 )
 
@@ -71,7 +72,7 @@ def _as_uuid(value: Any) -> UUID:
 
 
 Params = dict[str, Any]
-# update_status's decision under the job's lock: the row read → the write to run, or None.
+# set_status's decision under the job's lock: the row read → the write to run, or None.
 Decide = Callable[[Row | None], tuple[str, Params] | None]
 
 
@@ -92,6 +93,11 @@ class Connector(Protocol):
         """The first row of query ``name`` (every row is read: the statement is finished)."""
 
     async def all(self, name: str, params: Params | None = None) -> list[Row]: ...
+
+    async def each(self, name: str, params: Callable[[], Params], limit: int) -> list[Row]:
+        """Up to ``limit`` rows of the claim-like query ``name``, each job claimed once, in one
+        statement (PostgreSQL: ``limit`` bound) or one transaction (SQLite: the chain run again
+        with fresh ``params()`` until it answers none)."""
 
     async def locked(self, read: str, params: Params, decide: Decide) -> Row | None:
         """One transaction holding the job's lock (``lock_job``): run ``read``, pass its row to
@@ -297,14 +303,14 @@ class SqlStore:
 
     # --- leases --------------------------------------------------------------------------------
 
-    async def _claim(self, name: str, params: Params) -> Row | None:
+    async def _claim(self, name: str, params: Callable[[], Params], limit: int) -> list[Row]:
         for retry in (True, False):
             try:
-                return await self._db.one(name, params)
+                return await self._db.each(name, params, limit)
             except Conflict:
-                # A claim row left behind for a queued job (none is, by the invariant) or a
-                # unique violation of another kind: one fresh statement, then the error. (The
-                # attempt number is counted on the job row under its lock: no race there.)
+                # A unique violation of some other kind (a claim row left behind is replaced,
+                # and the attempt number is counted on the job row under its lock: no race
+                # there): one fresh statement, then the error.
                 if not retry:
                     raise
         raise AssertionError("unreachable")
@@ -319,11 +325,10 @@ class SqlStore:
             "workspace_id": workspace_id,
             "lease_seconds": lease_seconds,
             "agent_scope": agent_id,
-            "new_claim_id": uuid4(),
         }
-        row = await self._claim("claim_job", params)
-        if row is not None:
-            return claimed_job_from_row(row)
+        rows = await self._claim("claim_job", lambda: {**params, "new_claim_id": uuid4()}, 1)
+        if rows:
+            return claimed_job_from_row(rows[0])
         # Failure path only: tell unknown/foreign (404) from not queued (409).
         state = await self._db.one("job_claim_state", params)
         if state is None:
@@ -335,15 +340,22 @@ class SqlStore:
     async def claim_next(
         self, workspace_id: UUID, agent_id: UUID, lease_seconds: int | None
     ) -> ClaimedJob | None:
+        jobs = await self.claim_batch(workspace_id, agent_id, lease_seconds, 1)
+        return jobs[0] if jobs else None
+
+    async def claim_batch(
+        self, workspace_id: UUID, agent_id: UUID, lease_seconds: int | None, limit: int
+    ) -> list[ClaimedJob]:
         check_lease(lease_seconds)
+        if limit < 1:
+            raise ValidationError("limit must be at least 1")
         params = {
             "agent_id": agent_id,
             "workspace_id": workspace_id,
             "lease_seconds": lease_seconds,
-            "new_claim_id": uuid4(),
         }
-        row = await self._claim("claim_next", params)
-        return None if row is None else claimed_job_from_row(row)
+        rows = await self._claim("claim_next", lambda: {**params, "new_claim_id": uuid4()}, limit)
+        return [claimed_job_from_row(row) for row in rows]
 
     async def wait_for_job(self, agent_id: UUID, timeout: float) -> bool:
         loop = asyncio.get_running_loop()
@@ -390,38 +402,6 @@ class SqlStore:
         # Failure path only: one more read to say why.
         raise heartbeat_failure(await self._db.one("job_claim_state", params))
 
-    async def update_status(
-        self,
-        workspace_id: UUID,
-        job_id: UUID,
-        status: JobStatus,
-        *,
-        claim_id: UUID | None,
-        message: str | None,
-        external_id: str | None,
-        metadata: dict[str, Any] | None,
-        agent_scope: UUID | None = None,
-        require_claim_id: bool = False,
-    ) -> Job:
-        row = await self._set_status(
-            workspace_id,
-            job_id,
-            status,
-            claim_id=claim_id,
-            message=message,
-            external_id=external_id,
-            metadata=metadata,
-            agent_scope=agent_scope,
-            require_claim_id=require_claim_id,
-        )
-        if "created_at" not in row:  # finish_claimed answers {id, status}: read the job
-            params = {"job_id": job_id, "workspace_id": workspace_id, "agent_scope": None}
-            full = await self._db.one("get_job", params)
-            if full is None:  # pragma: no cover - job rows are never deleted
-                raise NotFound("job not found")
-            row = full
-        return job_from_row(row)
-
     async def set_status(
         self,
         workspace_id: UUID,
@@ -434,35 +414,7 @@ class SqlStore:
         metadata: dict[str, Any] | None,
         agent_scope: UUID | None = None,
         require_claim_id: bool = False,
-    ) -> JobStatus:
-        row = await self._set_status(
-            workspace_id,
-            job_id,
-            status,
-            claim_id=claim_id,
-            message=message,
-            external_id=external_id,
-            metadata=metadata,
-            agent_scope=agent_scope,
-            require_claim_id=require_claim_id,
-        )
-        return JobStatus(row["status"])
-
-    async def _set_status(
-        self,
-        workspace_id: UUID,
-        job_id: UUID,
-        status: JobStatus,
-        *,
-        claim_id: UUID | None,
-        message: str | None,
-        external_id: str | None,
-        metadata: dict[str, Any] | None,
-        agent_scope: UUID | None,
-        require_claim_id: bool,
-    ) -> Row:
-        """The job's row after the change: ``{id, status, job_agent_id}`` from the one-statement
-        path, the whole job row from the locked path."""
+    ) -> StatusChange:
         params = {
             "job_id": job_id,
             "workspace_id": workspace_id,
@@ -490,9 +442,7 @@ class SqlStore:
             # Nothing comes back when it is refused or a repeat; the locked path says why.
             done = await self._db.one("finish_claimed", {**params, **write})
             if done is not None:
-                if done["status"] == JobStatus.QUEUED and done["job_agent_id"] is not None:
-                    self._db.notify(_as_uuid(done["job_agent_id"]), 1)
-                return done
+                return self._changed(done)
         wrote: list[bool] = []
 
         def decide(row: Row | None) -> tuple[str, Params] | None:
@@ -515,9 +465,14 @@ class SqlStore:
         row = await self._db.locked("status_context", params, decide)
         if row is None:  # pragma: no cover - the job row was locked by us
             raise NotFound("job not found")
-        if wrote and row["status"] == JobStatus.QUEUED and row["job_agent_id"] is not None:
-            self._db.notify(_as_uuid(row["job_agent_id"]), 1)
-        return row
+        return self._changed(row, wrote=bool(wrote))
+
+    def _changed(self, row: Row, *, wrote: bool = True) -> StatusChange:
+        agent = None if row["job_agent_id"] is None else _as_uuid(row["job_agent_id"])
+        status = JobStatus(row["status"])
+        if wrote and status == JobStatus.QUEUED and agent is not None:
+            self._db.notify(agent, 1)
+        return StatusChange(status, agent)
 
     async def reap(
         self, batch_size: int, max_reclaims: int, grace: OutageGrace | None = None

@@ -292,6 +292,22 @@ class SqliteConnector:
 
         return await self._run(run)
 
+    async def each(self, name: str, params: Callable[[], Params], limit: int) -> list[Row]:
+        # A chain answers one row (SQLite has no data-modifying CTEs): the batch is the chain
+        # run again, each time with fresh parameters, in one write transaction, until a run
+        # answers none.
+        def run(conn: sqlite3.Connection) -> list[Row]:
+            rows: list[Row] = []
+            with _transaction(conn):
+                while len(rows) < limit:
+                    row = _run_chain(conn, name, params())
+                    if row is None:
+                        break
+                    rows.append(row)
+            return rows
+
+        return await self._run(run)
+
     async def locked(self, read: str, params: Params, decide: Decide) -> Row | None:
         # lock_job is BEGIN IMMEDIATE: SQLite's lock is the whole database.
         def run(conn: sqlite3.Connection) -> Row | None:

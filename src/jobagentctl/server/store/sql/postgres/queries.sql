@@ -140,19 +140,11 @@ SELECT 1 AS found FROM job
 WHERE job_agent_id = %(agent_id)s AND status = 'queued'
 LIMIT 1
 
--- name: claim_job
--- One statement: flip the job (only if still queued) and count the attempt on it, record the
--- lease. A concurrent claimer waits on the row lock, then sees status <> 'queued' and gets no
--- row. The attempt's row is written when it ends (from the claim row); only an unleased (V1)
--- claim, which has no claim row, opens its attempt row here.
-WITH claimed AS (
-    UPDATE job AS j
-    SET status = 'inProgress', started_at = now(), updated_at = now(), attempts = j.attempts + 1
-    WHERE j.id = %(job_id)s AND j.job_agent_id = %(agent_id)s AND j.status = 'queued'
-      AND EXISTS (SELECT 1 FROM job_agent AS a
-                  WHERE a.id = %(agent_id)s AND a.workspace_id = %(workspace_id)s)
-    RETURNING j.*
-),
+-- fragment: claim_tail
+-- What both claims do after flipping the job (CTE `claimed`, the job rows as now): record the
+-- lease, one claim row per job (its own random claim id); an unleased (V1) claim has no claim
+-- row, so it opens its attempt row here (a leased attempt's row is written once, when it ends,
+-- from the claim row). Answers the claimed jobs, oldest first.
 lease AS (
     INSERT INTO job_claim (job_id, job_agent_id, claimed_at, claim_expires_at, claim_id,
                            lease_seconds, attempt)
@@ -160,6 +152,8 @@ lease AS (
            gen_random_uuid(), %(lease_seconds)s::integer, c.attempts
     FROM claimed AS c
     WHERE %(lease_seconds)s::integer IS NOT NULL
+    -- No claim row exists for a job that was queued (every way out of inProgress deletes it);
+    -- should one be left behind all the same, the new claim replaces it.
     ON CONFLICT (job_id) DO UPDATE
     SET job_agent_id = excluded.job_agent_id,
         claimed_at = excluded.claimed_at,
@@ -179,10 +173,25 @@ SELECT c.*, c.attempts AS attempt, l.claim_id, now() AS claimed_at, l.claim_expi
        l.lease_seconds
 FROM claimed AS c
 LEFT JOIN lease AS l ON l.job_id = c.id
+ORDER BY c.created_at, c.id
+
+-- name: claim_job
+-- One statement: flip the job (only if still queued) and count the attempt on it, record the
+-- lease. A concurrent claimer waits on the row lock, then sees status <> 'queued' and gets no
+-- row.
+WITH claimed AS (
+    UPDATE job AS j
+    SET status = 'inProgress', started_at = now(), updated_at = now(), attempts = j.attempts + 1
+    WHERE j.id = %(job_id)s AND j.job_agent_id = %(agent_id)s AND j.status = 'queued'
+      AND EXISTS (SELECT 1 FROM job_agent AS a
+                  WHERE a.id = %(agent_id)s AND a.workspace_id = %(workspace_id)s)
+    RETURNING j.*
+),
+-- include: claim_tail
 
 -- name: claim_next
--- As claim_job, for the agent's oldest queued job; SKIP LOCKED lets concurrent claimers take
--- the next rows instead of queueing behind each other.
+-- As claim_job, for the agent's `limit` oldest queued jobs (claim-next's batch; 1 without it);
+-- SKIP LOCKED lets concurrent claimers take the next rows instead of queueing behind each other.
 WITH picked AS (
     SELECT j.id
     FROM job AS j
@@ -190,7 +199,7 @@ WITH picked AS (
       AND EXISTS (SELECT 1 FROM job_agent AS a
                   WHERE a.id = %(agent_id)s AND a.workspace_id = %(workspace_id)s)
     ORDER BY j.created_at, j.id
-    LIMIT 1
+    LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
 claimed AS (
@@ -200,32 +209,7 @@ claimed AS (
     WHERE j.id = p.id
     RETURNING j.*
 ),
-lease AS (
-    INSERT INTO job_claim (job_id, job_agent_id, claimed_at, claim_expires_at, claim_id,
-                           lease_seconds, attempt)
-    SELECT c.id, c.job_agent_id, now(), now() + make_interval(secs => %(lease_seconds)s::integer),
-           gen_random_uuid(), %(lease_seconds)s::integer, c.attempts
-    FROM claimed AS c
-    WHERE %(lease_seconds)s::integer IS NOT NULL
-    ON CONFLICT (job_id) DO UPDATE
-    SET job_agent_id = excluded.job_agent_id,
-        claimed_at = excluded.claimed_at,
-        claim_expires_at = excluded.claim_expires_at,
-        claim_id = excluded.claim_id,
-        lease_seconds = excluded.lease_seconds,
-        attempt = excluded.attempt
-    RETURNING job_id, claim_id, claim_expires_at, lease_seconds
-),
-unleased AS (
-    INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
-    SELECT c.id, c.attempts, NULL, c.job_agent_id, now()
-    FROM claimed AS c
-    WHERE %(lease_seconds)s::integer IS NULL
-)
-SELECT c.*, c.attempts AS attempt, l.claim_id, now() AS claimed_at, l.claim_expires_at,
-       l.lease_seconds
-FROM claimed AS c
-LEFT JOIN lease AS l ON l.job_id = c.id
+-- include: claim_tail
 
 -- name: heartbeat
 -- Touches job_claim only (an unindexed column: a HOT update); revives an expired row that the
@@ -243,12 +227,12 @@ RETURNING c.job_id, c.claim_id, c.attempt, c.lease_seconds, c.claim_expires_at
 
 -- name: lock_claim
 -- The lock order of every writer that waits for locks: the claim row, then the job row
--- (finish_claimed deletes the claim, then updates the job). update_status's locked path takes
+-- (finish_claimed deletes the claim, then updates the job). set_status's locked path takes
 -- the claim row's lock first in its own statement; the reaper takes both with SKIP LOCKED.
 SELECT c.job_id FROM job_claim AS c WHERE c.job_id = %(job_id)s FOR UPDATE
 
 -- name: lock_job
--- update_status locks the job row next, in its own statement, so that status_context (a new
+-- set_status locks the job row next, in its own statement, so that status_context (a new
 -- snapshot) reads the claim row as it is now: a claim row that appeared after lock_claim (a
 -- claim committed in between) is seen there, and the transaction starts again (postgres.py).
 SELECT j.id FROM job AS j WHERE j.id = %(job_id)s FOR UPDATE
@@ -355,7 +339,7 @@ SELECT u.*, (SELECT count(*) FROM woken) AS woken FROM updated AS u
 -- name: reap
 -- One batch in one statement. The expired claims AND their jobs are locked with SKIP LOCKED:
 -- concurrent reapers split the rows instead of reaping one twice, and a row whose job is held
--- by an update_status (which locks job, then claim) is left for the next pass instead of
+-- by a set_status (which locks job, then claim) is left for the next pass instead of
 -- deadlocking. The N-th expiry with N >= max_reclaims fails the job instead of requeueing it.
 -- Outage grace (reaper.py): a lease that ran out since the outage began is spared until one
 -- heartbeat interval (as `run` computes it: lease/3 within [1 s, 60 s]) after the store came

@@ -123,20 +123,13 @@ WHERE j.id = :job_id AND j.workspace_id = :workspace_id
 -- name: queued_exists
 SELECT 1 AS found FROM job WHERE job_agent_id = :agent_id AND status = 'queued' LIMIT 1
 
--- name: claim_job
--- Flip the job (only if still queued) and count the attempt on it, record the lease. The
--- attempt's row is written when it ends, from the claim row.
-UPDATE job
-SET status = 'inProgress',
-    started_at = (julianday('now') - 2440587.5) * 86400.0,
-    updated_at = (julianday('now') - 2440587.5) * 86400.0,
-    attempts = attempts + 1
-WHERE id = :job_id AND job_agent_id = :agent_id AND status = 'queued'
-  AND EXISTS (SELECT 1 FROM job_agent AS a WHERE a.id = :agent_id AND a.workspace_id = :workspace_id)
-RETURNING *;
+-- fragment: claim_tail
+-- What both claims do after the UPDATE that flipped the job (its row is in the parameters):
+-- the claim's attempt and time, the lease when there is one (the job and the claim agree on
+-- the time to the millisecond), and for an unleased (V1) claim, which has no claim row, its
+-- open attempt row (a leased attempt's row is written once, when it ends, from the claim row).
 SELECT :attempts AS attempt, :started_at AS claimed_at,
        CASE WHEN :lease_seconds IS NULL THEN NULL ELSE :new_claim_id END AS claim_id;
--- The lease, when there is one: the job and the claim agree on the time to the millisecond.
 INSERT INTO job_claim (job_id, job_agent_id, claimed_at, claim_expires_at, claim_id,
                        lease_seconds, attempt)
 SELECT :id, :job_agent_id, :claimed_at, :claimed_at + :lease_seconds, :claim_id,
@@ -150,13 +143,25 @@ SET job_agent_id = excluded.job_agent_id,
     lease_seconds = excluded.lease_seconds,
     attempt = excluded.attempt
 RETURNING claim_expires_at, lease_seconds;
--- An unleased (V1) claim has no claim row: its attempt row is opened here.
 INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
 SELECT :id, :attempt, NULL, :job_agent_id, :claimed_at
 WHERE :lease_seconds IS NULL
 
+-- name: claim_job
+-- Flip the job (only if still queued) and count the attempt on it, then claim_tail.
+UPDATE job
+SET status = 'inProgress',
+    started_at = (julianday('now') - 2440587.5) * 86400.0,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0,
+    attempts = attempts + 1
+WHERE id = :job_id AND job_agent_id = :agent_id AND status = 'queued'
+  AND EXISTS (SELECT 1 FROM job_agent AS a WHERE a.id = :agent_id AND a.workspace_id = :workspace_id)
+RETURNING *;
+-- include: claim_tail
+
 -- name: claim_next
--- As claim_job, for the agent's oldest queued job.
+-- As claim_job, for the agent's oldest queued job. A batch (claim-next's `limit`) is this
+-- chain run again in the same transaction until it claims nothing (SqliteConnector.each).
 UPDATE job
 SET status = 'inProgress',
     started_at = (julianday('now') - 2440587.5) * 86400.0,
@@ -169,26 +174,7 @@ WHERE id = (
         LIMIT 1)
   AND EXISTS (SELECT 1 FROM job_agent AS a WHERE a.id = :agent_id AND a.workspace_id = :workspace_id)
 RETURNING *;
-SELECT :attempts AS attempt, :started_at AS claimed_at,
-       CASE WHEN :lease_seconds IS NULL THEN NULL ELSE :new_claim_id END AS claim_id;
--- The lease, when there is one: the job and the claim agree on the time to the millisecond.
-INSERT INTO job_claim (job_id, job_agent_id, claimed_at, claim_expires_at, claim_id,
-                       lease_seconds, attempt)
-SELECT :id, :job_agent_id, :claimed_at, :claimed_at + :lease_seconds, :claim_id,
-       :lease_seconds, :attempt
-WHERE :lease_seconds IS NOT NULL
-ON CONFLICT (job_id) DO UPDATE
-SET job_agent_id = excluded.job_agent_id,
-    claimed_at = excluded.claimed_at,
-    claim_expires_at = excluded.claim_expires_at,
-    claim_id = excluded.claim_id,
-    lease_seconds = excluded.lease_seconds,
-    attempt = excluded.attempt
-RETURNING claim_expires_at, lease_seconds;
--- An unleased (V1) claim has no claim row: its attempt row is opened here.
-INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
-SELECT :id, :attempt, NULL, :job_agent_id, :claimed_at
-WHERE :lease_seconds IS NULL
+-- include: claim_tail
 
 -- name: heartbeat
 UPDATE job_claim
