@@ -8,15 +8,22 @@ claims; the figures are in docs/security.md with the scripts that produce them.
 from __future__ import annotations
 
 import contextlib
+import json
 import resource
+import select
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from jobagentctl.errors import ConfigError
+from jobagentctl.server.runner import _protocol_options
+from jobagentctl.server.settings import ServerSettings
 from tests.fixtures.live_server import LiveServer, LiveServerFactory
+from tests.fixtures.waiting import wait_until
 
 HEADER_CAP = 16 * 1024  # the default max_header_bytes
 
@@ -159,3 +166,129 @@ def test_the_fd_soft_limit_is_raised_to_the_hard_limit(servers: LiveServerFactor
     line = next(x for x in limits.splitlines() if x.startswith("Max open files"))
     server_soft, server_hard = line.split()[3:5]
     assert server_soft == server_hard == str(hard)
+
+
+def _server_read_everything(server: LiveServer, socks: list[socket.socket]) -> bool:
+    """True when the server has read every byte these client sockets sent: the receive queue
+    of each one's server-side socket (``/proc/net/tcp``, IPv4 loopback) is empty. The event a
+    test waits on before counting on the server's view of those connections."""
+    ports = {sock.getsockname()[1] for sock in socks}
+    seen = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local_port = int(fields[1].rsplit(":", 1)[1], 16)
+        remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+        if local_port == server.port and remote_port in ports:
+            if int(fields[4].split(":")[1], 16) != 0:
+                return False
+            seen += 1
+    return seen == len(ports)
+
+
+def _slow_request(
+    server: LiveServer, path: str, *, api_key: str | None, method: str = "POST"
+) -> socket.socket:
+    """A request whose headers are complete and whose 1,000,000-byte body has sent one byte."""
+    sock = _connect(server)
+    key = f"X-API-Key: {api_key}\r\n" if api_key else ""
+    sock.sendall(
+        f"{method} {path} HTTP/1.1\r\nHost: x\r\n{key}Content-Type: application/json\r\n"
+        "Content-Length: 1000000\r\n\r\n[".encode()
+    )
+    return sock
+
+
+def _trickle_until_closed(sock: socket.socket, seconds: float = 30) -> bytes | None:
+    """Send a byte every 0.2 s, as a slow client does; what the server sent before closing,
+    or None if the connection is still open after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    received = b""
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            sock.sendall(b" ")
+        answer = _closed_within(sock, 0.2)
+        if answer is not None:
+            return received + answer
+    return None
+
+
+def test_regression_slow_body_is_closed(servers: LiveServerFactory) -> None:
+    """Issue 11 §2 (audit): headers complete, then the body at a byte a second, held the
+    connection for good (every byte cancelled uvicorn's keep-alive timer, and the header timer
+    had stopped at the end of the headers) — after a 401, after ``/healthz``'s 200, and while
+    the app waited for the body. 20 such sockets at ``max_connections`` 20 locked everyone out.
+    """
+    # Body timeout far away: only the "answered before the body was read" rule can close these.
+    server = servers(body_timeout=600, keep_alive_timeout=600, max_connections=20)
+    api = f"/api/v1/workspaces/{server.workspace_id}/jobs"
+    for method, path, status in (
+        ("POST", api, b"HTTP/1.1 401 "),
+        ("GET", "/healthz", b"HTTP/1.1 200 "),
+    ):
+        sock = _slow_request(server, path, api_key=None, method=method)
+        answer = _trickle_until_closed(sock)
+        sock.close()
+        assert answer is not None, f"{path}: a slow body kept the connection open after its answer"
+        assert answer.startswith(status), answer
+
+    # The app waits for the body of an authenticated request: such connections make room at
+    # the cap as idle ones do (the one sending its body longest goes first).
+    agent = server.create_agent("slow")
+    enqueue = f"/api/v1/workspaces/{server.workspace_id}/job-agents/{agent}/jobs"
+    slow = [_slow_request(server, enqueue, api_key=server.api_key) for _ in range(20)]
+    wait_until(lambda: _server_read_everything(server, slow), what="the server to read them")
+    assert _healthz(server) == 200
+    readable, _, _ = select.select(slow, [], [], 30)
+    assert readable, "no slow body was closed to make room at the cap"
+    assert _closed_within(readable[0], 30) == b""
+    for sock in slow:
+        sock.close()
+
+    # A body that never completes is cut off after body_timeout.
+    server.stop()
+    server = servers(body_timeout=1, keep_alive_timeout=600)
+    agent = server.create_agent("slow")
+    sock = _slow_request(
+        server,
+        f"/api/v1/workspaces/{server.workspace_id}/job-agents/{agent}/jobs",
+        api_key=server.api_key,
+    )
+    answer = _trickle_until_closed(sock)
+    sock.close()
+    assert answer == b"", answer
+
+
+def test_refusals_at_the_cap_are_logged_once_per_window(servers: LiveServerFactory) -> None:
+    """With every connection busy (long-polls), new ones are closed at once; the log says so in
+    one line, then one line with the count, not a line per connection."""
+    server = servers(max_connections=20, max_wait_seconds=600, keep_alive_timeout=600)
+    agent = server.create_agent("poller")
+    path = f"/api/v1/workspaces/{server.workspace_id}/job-agents/{agent}/claim"
+    body = json.dumps({"waitSeconds": 300, "leaseSeconds": 30}).encode()
+    polls = []
+    for _ in range(20):
+        sock = _connect(server)
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nX-API-Key: {server.api_key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        polls.append(sock)
+    wait_until(lambda: _server_read_everything(server, polls), what="the long-polls to be read")
+    for _ in range(5):
+        refused = _connect(server)
+        assert _closed_within(refused, 30) is not None, "a connection over the cap was kept"
+        refused.close()
+    first = "none idle: closing a new one"
+    more = "closed 4 more new connections in the last 10 s"
+    wait_until(lambda: more in server.log(), what="the refusals' count line")
+    assert server.log().count(first) == 1, server.log()
+    for sock in polls:
+        sock.close()
+
+
+def test_without_httptools_the_server_refuses_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """uvicorn's h11 protocol has no header or body timeout and no connection cap."""
+    monkeypatch.setitem(sys.modules, "httptools", None)  # import httptools → ImportError
+    with pytest.raises(ConfigError, match="httptools is not installed"):
+        _protocol_options(ServerSettings(database="sqlite:///unused.db"))

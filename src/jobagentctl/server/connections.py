@@ -1,20 +1,26 @@
 """Connection limits of the HTTP server, below the ASGI app: they act before any request exists.
 
 uvicorn's httptools protocol has no cap on the request line and headers (the parser buffers a
-50 MB header value), no timeout while headers arrive (a client sending one byte a second holds
-its connection forever), no timeout before a new connection's first request, and no cap on
-open connections. :func:`guarded_protocol` subclasses it with all four:
+50 MB header value), no timeout while headers or a body arrive (a client sending one byte a
+second holds its connection forever: every byte cancels the keep-alive timer, which is re-armed
+only when a response ends), no timeout before a new connection's first request, and no cap on
+open connections. :func:`guarded_protocol` subclasses it with all of them:
 
 - **Header cap**: the request line plus headers of one request may take at most
   ``max_header_bytes``; one byte more is answered ``431`` (``HEADERS_TOO_LARGE``) and the
   connection closed, before the parser buffers it (counted in ``data_received``).
 - **Header timeout**: from a request's first byte its headers must be complete within
   ``header_timeout`` seconds, else the connection is closed.
+- **Body timeout**: from the end of a request's headers its body must be complete within
+  ``body_timeout`` seconds, else the connection is closed. A response sent before the body is
+  complete (a 401, ``/healthz``) closes the connection once written: nothing of the rest of the
+  body is needed, and a body trickling in after it would keep the connection forever.
 - **Idle timeout**: a connection waiting for its first request, or between requests, is closed
   after ``keep_alive_timeout`` seconds (uvicorn's own keep-alive timer, also armed at connect).
 - **Connection cap**: beyond ``max_connections`` open connections, one that serves no request
-  (idle, or still sending headers) is closed to make room; when every one is busy, the new one
-  is closed at once.
+  (idle, or still sending headers) is closed to make room, else one still sending its body;
+  when every one is busy, the new one is closed at once (logged once per
+  ``_REFUSAL_LOG_SECONDS`` with a count, not once per connection).
   :func:`raise_fd_limit` lifts the soft descriptor limit to the hard one at start, and the cap
   is kept below it (:func:`connection_cap`), so ``accept`` does not meet ``EMFILE``.
 """
@@ -37,6 +43,10 @@ logger = logging.getLogger("jobagentctl.server")
 # as many evicted ones may still hold their descriptors until the next loop iteration.
 BACKLOG = 128
 _FD_RESERVE = 128 + 2 * BACKLOG
+# At the cap with every connection busy, each refused connection would log a line: a flood
+# would grow the log by megabytes. One line at the first refusal, then one per this many seconds
+# with the count.
+_REFUSAL_LOG_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +55,7 @@ class EdgeLimits:
     header_timeout: float
     keep_alive_timeout: float
     max_connections: int
+    body_timeout: float = 30.0
 
 
 def raise_fd_limit() -> tuple[int, int]:
@@ -92,27 +103,60 @@ def _431() -> bytes:
 _RESPONSE_431 = _431()
 
 
+class _Refusals:
+    """Connections refused at the cap: the first is logged at once, later ones as one line per
+    ``_REFUSAL_LOG_SECONDS`` with their count (a flood must not grow the log per connection)."""
+
+    def __init__(self, cap: int) -> None:
+        self._cap = cap
+        self._count = 0
+        self._window: asyncio.TimerHandle | None = None
+
+    def note(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._window is not None:
+            self._count += 1
+            return
+        logger.warning("open connections at the cap (%d), none idle: closing a new one", self._cap)
+        self._window = loop.call_later(_REFUSAL_LOG_SECONDS, self._flush, loop)
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._window = None
+        if self._count:
+            logger.warning(
+                "open connections at the cap (%d), none idle: closed %d more new connections "
+                "in the last %g s",
+                self._cap,
+                self._count,
+                _REFUSAL_LOG_SECONDS,
+            )
+            self._count = 0
+            # Still refusing, perhaps: the next ones are counted in another window.
+            self._window = loop.call_later(_REFUSAL_LOG_SECONDS, self._flush, loop)
+
+
 def guarded_protocol(limits: EdgeLimits) -> type[asyncio.Protocol]:
     """uvicorn's httptools protocol with ``limits`` (see the module docstring)."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    # Connections serving no request (idle, or still sending headers), least recently active
-    # first: the ones the cap evicts. One per server (this class is made per server).
+    # Connections the cap may close to make room, least recently active first, one registry
+    # per server (this class is made per server): those serving no request (idle, or still
+    # sending headers), then those still sending a request body.
     idle: OrderedDict[GuardedHttpToolsProtocol, None] = OrderedDict()
+    receiving: OrderedDict[GuardedHttpToolsProtocol, None] = OrderedDict()
+    refusals = _Refusals(limits.max_connections)
 
     class GuardedHttpToolsProtocol(HttpToolsProtocol):
         _awaiting_headers = True
+        _body_pending = False  # headers parsed, body not yet complete
         _header_bytes = 0
         _tail = b""
         _header_timer: asyncio.TimerHandle | None = None
+        _body_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             if len(self.connections) > limits.max_connections and not _evict_one():
-                logger.warning(
-                    "open connections at the cap (%d), none idle: closing a new one",
-                    limits.max_connections,
-                )
+                refusals.note(self.loop)
                 self.connections.discard(self)
                 transport.abort()
                 return
@@ -124,10 +168,17 @@ def guarded_protocol(limits: EdgeLimits) -> type[asyncio.Protocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             idle.pop(self, None)
+            receiving.pop(self, None)
             self._cancel_header_timer()
+            self._cancel_body_timer()
             super().connection_lost(exc)
 
         def on_response_complete(self) -> None:
+            if self._body_pending and not self.transport.is_closing():
+                # Answered before its body was read (401, /healthz): the rest of the body is
+                # not wanted, and trickling it would keep the connection open for good (each
+                # byte cancels the keep-alive timer). Close once the response is written.
+                self.transport.close()
             super().on_response_complete()
             if not self.transport.is_closing() and self._awaiting_headers:
                 idle[self] = None  # the most recently active end of the line
@@ -149,10 +200,16 @@ def guarded_protocol(limits: EdgeLimits) -> type[asyncio.Protocol]:
                 self._header_bytes += len(data)
                 self._tail = data[-3:]
             super().data_received(data)
+            if self._body_pending and self._body_timer is None and self.parser is not None:
+                # Armed only when a body spans more than one read: most arrive with their
+                # headers and cost no timer.
+                self._body_timer = self.loop.call_later(limits.body_timeout, self._body_timeout)
+                receiving[self] = None
 
         def on_headers_complete(self) -> None:
             idle.pop(self, None)
             self._awaiting_headers = False
+            self._body_pending = True
             self._header_bytes = 0
             self._tail = b""
             self._cancel_header_timer()
@@ -160,6 +217,9 @@ def guarded_protocol(limits: EdgeLimits) -> type[asyncio.Protocol]:
 
         def on_message_complete(self) -> None:
             super().on_message_complete()
+            self._body_pending = False
+            self._cancel_body_timer()
+            receiving.pop(self, None)
             self._awaiting_headers = True  # whatever comes next starts another request
 
         def _cancel_header_timer(self) -> None:
@@ -167,9 +227,19 @@ def guarded_protocol(limits: EdgeLimits) -> type[asyncio.Protocol]:
                 self._header_timer.cancel()
                 self._header_timer = None
 
+        def _cancel_body_timer(self) -> None:
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+                self._body_timer = None
+
         def _header_timeout(self) -> None:
             self._header_timer = None
             if self._awaiting_headers and not self.transport.is_closing():
+                self.transport.close()
+
+        def _body_timeout(self) -> None:
+            self._body_timer = None
+            if self._body_pending and not self.transport.is_closing():
                 self.transport.close()
 
         def _refuse_headers(self) -> None:
@@ -181,14 +251,16 @@ def guarded_protocol(limits: EdgeLimits) -> type[asyncio.Protocol]:
                 self.transport.close()
 
     def _evict_one() -> bool:
-        """Make room by closing the least recently active idle connection: a flood churns
-        its own connections, not those of a client that has just connected."""
-        while idle:
-            oldest, _ = idle.popitem(last=False)
-            if not oldest.transport.is_closing():
-                oldest.transport.abort()
-                oldest.connections.discard(oldest)
-                return True
+        """Make room by closing the least recently active idle connection (else the one
+        sending its body longest): a flood churns its own connections, not those of a client
+        that has just connected."""
+        for line in (idle, receiving):
+            while line:
+                oldest, _ = line.popitem(last=False)
+                if not oldest.transport.is_closing():
+                    oldest.transport.abort()
+                    oldest.connections.discard(oldest)
+                    return True
         return False
 
     return GuardedHttpToolsProtocol

@@ -82,8 +82,18 @@ class _Server(uvicorn.Server):
 
 
 def _protocol_options(settings: ServerSettings) -> dict[str, Any]:
-    """The HTTP protocol with the connection limits (``connections.py``): httptools guarded
-    by our subclass; without httptools, h11 with its own header cap (no header timeout)."""
+    """The HTTP protocol with the connection limits (``connections.py``): httptools guarded by
+    our subclass. Without httptools the server refuses to start: uvicorn's h11 protocol has no
+    header or body timeout and no connection cap, so one slow client per descriptor would hold
+    the server (issue 11 §2)."""
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "httptools is not installed: the server's connection limits (header and body "
+            "timeouts, connection cap) need it; install the server extra: "
+            "pip install 'jobagentctl[server]'"
+        ) from None
     soft, hard = raise_fd_limit()
     cap = connection_cap(settings.max_connections, soft)
     if cap < settings.max_connections:
@@ -94,19 +104,12 @@ def _protocol_options(settings: ServerSettings) -> dict[str, Any]:
             soft,
             hard,
         )
-    try:
-        import httptools  # noqa: F401
-    except ImportError:
-        logger.warning(
-            "httptools is not installed: no header timeout and no connection cap "
-            "(pip install 'jobagentctl[server]')"
-        )
-        return {"http": "h11", "h11_max_incomplete_event_size": settings.max_header_bytes}
     limits = EdgeLimits(
         max_header_bytes=settings.max_header_bytes,
         header_timeout=settings.header_timeout,
         keep_alive_timeout=settings.keep_alive_timeout,
         max_connections=cap,
+        body_timeout=settings.body_timeout,
     )
     return {"http": guarded_protocol(limits), "backlog": BACKLOG}
 
@@ -114,6 +117,7 @@ def _protocol_options(settings: ServerSettings) -> dict[str, Any]:
 async def serve(settings: ServerSettings, store: Store | None = None) -> None:
     """Serve until a signal asks to stop. The store (opened and migrated here when not given)
     is closed by the app's lifespan."""
+    protocol = _protocol_options(settings)  # refused before anything is opened
     if store is None:
         from jobagentctl.server.store import open_store
 
@@ -141,7 +145,7 @@ async def serve(settings: ServerSettings, store: Store | None = None) -> None:
         timeout_keep_alive=cast(int, settings.keep_alive_timeout),
         server_header=False,
         proxy_headers=False,
-        **_protocol_options(settings),
+        **protocol,
     )
     server = _Server(config, app.state.service)
     logger.info(

@@ -102,10 +102,12 @@ class ServerSettings(BaseSettings):
     # 1): anything stored can always be served back (responses wrap it a few levels deeper).
     max_json_depth: int = Field(default=64, ge=2, le=200)
     # Connection limits (connections.py): request line + headers of one request; seconds from a
-    # request's first byte to the end of its headers; seconds a connection may wait idle for
-    # its first or next request; open connections (also kept below the fd limit).
+    # request's first byte to the end of its headers; seconds from the end of the headers to the
+    # end of the body; seconds a connection may wait idle for its first or next request; open
+    # connections (also kept below the fd limit).
     max_header_bytes: int = Field(default=16 * 1024, ge=1024, le=MIB)
     header_timeout: float = Field(default=10.0, gt=0)
+    body_timeout: float = Field(default=30.0, gt=0)
     keep_alive_timeout: float = Field(default=5.0, gt=0)
     max_connections: int = Field(default=10_000, ge=1)
     # The event loop of `server start`: uvloop when installed (auto), or one named.
