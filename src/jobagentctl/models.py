@@ -21,13 +21,16 @@ from pydantic.alias_generators import to_camel
 
 __all__ = [
     "CLAIM_ROW_STATES",
+    "MAX_CLAIM_BATCH",
     "TERMINAL_STATUSES",
     "AcceptedResponse",
     "AttemptOutcome",
+    "ClaimNext",
     "ClaimNextRequest",
     "ClaimRequest",
     "ClaimState",
     "ClaimedJob",
+    "ClaimedJobs",
     "CreateJobRequest",
     "ErrorBody",
     "Heartbeat",
@@ -226,6 +229,14 @@ class AcceptedResponse(WireModel):
 
     id: UUID | str
     message: str = ""
+    # Only when the update asked for claimNext (absent otherwise, and from servers without it).
+    claimed: list[ClaimedJob] | None = None
+
+
+class ClaimedJobs(WireModel):
+    """Claim-next's answer to a ``limit``: the claimed jobs, oldest first."""
+
+    items: list[ClaimedJob]
 
 
 # --- request bodies -------------------------------------------------------------------------
@@ -243,9 +254,25 @@ class ClaimRequest(RequestModel):
     lease_seconds: StrictInt | None = Field(default=None, ge=0)
 
 
+# The most jobs one claim-next (or one status update's claimNext) hands out.
+MAX_CLAIM_BATCH = 100
+
+
 class ClaimNextRequest(RequestModel):
+    """``limit`` (1–100) asks for a batch: the answer is then ``{"items": [claimed job…]}``,
+    the agent's oldest queued jobs, each with its own claim; without it, one claimed job."""
+
     lease_seconds: StrictInt | None = Field(default=None, ge=0)
     wait_seconds: StrictFloat | None = Field(default=None, ge=0)
+    limit: StrictInt | None = Field(default=None, ge=1, le=MAX_CLAIM_BATCH)
+
+
+class ClaimNext(RequestModel):
+    """A status update's ``claimNext``: after ending its attempt, the agent claims its next
+    ``limit`` jobs in the same request (no wait)."""
+
+    lease_seconds: StrictInt | None = Field(default=None, ge=0)
+    limit: StrictInt = Field(default=1, ge=1, le=MAX_CLAIM_BATCH)
 
 
 class JobWaitRequest(RequestModel):
@@ -264,6 +291,7 @@ class UpdateJobStatusRequest(RequestModel):
     message: str | None = Field(default=None, max_length=65536)
     external_id: str | None = Field(default=None, max_length=1024)
     metadata: dict[str, Any] | None = None
+    claim_next: ClaimNext | None = None
 
 
 class CreateJobRequest(RequestModel):

@@ -29,6 +29,7 @@ from jobagentctl.errors import JobAgentError
 from jobagentctl.models import (
     AcceptedResponse,
     ClaimedJob,
+    ClaimedJobs,
     ClaimNextRequest,
     ClaimRequest,
     ClaimState,
@@ -49,6 +50,7 @@ from jobagentctl.models import (
 from jobagentctl.server.auth import Authenticator, Principal
 from jobagentctl.server.edge import PRINCIPAL, Edge
 from jobagentctl.server.encoding import (
+    accepted_bytes,
     error_bytes,
     exception_bytes,
     job_bytes,
@@ -350,7 +352,7 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
         request: Request, ws: WsPath, agent_id: AgentPath, body: UpsertJobAgentRequest
     ) -> Response:
         result = await service.upsert_agent(_principal(request), ws, agent_id, body)
-        return _json(model_bytes(result), 202)
+        return _json(accepted_bytes(result), 202)
 
     @app.get(
         Routes.AGENTS,
@@ -386,7 +388,7 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
     )
     async def delete_job_agent(request: Request, ws: WsPath, agent_id: AgentPath) -> Response:
         result = await service.delete_agent(_principal(request), ws, agent_id)
-        return _json(model_bytes(result), 202)
+        return _json(accepted_bytes(result), 202)
 
     @app.get(
         Routes.AGENT_JOBS,
@@ -471,7 +473,7 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
         response_model=AcceptedResponse,
         responses={**_ERRORS, **_CONFLICTS},
         tags=["leases"],
-        summary="Set a job's status, fenced by claimId",
+        summary="Set a job's status, fenced by claimId (with claimNext: and claim the next jobs)",
     )
     async def update_job_status(
         request: Request, ws: WsPath, job_id: JobPath, body: UpdateJobStatusRequest
@@ -482,10 +484,11 @@ def _add_v1_routes(app: FastAPI, service: JobService) -> None:
 def _add_v2_routes(app: FastAPI, service: JobService) -> None:
     @app.post(
         Routes.CLAIM_NEXT,
-        response_model=ClaimedJob,
+        response_model=ClaimedJob | ClaimedJobs,
         responses={**_ERRORS, 204: {"description": "No job queued within waitSeconds"}},
         tags=["leases"],
-        summary="Claim the agent's oldest queued job, long-polling up to waitSeconds",
+        summary="Claim the agent's oldest queued job (its `limit` oldest: {items}), "
+        "long-polling up to waitSeconds",
     )
     async def claim_next_job(
         request: Request,

@@ -12,9 +12,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from jobagentctl.errors import JobAgentError
-from jobagentctl.models import Job
+from jobagentctl.models import AcceptedResponse, Job
 
 __all__ = [
+    "accepted_bytes",
+    "claimed_jobs_bytes",
     "error_bytes",
     "exception_bytes",
     "job_bytes",
@@ -33,8 +35,8 @@ def exception_bytes(exc: JobAgentError) -> bytes:
     return error_bytes(exc.message, exc.code, exc.details)
 
 
-def model_bytes(model: BaseModel) -> bytes:
-    return model.model_dump_json(by_alias=True).encode()
+def model_bytes(model: BaseModel, *, exclude: set[str] | None = None) -> bytes:
+    return model.model_dump_json(by_alias=True, exclude=exclude).encode()
 
 
 # Optional fields of ctrlplane's Job: omitted when absent, never sent as null (ctrlplane's
@@ -79,3 +81,20 @@ def _page(body: bytes, total: int, limit: int, offset: int) -> bytes:
 
 def list_bytes(items: Sequence[BaseModel]) -> bytes:
     return b"[" + b",".join(model_bytes(item) for item in items) + b"]"
+
+
+def _claimed(jobs: Sequence[Job]) -> bytes:
+    return b"[" + b",".join(job_bytes(job, True) for job in jobs) + b"]"
+
+
+def claimed_jobs_bytes(jobs: Sequence[Job]) -> bytes:
+    """Claim-next's answer to a ``limit``: ``{"items": [claimed job…]}``."""
+    return b'{"items":' + _claimed(jobs) + b"}"
+
+
+def accepted_bytes(accepted: AcceptedResponse) -> bytes:
+    """A 202 ``{id, message}``, and ``claimed`` only when the update asked for claimNext."""
+    head = model_bytes(accepted, exclude={"claimed"})
+    if accepted.claimed is None:
+        return head
+    return head[:-1] + b',"claimed":' + _claimed(accepted.claimed) + b"}"

@@ -27,7 +27,7 @@ from jobagentctl.models import (
     WireModel,
 )
 from jobagentctl.server.auth import Principal
-from jobagentctl.server.encoding import job_bytes, model_bytes
+from jobagentctl.server.encoding import accepted_bytes, claimed_jobs_bytes, job_bytes, model_bytes
 from jobagentctl.server.service import JobService
 
 __all__ = [
@@ -157,15 +157,17 @@ async def claim_next_op(
     been read): a job queued after the client has gone away is not claimed for nobody (it would
     sit leased until its lease ran out)."""
     if receive is None or body is None or not body.wait_seconds:
-        job = await service.claim_next(principal, ws, agent_id, body)
+        jobs = await service.claim_next(principal, ws, agent_id, body)
     else:
-        job = await _watching_disconnect(
+        jobs = await _watching_disconnect(
             receive,
             lambda disconnected: service.claim_next(principal, ws, agent_id, body, disconnected),
         )
-    if job is None:
+    if not jobs:
         return 204, b""
-    return 200, job_bytes(job, True)
+    if body is not None and body.limit is not None:
+        return 200, claimed_jobs_bytes(jobs)
+    return 200, job_bytes(jobs[0], True)
 
 
 async def heartbeat_op(
@@ -183,7 +185,7 @@ async def update_status_op(
     body: UpdateJobStatusRequest,
 ) -> Result:
     accepted = await service.update_status(principal, ws, job_id, body)
-    return 202, model_bytes(accepted)
+    return 202, accepted_bytes(accepted)
 
 
 # --- the hot routes, as the fast path serves them -----------------------------------------------

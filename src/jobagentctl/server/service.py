@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
-from jobagentctl.errors import ClaimLost, ClaimMismatch, NotFound
+from jobagentctl.errors import ClaimLost, ClaimMismatch, NotFound, ValidationError
 from jobagentctl.models import (
     AcceptedResponse,
     ClaimedJob,
@@ -267,35 +267,44 @@ class JobService:
         agent_id: UUID,
         body: ClaimNextRequest | None,
         disconnected: asyncio.Event | None = None,
-    ) -> ClaimedJob | None:
-        """The oldest queued job of the agent, waiting up to ``waitSeconds`` (capped by
-        ``max_wait_seconds``) for one to be queued; None → 204. ``disconnected`` (set when the
-        client goes away) ends the wait without claiming: nobody would receive the job."""
+    ) -> list[ClaimedJob]:
+        """The agent's oldest queued job — its ``limit`` oldest, given a ``limit`` — waiting up
+        to ``waitSeconds`` (capped by ``max_wait_seconds``) for one to be queued; [] → 204.
+        ``disconnected`` (set when the client goes away) ends the wait without claiming:
+        nobody would receive the job."""
         self._workspace(principal, ws)
         self._own_agent(principal, agent_id)
         requested = body.lease_seconds if body is not None else None
         wait = body.wait_seconds if body is not None and body.wait_seconds is not None else 0.0
         wait = min(wait, self.settings.max_wait_seconds)
+        limit = body.limit if body is not None and body.limit is not None else 1
         lease = await self._lease_for(ws, agent_id, requested, claim_next=True)
         deadline = time.monotonic() + wait
         checked_agent = requested is None  # _lease_for already proved the agent exists
         while True:
-            job = await self.store.claim_next(ws, agent_id, lease)
-            if job is not None:
-                self.metrics.claims.labels("next", "true" if lease else "false").inc()
-                return job
+            jobs = await self._claim_batch(ws, agent_id, lease, limit)
+            if jobs:
+                return jobs
             if not checked_agent:
                 # An unknown agent must be a 404, not an endless 204.
                 await self._agent_or_404(ws, agent_id)
                 checked_agent = True
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._stopping.is_set():
-                return None
+                return []
             await self._wait_for_job(agent_id, min(remaining, _WAIT_SLICE_SECONDS), disconnected)
             if disconnected is not None and disconnected.is_set():
-                return None
+                return []
             if self._key_check is not None:
                 await self._key_check(principal)
+
+    async def _claim_batch(
+        self, ws: UUID, agent_id: UUID, lease: int | None, limit: int
+    ) -> list[ClaimedJob]:
+        jobs = await self.store.claim_batch(ws, agent_id, lease, limit)
+        if jobs:
+            self.metrics.claims.labels("next", "true" if lease else "false").inc(len(jobs))
+        return jobs
 
     async def _wait_for_job(
         self, agent_id: UUID, timeout: float, disconnected: asyncio.Event | None
@@ -342,9 +351,19 @@ class JobService:
     async def update_status(
         self, principal: Principal, ws: UUID, job_id: UUID, body: UpdateJobStatusRequest
     ) -> AcceptedResponse:
+        """Set the status; with ``claimNext`` (the claim's holder ending its attempt), also
+        claim the next jobs of the job's agent in the same request, as claim-next without a
+        wait would: ``claimed`` lists them ([] when none is queued). Refused updates claim
+        nothing."""
         self._workspace(principal, ws)
+        following = body.claim_next
+        ending = body.claim_id is not None and body.status != JobStatus.IN_PROGRESS
+        if following is not None and not ending:
+            raise ValidationError(
+                "claimNext needs a claimId and a status that ends the attempt (not inProgress)"
+            )
         try:
-            await self.store.set_status(
+            change = await self.store.set_status(
                 ws,
                 job_id,
                 body.status,
@@ -361,7 +380,15 @@ class JobService:
         changed = self._job_changed.get(job_id)
         if changed is not None:
             changed.set()
-        return AcceptedResponse(id=job_id, message="Job status updated")
+        accepted = AcceptedResponse(id=job_id, message="Job status updated")
+        if following is not None:
+            agent = change.job_agent_id
+            if agent is None:  # the job's agent was deleted meanwhile: nothing to claim for
+                accepted.claimed = []
+            else:
+                lease = await self._lease_for(ws, agent, following.lease_seconds, claim_next=True)
+                accepted.claimed = await self._claim_batch(ws, agent, lease, following.limit)
+        return accepted
 
     async def wait_claim(
         self,
