@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,6 +15,8 @@ import pytest
 from jobagentctl.errors import ServerUnavailable
 from jobagentctl.server.edge import json_too_deep
 from jobagentctl.server.operations import Routes
+from jobagentctl.server.settings import ServerSettings
+from jobagentctl.server.store import sqlite_path
 from tests.fixtures.waiting import await_until
 from tests.server.conftest import Api, open_api
 
@@ -140,13 +144,32 @@ async def test_regression_json_at_the_limit_round_trips(api: Api) -> None:
     assert r.status_code == 202
 
 
-async def test_framework_long_poll_sees_the_client_leave(
-    database_url: str, anyio_backend: str
+def _hex_only(agent: str) -> str:
+    return agent.replace("-", "")
+
+
+@pytest.mark.parametrize(
+    ("query", "spell", "fast_path"),
+    [
+        (b"x=1", str.lower, False),
+        (b"x=1", str.lower, True),  # a query string: the fast path hands it to the framework
+        (b"", _hex_only, True),  # a non-canonical UUID (no hyphens): the framework as well
+        (b"", str.upper, True),  # uppercase is 36 characters: served by the fast path
+    ],
+    ids=["framework-only", "query-string", "uuid-without-hyphens", "uppercase-uuid"],
+)
+async def test_regression_framework_long_poll_sees_the_client_leave(
+    database_url: str,
+    anyio_backend: str,
+    query: bytes,
+    spell: Callable[[str], str],
+    fast_path: bool,
 ) -> None:
-    """Issue 11 §8: a long-poll on the framework path (query string) ends when the client goes
-    away, and the job queued afterwards is not claimed for nobody."""
-    async with open_api(database_url, fast_path=False) as api:
+    """Issue 11 §8: a long-poll on the framework path (any query string, a non-canonical UUID)
+    ends when the client goes away, and the job queued afterwards is not claimed for nobody."""
+    async with open_api(database_url, fast_path=fast_path) as api:
         agent = await api.agent()
+        path = api.path(f"job-agents/{spell(agent)}/claim")
         received: list[str] = []
         gone = asyncio.Event()
         body = json.dumps({"waitSeconds": 30, "leaseSeconds": 30}).encode()
@@ -169,9 +192,9 @@ async def test_framework_long_poll_sees_the_client_leave(
             "http_version": "1.1",
             "method": "POST",
             "scheme": "http",
-            "path": api.path(f"job-agents/{agent}/claim"),
-            "raw_path": api.path(f"job-agents/{agent}/claim").encode(),
-            "query_string": b"x=1",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": query,
             "root_path": "",
             "headers": [(b"x-api-key", api.api_key.encode()), (b"host", b"test")],
             "client": ("127.0.0.1", 1),
@@ -269,7 +292,46 @@ async def test_regression_a_known_prefix_costs_what_an_unknown_one_costs(
         assert calls == [prefix, "jac_000000000000"]  # the right key: from the cache
 
 
-async def test_readyz_answers_503_at_once_while_the_database_hangs(api: Api) -> None:
+@pytest.mark.parametrize("fast_path", [True, False])
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_regression_a_locked_sqlite_answers_503_fast(
+    database_url: str, anyio_backend: str, fast_path: bool
+) -> None:
+    """Issue 11 §5 (audit): with the key cached and another process holding SQLite's write
+    lock, an enqueue hung 20 s, then answered 201 (SQLite's own 30 s busy timeout applied, not
+    ``database_timeout``). Now 503 within the bound, as on PostgreSQL; nothing is written."""
+    settings = ServerSettings(database=database_url, database_timeout=1)
+    async with open_api(
+        database_url,
+        fast_path=fast_path,
+        database_timeout=1,
+        key_cache_seconds=60,
+        store_options=settings.store_options(),
+    ) as api:
+        agent = await api.agent()
+        job = await api.enqueue(agent)
+        claimed = await api.claim_next(agent, {"leaseSeconds": 60})
+        assert claimed.status_code == 200
+        holder = sqlite3.connect(sqlite_path(database_url), isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            async with asyncio.timeout(20):  # the old behaviour took 30 s
+                answers = [
+                    await api.call("POST", f"job-agents/{agent}/jobs", {}),
+                    await api.heartbeat(job["id"], {"claimId": claimed.json()["claimId"]}),
+                ]
+            for r in answers:
+                assert r.status_code == 503, r.text
+                assert r.json()["code"] == "SERVICE_UNAVAILABLE"
+            holder.execute("ROLLBACK")
+        finally:
+            holder.close()
+        page = await api.call("GET", "jobs")
+        assert page.json()["total"] == 1  # the refused enqueue left nothing behind
+        assert (await api.call("POST", f"job-agents/{agent}/jobs", {})).status_code == 201
+
+
+async def test_regression_readyz_answers_503_at_once_while_the_database_hangs(api: Api) -> None:
     """Issue 11 §5: /readyz hung with a frozen database, then said 200."""
 
     async def frozen() -> bool:

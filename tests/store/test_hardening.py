@@ -1,16 +1,18 @@
 """The store under stress (issue 11 §5, §6, §9, §10), on real databases: one enqueue wakes one
-long-poll, not all of them; a frozen PostgreSQL fails requests fast; leases that ran out during
-an outage get a grace; SQLite names a full disk and readiness says so; SQLite files are 0600."""
+long-poll, not all of them; a frozen PostgreSQL and a write lock held by another process fail
+requests fast; leases that ran out during an outage get a grace; SQLite names a full disk and
+readiness says so; SQLite files are 0600."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import sqlite3
 import stat
 import subprocess
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -18,12 +20,13 @@ import pytest
 
 from jobagentctl.errors import ServerUnavailable
 from jobagentctl.server.reaper import Reaper
-from jobagentctl.server.store import open_store
+from jobagentctl.server.store import open_store, sqlite_path
 from jobagentctl.server.store._sql import Waiters
 from jobagentctl.server.store.postgres import PostgresConnector
 from jobagentctl.server.store.sql_store import SqlStore
 from jobagentctl.server.store.sqlite import SqliteConnector
 from tests.fixtures.databases import sql
+from tests.fixtures.waiting import await_until
 from tests.store.conftest import Env
 
 pytestmark = pytest.mark.anyio
@@ -34,7 +37,7 @@ WAIT = 120.0  # long-polls that never time out by themselves within a test
 # --- §6: as many wake-ups as jobs ---------------------------------------------------------------
 
 
-async def test_one_enqueue_wakes_one_of_2000_waiters(env: Env) -> None:
+async def test_regression_one_enqueue_wakes_one_of_2000_waiters(env: Env) -> None:
     """Every waiter would run a claim when woken: count the woken ones."""
     options: dict[str, object] = {"poll_interval": WAIT}
     if env.url.startswith("postgres"):
@@ -142,7 +145,7 @@ async def proxy(database_url: str) -> AsyncIterator[FreezableProxy]:
 
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
-async def test_a_frozen_postgres_fails_fast_and_readiness_says_so(
+async def test_regression_a_frozen_postgres_fails_fast_and_readiness_says_so(
     env: Env, proxy: FreezableProxy
 ) -> None:
     parts = urlsplit(env.url)
@@ -174,26 +177,71 @@ async def test_a_frozen_postgres_fails_fast_and_readiness_says_so(
         await store.close()
 
 
-@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
-async def test_a_statement_stuck_on_a_lock_is_cut_by_the_database(env: Env) -> None:
+@contextlib.contextmanager
+def _write_lock_held(url: str) -> Iterator[None]:
+    """Another process's transaction holding what every write needs: SQLite's database lock
+    (``BEGIN IMMEDIATE``), PostgreSQL's lock on the job table."""
+    if url.startswith("sqlite"):
+        holder = sqlite3.connect(sqlite_path(url), isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            yield
+            holder.execute("ROLLBACK")
+        finally:
+            holder.close()
+        return
     import psycopg
 
-    store = open_store(env.url, min_size=1, max_size=1, listen=False, statement_timeout=0.5)
+    with psycopg.connect(url) as conn:
+        conn.execute("LOCK TABLE job IN ACCESS EXCLUSIVE MODE")
+        yield
+        conn.rollback()
+
+
+async def test_regression_a_write_stuck_on_a_lock_fails_fast(env: Env) -> None:
+    """Issue 11 §5 (audit): on SQLite the 30 s busy timeout applied (no ``database_timeout``):
+    with another process holding the write lock an enqueue hung 20 s, then answered 201. Now
+    every operation is bounded on both databases: ``ServerUnavailable`` (503) within the
+    bound, nothing written; the writes work again once the lock is gone."""
+    options: dict[str, object] = {"statement_timeout": 1.0}
+    if env.url.startswith("postgres"):
+        options.update(min_size=1, max_size=4, listen=False)
+    store = open_store(env.url, **options)
     await store.open()
     try:
         job = await env.job()
-        async with await psycopg.AsyncConnection.connect(env.url) as holder:
-            await holder.execute(b"LOCK TABLE job IN ACCESS EXCLUSIVE MODE")
-            with pytest.raises(ServerUnavailable):
-                await store.get_job(env.ws, job.id)
-            await holder.rollback()
-        # The server-side statement_timeout freed the pooled connection: it works again.
+        claimed = await store.claim_job(env.ws, env.agent, job.id, 60)
+        with _write_lock_held(env.url):
+            # 20 s: the old behaviour (30 s) fails it; the bound is 1 s (waits queue for SQLite's
+            # one thread, PostgreSQL's pool, and the lock: all within it).
+            async with asyncio.timeout(20):
+                writes = [
+                    store.create_job(env.ws, env.agent, None, None, None),
+                    store.heartbeat(env.ws, job.id, claimed.claim_id, None),
+                    *(store.create_job(env.ws, env.agent, None, None, None) for _ in range(8)),
+                ]
+                results = await asyncio.gather(*writes, return_exceptions=True)
+            assert all(isinstance(r, ServerUnavailable) for r in results), results
+            if isinstance(store, SqlStore) and isinstance(store.connector, PostgresConnector):
+                # Given up on, the queries are cancelled in the background (SQLite's never
+                # started, or failed on the lock): none may still be waiting for the lock.
+                connector = store.connector
+                await await_until(lambda: connector.abandoned == 0, what="the cancellations")
         async with asyncio.timeout(30):
             while True:
                 with contextlib.suppress(ServerUnavailable):
-                    if await store.get_job(env.ws, job.id) is not None:
-                        break
+                    await store.create_job(env.ws, env.agent, None, None, None)
+                    break
                 await asyncio.sleep(0.1)
+        jobs, total = await store.list_jobs(
+            env.ws,
+            agent_id=None,
+            statuses=None,
+            include_dispatch_context=False,
+            limit=10,
+            offset=0,
+        )
+        assert total == 2, jobs  # the claimed one and the last: nothing of the refused writes
     finally:
         await store.close()
 
@@ -226,7 +274,9 @@ def _lapse(url: str, job_id: uuid.UUID, seconds_ago: float) -> None:
         )
 
 
-async def test_leases_that_ran_out_during_an_outage_get_one_heartbeat_interval(env: Env) -> None:
+async def test_regression_leases_that_ran_out_during_an_outage_get_one_heartbeat_interval(
+    env: Env,
+) -> None:
     clock = Clock()
     reaper = Reaper(env.store, interval=1, batch_size=100, max_reclaims=0, clock=clock)
     dead_before = await env.job()
@@ -254,7 +304,7 @@ async def test_leases_that_ran_out_during_an_outage_get_one_heartbeat_interval(e
     assert reaper.grace(1200.0) is None  # a minute after the outage, no grace is left
 
 
-async def test_a_heartbeat_within_the_grace_keeps_the_lease(env: Env) -> None:
+async def test_regression_a_heartbeat_within_the_grace_keeps_the_lease(env: Env) -> None:
     clock = Clock()
     reaper = Reaper(env.store, interval=1, batch_size=100, max_reclaims=0, clock=clock)
     job = await env.job()
@@ -296,7 +346,9 @@ def tiny_disk(tmp_path: Path) -> AsyncIterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-async def test_sqlite_names_a_full_disk_and_readiness_reflects_it(tiny_disk: Path) -> None:
+async def test_regression_sqlite_names_a_full_disk_and_readiness_reflects_it(
+    tiny_disk: Path,
+) -> None:
     store = open_store(f"sqlite:///{tiny_disk / 'jobs.db'}")
     assert isinstance(store, SqlStore) and isinstance(store.connector, SqliteConnector)
     await store.open()
@@ -321,7 +373,7 @@ async def test_sqlite_names_a_full_disk_and_readiness_reflects_it(tiny_disk: Pat
         await store.close()
 
 
-async def test_sqlite_files_are_created_owner_only(tmp_path: Path) -> None:
+async def test_regression_sqlite_files_are_created_owner_only(tmp_path: Path) -> None:
     path = tmp_path / "new" / "jobs.db"
     previous = os.umask(0o022)
     try:

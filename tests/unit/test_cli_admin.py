@@ -482,7 +482,9 @@ def test_tty_form(
     ],
     ids=["userinfo", "query", "no-password"],
 )
-def test_a_password_in_database_flag_is_warned_about(cli: Cli, url: str, warned: bool) -> None:
+def test_regression_a_password_in_database_flag_is_warned_about(
+    cli: Cli, url: str, warned: bool
+) -> None:
     """Issue 11 §10: a flag shows in `ps`; the warning names the safe ways, never the secret."""
     result = cli("server", "migrate", "--database", url, env={"PGCONNECT_TIMEOUT": "2"})
     assert result.exit_code != 0  # nobody listens on port 1

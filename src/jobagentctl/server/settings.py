@@ -117,8 +117,10 @@ class ServerSettings(BaseSettings):
     # How long a verified API key is trusted without asking the database again: bounds how late
     # a revocation (possibly done by another replica or by `server revoke-key`) takes effect.
     key_cache_seconds: float = Field(default=2.0, ge=0)
-    # Seconds a request may wait for the database before it is answered 503: the pool wait and
-    # every statement (PostgreSQL) and the API-key lookup. A frozen database fails requests fast.
+    # Seconds a request may wait for the database before it is answered 503: every operation
+    # (PostgreSQL: the pool wait and the statement; SQLite: the worker thread and the database
+    # lock another process may hold) and the API-key lookup. A frozen or locked database fails
+    # requests fast.
     database_timeout: float = Field(default=5.0, gt=0)
     # Seconds uvicorn waits for in-flight requests on SIGTERM before cancelling them.
     shutdown_timeout: int = Field(default=30, ge=0)
@@ -154,13 +156,14 @@ class ServerSettings(BaseSettings):
         return self.clamp_lease(self.lease_seconds)
 
     def store_options(self) -> dict[str, Any]:
-        """Options of ``open_store`` that come from these settings (per dialect)."""
+        """Options of ``open_store`` that come from these settings (per dialect): every
+        operation but migrations is bounded by ``database_timeout`` on both databases."""
         if self.database.split(":", 1)[0].lower() in ("postgresql", "postgres"):
             return {
                 "pool_timeout": self.database_timeout,
                 "statement_timeout": self.database_timeout,
             }
-        return {}
+        return {"statement_timeout": self.database_timeout}
 
     def public_dict(self) -> dict[str, Any]:
         """Settings safe to log: the database password is redacted."""

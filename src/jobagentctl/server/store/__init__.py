@@ -32,7 +32,8 @@ def open_store(database_url: str, **options: Any) -> Store:
     """A ``Store`` for ``database_url`` (not yet opened: ``await store.open()``, then
     ``await store.migrate()`` where wanted).
 
-    ``sqlite:///path`` → SQLite (options: ``busy_timeout_ms``, ``poll_interval``);
+    ``sqlite:///path`` → SQLite (options: ``busy_timeout_ms``, ``poll_interval``,
+    ``statement_timeout``: seconds, default None = unbounded);
     ``postgresql://…`` / ``postgres://…`` → PostgreSQL (options: ``min_size``, ``max_size``,
     ``pool_timeout``, ``poll_interval``, ``listen``, ``statement_timeout``: seconds, default 5,
     None = unbounded; past it an operation is ``ServerUnavailable`` at once). Any other scheme

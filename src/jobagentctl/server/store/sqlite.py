@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
@@ -87,8 +88,10 @@ def _chain(name: str) -> tuple[str, ...]:
 
 
 @contextmanager
-def _transaction(conn: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> Iterator[None]:
-    conn.execute(begin)
+def _transaction(conn: sqlite3.Connection, begin: str | None = "BEGIN IMMEDIATE") -> Iterator[None]:
+    """A transaction begun with ``begin`` (None: the caller has begun it)."""
+    if begin is not None:
+        conn.execute(begin)
     try:
         yield
     except BaseException:
@@ -96,6 +99,22 @@ def _transaction(conn: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> It
             conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def _begin_waiting(conn: sqlite3.Connection, begin: str, wait: float) -> None:
+    """Run ``begin`` (a statement taking the write lock), retrying for up to ``wait`` seconds
+    while another connection holds the lock: the connection's own busy timeout may be shorter
+    than an operation such as a migration may wait."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            conn.execute(begin)
+            return
+        except sqlite3.OperationalError as exc:
+            busy = getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY
+            if not busy or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.05)
 
 
 def _run_chain(conn: sqlite3.Connection, name: str, params: Params | None) -> Row | None:
@@ -128,10 +147,15 @@ def _translated(fn: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection)
             raise NotFound("a referenced workspace or job agent does not exist") from exc
         raise ServerError("unexpected SQLite error") from exc
     except sqlite3.OperationalError as exc:
-        cause = _WRITE_FAILURES.get(getattr(exc, "sqlite_errorcode", 0) & 0xFF)
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        cause = _WRITE_FAILURES.get(code)
         if cause is not None:
             raise ServerUnavailable(f"the SQLite database cannot be written: {cause}") from exc
-        # Locked past busy_timeout, unreadable file, missing schema: an operator problem.
+        if code == sqlite3.SQLITE_BUSY:
+            raise ServerUnavailable(
+                "the SQLite database is locked by another connection (busy timeout passed)"
+            ) from exc
+        # Unreadable file, missing schema: an operator problem.
         raise ServerUnavailable(
             "the SQLite database is unavailable (locked, unreadable or not migrated)"
         ) from exc
@@ -152,10 +176,25 @@ class SqliteConnector:
     dialect = "sqlite"
 
     def __init__(
-        self, path: str, *, busy_timeout_ms: int = 30_000, poll_interval: float = 1.0
+        self,
+        path: str,
+        *,
+        busy_timeout_ms: int = 30_000,
+        poll_interval: float = 1.0,
+        statement_timeout: float | None = None,
     ) -> None:
+        """``statement_timeout`` (seconds, None = unbounded, as PostgreSQL's) bounds every
+        operation but migrations: half of it to get the one worker thread (operations queue
+        for it), half to get the database lock (``busy_timeout``, when lower than
+        ``busy_timeout_ms``); an operation that cannot start in time is refused without
+        touching the database, and past the whole bound the caller gets ``ServerUnavailable``
+        (503) at once. So another process holding the write lock fails requests fast rather
+        than for SQLite's default wait of 30 s."""
         self.path = path
-        self._busy_timeout = busy_timeout_ms / 1000.0
+        self._statement_timeout = statement_timeout
+        self._migration_wait = self._busy_timeout = busy_timeout_ms / 1000.0
+        if statement_timeout is not None:
+            self._busy_timeout = min(self._busy_timeout, statement_timeout / 2)
         # Other server processes on the same file cannot signal us: long-polls also re-check
         # the queue this often.
         self._poll_interval = poll_interval
@@ -166,13 +205,37 @@ class SqliteConnector:
         self.write_error: str | None = None
         self._changes = 0
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _run(self, fn: Callable[[sqlite3.Connection], T], *, bounded: bool = True) -> T:
         if self._executor is None or self._conn is None:
             raise ServerUnavailable("the SQLite store is not open")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, partial(self._call, fn, self._conn))
+        timeout = self._statement_timeout if bounded else None
+        if timeout is None:
+            return await loop.run_in_executor(
+                self._executor, partial(self._call, fn, self._conn, None)
+            )
+        start_by = time.monotonic() + timeout - self._busy_timeout
+        future = loop.run_in_executor(self._executor, partial(self._call, fn, self._conn, start_by))
+        try:
+            done, _ = await asyncio.wait((future,), timeout=timeout)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        if done:
+            return future.result()
+        # Not started yet: it never runs. Running: it ends by itself, its lock wait bounded.
+        future.cancel()
+        raise ServerUnavailable(f"the SQLite database did not answer within {timeout:g} s")
 
-    def _call(self, fn: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection) -> T:
+    def _call(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        conn: sqlite3.Connection,
+        start_by: float | None,
+    ) -> T:
+        if start_by is not None and time.monotonic() > start_by:
+            # Queued behind operations that waited for the lock: too late to wait for it too.
+            raise ServerUnavailable("the SQLite database is busy: the operation could not start")
         try:
             result = _translated(fn, conn)
         except ServerUnavailable as exc:
@@ -263,7 +326,8 @@ class SqliteConnector:
             applied_now: list[int] = []
             conn.execute("PRAGMA foreign_keys = OFF")
             try:
-                with _transaction(conn, Q["migrate_lock"]):
+                _begin_waiting(conn, Q["migrate_lock"], self._migration_wait)
+                with _transaction(conn, None):
                     conn.execute(Q["migrations_table"])
                     done = {row["version"] for row in conn.execute(Q["applied_versions"])}
                     for version, script in migrations(self.dialect):
@@ -278,7 +342,8 @@ class SqliteConnector:
                 conn.execute("PRAGMA foreign_keys = ON")
             return applied_now
 
-        return await self._run(run)
+        # Never bounded, as on PostgreSQL: another process may be migrating the same file.
+        return await self._run(run, bounded=False)
 
     # --- queries -------------------------------------------------------------------------------
 
