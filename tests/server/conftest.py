@@ -24,6 +24,7 @@ from jobagentctl.server.store import open_store
 from jobagentctl.server.store.base import ReapResult, Store
 from tests.fixtures.databases import expire_claims
 from tests.fixtures.live_server import LiveServer
+from tests.fixtures.waiting import await_until
 
 # Settings of in-process tests: 1 s leases allowed, no background reaper, no key cache.
 TEST_SETTINGS: dict[str, Any] = {
@@ -142,12 +143,20 @@ def server_metrics(server: LiveServer) -> str:
     return str(text) if status == 200 else ""
 
 
-async def make_api(database_url: str, **overrides: Any) -> AsyncIterator[Api]:
-    """An ``Api`` on an opened, migrated store; closes everything afterwards."""
+async def make_api(
+    database_url: str, *, store_options: dict[str, Any] | None = None, **overrides: Any
+) -> AsyncIterator[Api]:
+    """An ``Api`` on an opened, migrated store (``store_options`` go to ``open_store``, the
+    other keywords are ``ServerSettings``); closes everything afterwards. On PostgreSQL the
+    store's LISTEN connection is up before the test starts, so a long-poll is woken from the
+    first notification on, not polled."""
     settings = ServerSettings(**{**TEST_SETTINGS, "database": database_url, **overrides})
-    store = open_store(database_url)
+    store = open_store(database_url, **(store_options or {}))
     await store.open()
     try:
+        connector = getattr(store, "connector", None)
+        if hasattr(connector, "listening") and (store_options or {}).get("listen", True):
+            await await_until(lambda: connector.listening, what="the store's LISTEN connection")
         await store.migrate()
         workspace = await store.create_workspace("test")
         key = generate_key()

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
+from uuid import UUID
 
 import httpx
 import pytest
@@ -13,6 +16,56 @@ from tests.fixtures.waiting import await_until
 from tests.server.conftest import Api, make_api
 
 pytestmark = pytest.mark.anyio
+
+# Longer than any test may take: a long-poll of the ``patient`` app that has to run this out
+# (or wait for a periodic re-check) before it answers fails its test.
+LONG = 120
+# The contract: a queued job (or shutdown, or the client leaving) ends a waiting claim within a
+# second or so. 5 s is headroom for a busy machine, and still shorter than the service's own
+# periodic re-check of the queue (10 s), the one way left for a wait to end early unsignalled.
+WOKEN_WITHIN = 5.0
+
+
+@pytest.fixture
+async def patient(database_url: str, anyio_backend: str) -> AsyncIterator[Api]:
+    """An app on which only a signal ends a long-poll early: ``waitSeconds`` up to ``LONG``
+    allowed (the default cap is 30 s, which would end a broken wait in time for a lax bound),
+    and the store's own re-check of the queue (SQLite's every second, for other processes on
+    the same file; PostgreSQL's while LISTEN is down) no more often than that."""
+    async for api in make_api(
+        database_url, max_wait_seconds=LONG, store_options={"poll_interval": LONG}
+    ):
+        yield api
+
+
+@dataclass
+class Waits:
+    """The store's long-poll waits (``Store.wait_for_job``): how many began, how many returned
+    before their timeout (woken), how many lasted all of it (ran out: the re-check at its end
+    may still find a job, so its result cannot tell). One cancelled (server stopping, client
+    gone) is neither."""
+
+    started: int = 0
+    woken: int = 0
+    ran_out: int = 0
+
+
+def _record_waits(api: Api) -> Waits:
+    waits = Waits()
+    wait_for_job = api.store.wait_for_job
+
+    async def recorded(agent_id: UUID, timeout: float) -> bool:
+        waits.started += 1
+        began = time.monotonic()
+        result = await wait_for_job(agent_id, timeout)
+        if time.monotonic() - began < timeout:
+            waits.woken += 1
+        else:
+            waits.ran_out += 1
+        return result
+
+    api.store.wait_for_job = recorded  # type: ignore[method-assign]
+    return waits
 
 
 def _waiting(api: Api) -> float:
@@ -27,73 +80,86 @@ async def _until_waiting(api: Api, count: int = 1) -> None:
     await await_until(waiting, what=f"{count} long-poll(s) waiting")
 
 
-async def _timed(coro: asyncio.Future[httpx.Response]) -> tuple[httpx.Response, float]:
+async def _timed(call: Awaitable[httpx.Response]) -> tuple[httpx.Response, float]:
     started = time.monotonic()
-    response = await coro
+    response = await call
     return response, time.monotonic() - started
 
 
-async def test_a_waiting_claim_returns_as_soon_as_a_job_is_queued(
-    api: Api, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # No re-check before the wait runs out: not the store's (SQLite re-checks every second)
-    # nor the service's (every 10 s). Only the signal can answer before 60 s, so the bound
-    # below can be generous for a busy machine and still fail when the wake-up is broken.
-    monkeypatch.setattr(api.store.connector, "wait_step", lambda remaining: remaining)
-    monkeypatch.setattr("jobagentctl.server.service._WAIT_SLICE_SECONDS", 60.0)
+async def _woken(waiter: Awaitable[httpx.Response], waits: Waits, since: float) -> httpx.Response:
+    """The long-poll's answer, which must be a wake-up's: within ``WOKEN_WITHIN`` of ``since``
+    (when the job was queued) and with no wait having run out."""
+    r = await waiter
+    latency = time.monotonic() - since
+    assert waits.ran_out == 0, f"a wait ran out instead of being woken: {waits}"
+    assert waits.woken >= 1, waits
+    assert latency < WOKEN_WITHIN, latency
+    return r
+
+
+async def test_a_waiting_claim_returns_as_soon_as_a_job_is_queued(patient: Api) -> None:
+    api = patient
+    waits = _record_waits(api)
     agent = await api.agent()
-    waiter = asyncio.ensure_future(api.claim_next(agent, {"waitSeconds": 60, "leaseSeconds": 30}))
+    body = {"waitSeconds": LONG, "leaseSeconds": 30}
+    waiter = asyncio.ensure_future(api.claim_next(agent, body))
     await _until_waiting(api)
     queued_at = time.monotonic()
     job = await api.enqueue(agent)
-    r = await waiter
-    latency = time.monotonic() - queued_at
+    r = await _woken(waiter, waits, queued_at)
     assert r.status_code == 200, r.text
     assert r.json()["id"] == job["id"]
-    # Woken by the signal, not by the end of the 60 s wait.
-    assert latency < 30, latency
 
 
-async def test_no_job_is_204_at_wait_seconds(api: Api) -> None:
+async def test_no_job_is_204_at_wait_seconds(patient: Api) -> None:
+    api = patient
+    waits = _record_waits(api)
     agent = await api.agent()
-    r, elapsed = await _timed(asyncio.ensure_future(api.claim_next(agent, {"waitSeconds": 1})))
+    r, elapsed = await _timed(api.claim_next(agent, {"waitSeconds": 1}))
     assert r.status_code == 204
     assert r.content == b""
-    assert 0.9 <= elapsed < 30
-    # No wait at all: 204 at once.
-    r, elapsed = await _timed(asyncio.ensure_future(api.claim_next(agent)))
+    assert 0.9 <= elapsed < 30  # its own 1 s, not the server's cap of LONG
+    # No waitSeconds: no wait at all, 204 at once.
+    started = waits.started
+    r, elapsed = await _timed(api.claim_next(agent))
     assert r.status_code == 204
-    assert elapsed < 30  # not the 1 s wait: well under it on an idle machine
+    assert waits.started == started
+    assert elapsed < 30
 
 
 async def test_the_wait_is_capped_by_max_wait_seconds(database_url: str) -> None:
     async for api in make_api(database_url, max_wait_seconds=1):
         agent = await api.agent()
-        request = api.claim_next(agent, {"waitSeconds": 60})
-        r, elapsed = await _timed(asyncio.ensure_future(request))
+        r, elapsed = await _timed(api.claim_next(agent, {"waitSeconds": 60}))
         assert r.status_code == 204
-        assert elapsed < 10
+        assert 0.9 <= elapsed < 30  # the cap's 1 s, not the 60 s asked for
 
 
-async def test_shutdown_wakes_waiters_with_204(api: Api) -> None:
+async def test_shutdown_wakes_waiters_with_204(patient: Api) -> None:
+    api = patient
+    waits = _record_waits(api)
     agent = await api.agent()
-    waiters = [asyncio.ensure_future(api.claim_next(agent, {"waitSeconds": 25})) for _ in range(3)]
+    body = {"waitSeconds": LONG}
+    waiters = [asyncio.ensure_future(api.claim_next(agent, body)) for _ in range(3)]
     await _until_waiting(api, 3)
     started = time.monotonic()
     api.app.state.service.begin_shutdown()
     responses = await asyncio.gather(*waiters)
     assert [r.status_code for r in responses] == [204, 204, 204]
-    assert time.monotonic() - started < 5
+    assert waits.ran_out == 0, waits
+    assert time.monotonic() - started < WOKEN_WITHIN
 
 
-async def test_one_job_many_waiters_exactly_one_gets_it(api: Api) -> None:
+async def test_one_job_many_waiters_exactly_one_gets_it(patient: Api) -> None:
+    api = patient
     agent = await api.agent()
-    waiters = [
-        asyncio.ensure_future(api.claim_next(agent, {"waitSeconds": 3, "leaseSeconds": 30}))
-        for _ in range(4)
-    ]
+    body = {"waitSeconds": LONG, "leaseSeconds": 30}
+    waiters = [asyncio.ensure_future(api.claim_next(agent, body)) for _ in range(4)]
     await _until_waiting(api, 4)
     job = await api.enqueue(agent)
+    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    # The others wait on for a job that will not come: end their long-polls.
+    api.app.state.service.begin_shutdown()
     responses = await asyncio.gather(*waiters)
     codes = sorted(r.status_code for r in responses)
     assert codes == [200, 204, 204, 204]
@@ -101,43 +167,53 @@ async def test_one_job_many_waiters_exactly_one_gets_it(api: Api) -> None:
     assert winner.json()["id"] == job["id"]
 
 
-async def test_release_and_reaper_requeue_wake_waiters(api: Api) -> None:
+async def test_release_and_reaper_requeue_wake_waiters(patient: Api) -> None:
+    api = patient
+    waits = _record_waits(api)
     agent = await api.agent()
     await api.enqueue(agent)
     first = (await api.claim_next(agent, {"leaseSeconds": 30})).json()
 
-    waiter = asyncio.ensure_future(api.claim_next(agent, {"waitSeconds": 25, "leaseSeconds": 30}))
+    body = {"waitSeconds": LONG, "leaseSeconds": 30}
+    waiter = asyncio.ensure_future(api.claim_next(agent, body))
     await _until_waiting(api)
-    body = {"status": "queued", "claimId": first["claimId"]}
-    assert (await api.status(first["id"], body)).status_code == 202
-    r = await asyncio.wait_for(waiter, 10)
+    released_at = time.monotonic()
+    status = {"status": "queued", "claimId": first["claimId"]}
+    assert (await api.status(first["id"], status)).status_code == 202
+    r = await _woken(waiter, waits, released_at)
     assert r.status_code == 200
     second = r.json()
     assert second["attempt"] == 2
 
-    waiter = asyncio.ensure_future(api.claim_next(agent, {"waitSeconds": 25, "leaseSeconds": 30}))
+    waiter = asyncio.ensure_future(api.claim_next(agent, body))
     await _until_waiting(api)
     await api.expire(second["id"])
+    reaped_at = time.monotonic()
     assert (await api.reap()).requeued == 1
-    r = await asyncio.wait_for(waiter, 10)
+    r = await _woken(waiter, waits, reaped_at)
     assert r.status_code == 200
     assert r.json()["attempt"] == 3
 
 
-async def test_a_waiter_for_an_unknown_agent_is_404_at_once(api: Api) -> None:
+async def test_a_waiter_for_an_unknown_agent_is_404_at_once(patient: Api) -> None:
     import uuid
 
-    started = time.monotonic()
-    r = await api.claim_next(str(uuid.uuid4()), {"waitSeconds": 20, "leaseSeconds": 30})
+    api = patient
+    waits = _record_waits(api)
+    body = {"waitSeconds": LONG, "leaseSeconds": 30}
+    r, elapsed = await _timed(api.claim_next(str(uuid.uuid4()), body))
     assert r.status_code == 404
-    assert time.monotonic() - started < 10
+    assert waits.started == 0  # found out before waiting, not after
+    assert elapsed < 30
 
 
-async def test_a_client_that_leaves_does_not_get_a_job_claimed_for_it(api: Api) -> None:
+async def test_a_client_that_leaves_does_not_get_a_job_claimed_for_it(patient: Api) -> None:
     """A long-poll whose connection closes stops waiting; a job queued afterwards stays queued
     (claiming it for nobody would hold it until its lease ran out)."""
+    api = patient
+    waits = _record_waits(api)
     agent = await api.agent()
-    body = json.dumps({"waitSeconds": 25, "leaseSeconds": 30}).encode()
+    body = json.dumps({"waitSeconds": LONG, "leaseSeconds": 30}).encode()
     gone = asyncio.Event()
     sent: list[dict[str, object]] = []
 
@@ -168,8 +244,11 @@ async def test_a_client_that_leaves_does_not_get_a_job_claimed_for_it(api: Api) 
     }
     request = asyncio.ensure_future(api.app(scope, receive, send))
     await _until_waiting(api)
+    left_at = time.monotonic()
     gone.set()  # the client hangs up
-    await asyncio.wait_for(request, 10)
+    await asyncio.wait_for(request, 30)
+    assert time.monotonic() - left_at < WOKEN_WITHIN
+    assert waits.ran_out == 0, waits
     job = await api.enqueue(agent)
     assert (await api.job(job["id"]))["status"] == "queued"
     assert _waiting(api) == 0
