@@ -1,15 +1,20 @@
-"""Unit-test isolation (no real config file, no inherited JOBAGENTCTL_*/CTRLPLANE_* variables)
-and the one respx fixture, `api`."""
+"""Unit-test isolation (no real config file, no inherited JOBAGENTCTL_*/CTRLPLANE_* variables),
+the one respx fixture, `api`, and a `client` on the mocked base URL."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import respx
 
 from .clirun import Cli
+from .wire import API_KEY, BASE, WORKSPACE
+
+if TYPE_CHECKING:
+    from jobagentctl.client import Client
 
 
 @pytest.fixture(autouse=True)
@@ -34,7 +39,17 @@ def cli(monkeypatch: pytest.MonkeyPatch) -> Cli:
 def api(request: pytest.FixtureRequest) -> Iterator[respx.MockRouter]:
     """The respx router the unit tests mock the API with (one fixture for every module).
 
-    Routes need not all be called, unless the module sets ``RESPX_ASSERT_ALL_CALLED = True``."""
+    Routes need not all be called, unless the module sets ``RESPX_ASSERT_ALL_CALLED = True``.
+    Routes are absolute URLs (``wire.WS``…): respx would not narrow those by a ``base_url``."""
     strict = bool(getattr(request.module, "RESPX_ASSERT_ALL_CALLED", False))
     with respx.mock(assert_all_called=strict) as router:
         yield router
+
+
+@pytest.fixture
+def client() -> Iterator[Client]:
+    """A ``Client`` of workspace ``wire.WORKSPACE`` at ``wire.BASE`` (mock it with ``api``)."""
+    from jobagentctl.client import Client
+
+    with Client(f"{BASE}/api/", API_KEY, WORKSPACE, timeout=5.0) as c:
+        yield c

@@ -7,24 +7,17 @@ sequences: tables show them as visible ``\\xNN``, tsv escapes them, JSON keeps t
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 import respx
 
 from . import wire
 from .clirun import Cli
-from .wire import AGENT, BASE, JOB, WS
+from .wire import AGENT, JOB, WS
 
 # Clear the screen, set the window title (OSC … BEL), colour, a bare CR, C1 CSI, DEL.
 EVIL = "\x1b[2J\x1b]0;pwned\x07\x1b[31mred\rover\x9b1mdel\x7f"
 RAW = ("\x1b", "\x07", "\r", "\x9b", "\x7f")
-
-
-@pytest.fixture
-def api() -> Iterator[respx.MockRouter]:
-    with respx.mock(base_url=BASE, assert_all_called=False) as router:
-        yield router
 
 
 # The list commands with free text (inspect-claims and jobs attempts carry only ids, states and

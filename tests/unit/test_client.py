@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -19,12 +18,6 @@ from .wire import AGENT, API_KEY, BASE, CLAIM, JOB, WORKSPACE, WS
 
 # Every route mocked here must be called (the shared `api` fixture reads this).
 RESPX_ASSERT_ALL_CALLED = True
-
-
-@pytest.fixture
-def client() -> Iterator[Client]:
-    with Client(f"{BASE}/api/", API_KEY, WORKSPACE, timeout=5.0) as c:
-        yield c
 
 
 def sent(route: respx.Route) -> dict[str, Any]:

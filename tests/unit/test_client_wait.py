@@ -4,7 +4,6 @@ read timeout, the answers, and servers without the endpoint (learned once per pr
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -15,16 +14,10 @@ from jobagentctl import errors
 from jobagentctl.client import Client
 from jobagentctl.models import JobStatus
 
-from .wire import API_KEY, BASE, CLAIM, JOB, WORKSPACE, WS
+from .wire import API_KEY, CLAIM, JOB, WS
 
 RESPX_ASSERT_ALL_CALLED = True
 WAIT = f"{WS}/jobs/{JOB}/wait"
-
-
-@pytest.fixture
-def client() -> Iterator[Client]:
-    with Client(f"{BASE}/api/", API_KEY, WORKSPACE, timeout=5.0) as c:
-        yield c
 
 
 def answer(*, held: bool, status: str = "inProgress") -> dict[str, Any]:
