@@ -3,9 +3,17 @@
 - ``tests.fixtures.databases``: ``database_url`` over SQLite and PostgreSQL (each test gets its
   own database; PostgreSQL ones are cloned from a migrated template and dropped afterwards).
 - ``tests.fixtures.live_server``: a real ``jobagentctl server start`` process on a free port.
+- ``tests.fixtures.server_app``: ``api``, the server app in-process on such a database (server
+  and security tests; tests/unit overrides ``api`` with its respx router).
+- ``tests.fixtures.ctrlplane``: ``ctrlplane``, a running stand-in of ctrlplane's API server.
 """
 
-pytest_plugins = ["tests.fixtures.databases", "tests.fixtures.live_server"]
+pytest_plugins = [
+    "tests.fixtures.databases",
+    "tests.fixtures.live_server",
+    "tests.fixtures.server_app",
+    "tests.fixtures.ctrlplane",
+]
 
 
 import pytest  # noqa: E402

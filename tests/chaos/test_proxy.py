@@ -7,7 +7,6 @@ import http.client
 import json
 import random
 import threading
-import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -15,6 +14,7 @@ import pytest
 
 from tests.chaos.proxy import Exchange, FaultProxy, ProxyFault
 from tests.fixtures.live_server import free_port
+from tests.fixtures.waiting import wait_until
 
 
 class _Upstream:
@@ -92,13 +92,6 @@ def put(
         conn.close()
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
-
-
 def test_forwards_keep_alive_requests_and_records_them(
     upstream: _Upstream, make_proxy: Callable[..., FaultProxy]
 ) -> None:
@@ -110,7 +103,10 @@ def test_forwards_keep_alive_requests_and_records_them(
         assert response.status == 202
         assert json.loads(response.read())["echo"] == {"claimId": f"c{n}"}
     conn.close()
-    wait_for(lambda: len(proxy.exchanges) == 3 and all(e.delivered for e in proxy.exchanges))
+    wait_until(
+        lambda: len(proxy.exchanges) == 3 and all(e.delivered for e in proxy.exchanges),
+        what="the three exchanges recorded as delivered",
+    )
     first: Exchange = proxy.exchanges[0]
     assert (first.method, first.path, first.status, first.claim_id) == ("PUT", "/x", 202, "c0")
     assert first.t_recv <= (first.t_fwd or 0) <= (first.t_resp or 0)
@@ -165,7 +161,7 @@ def test_a_delayed_request_is_delivered_after_the_client_gave_up(
             break
     late = proxy.exchanges[-1]
     assert (late.fault or "").startswith("delay_request")
-    wait_for(lambda: late.status == 202)
+    wait_until(lambda: late.status == 202, what="the held request answered by the server")
     assert late.t_fwd is not None and late.t_fwd - late.t_recv >= 0.75
     assert {"n": n} in upstream.seen
 

@@ -42,7 +42,6 @@ import re
 import secrets
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -721,12 +720,3 @@ class CtrlplaneStandIn:
         if self._thread is not None:
             self._thread.join(15)
         self._sock.close()
-
-
-def wait_until(check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.02)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +16,6 @@ from tests.ctrlplane.standin import CtrlplaneStandIn
 from tests.fixtures.waiting import wait_until
 
 from .runs import DEADLINE, Harness
-
-
-@pytest.fixture
-def ctrlplane(tmp_path: Path) -> Iterator[CtrlplaneStandIn]:
-    server = CtrlplaneStandIn(tmp_path / "ctrlplane").start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def start(

@@ -12,8 +12,8 @@ from uuid import UUID
 import httpx
 import pytest
 
+from tests.fixtures.server_app import Api, make_api
 from tests.fixtures.waiting import await_until
-from tests.server.conftest import Api, make_api
 
 pytestmark = pytest.mark.anyio
 
