@@ -127,6 +127,45 @@ def test_claim_env_output_evals(cli: Cli, api: respx.MockRouter) -> None:
         assert shlex.split(line)[0] == "export"
 
 
+def test_claim_limit_claims_a_batch_in_one_request(cli: Cli, api: respx.MockRouter) -> None:
+    second = wire.claimed(
+        id="00000000-0000-4000-8000-0000000000b2", claimId="00000000-0000-4000-8000-0000000000c2"
+    )
+    route = api.post(f"{WS}/job-agents/{AGENT}/claim").respond(
+        200, json={"items": [wire.claimed(), second]}
+    )
+    result = cli("claim", "--limit", "5", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert body(route) == {"leaseSeconds": 60, "waitSeconds": 0.0, "limit": 5}
+    assert [j["claimId"] for j in json.loads(result.stdout)] == [str(CLAIM), second["claimId"]]
+    piped = cli("claim", "--limit", "2")
+    assert [line.split("\t")[1] for line in piped.stdout.splitlines()] == [
+        str(CLAIM),
+        second["claimId"],
+    ]
+
+
+def test_claim_limit_from_a_server_that_does_not_batch(cli: Cli, api: respx.MockRouter) -> None:
+    api.post(f"{WS}/job-agents/{AGENT}/claim").respond(200, json=wire.claimed())
+    result = cli("claim", "--limit", "3", "--json")
+    assert result.exit_code == 0
+    assert [j["claimId"] for j in json.loads(result.stdout)] == [str(CLAIM)]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--limit", "2", "-o", "env"],
+        ["--limit", "0"],
+        ["--limit", "101"],
+        [str(JOB), "--limit", "2"],
+    ],
+)
+def test_claim_limit_usage_errors(cli: Cli, args: list[str]) -> None:
+    result = cli("claim", *args)
+    assert result.exit_code == 2, result.stdout
+
+
 def test_claim_nothing_queued_is_7(cli: Cli, api: respx.MockRouter) -> None:
     api.post(f"{WS}/job-agents/{AGENT}/claim").respond(204)
     result = cli("claim")

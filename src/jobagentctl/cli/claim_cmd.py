@@ -29,17 +29,30 @@ def claim(
         metavar="N",
         help="Lease to ask for (default 60 or JOBAGENTCTL_LEASE_SECONDS; 0 = unleased V1 claim).",
     ),
+    limit: int | None = typer.Option(
+        None,
+        "--limit",
+        min=1,
+        max=100,
+        metavar="N",
+        help="Without JOB_ID: claim up to N of the oldest queued jobs in one request, each "
+        "with its own claim; prints them as a list (not with -o env).",
+    ),
 ) -> None:
     """Claim a job and print it; exit 7 when nothing is queued.
 
     With -o env, prints export lines for eval: JOBAGENTCTL_JOB_ID, JOBAGENTCTL_CLAIM_ID,
     JOBAGENTCTL_LEASE_SECONDS and JOBAGENTCTL_ATTEMPT, which heartbeat and complete read.
 
+    With --limit N, claims up to N jobs at once (a busy agent saves a request per job) and
+    prints them as a list; each has its own claim id, heartbeated and completed on its own.
+
     \b
     Example:
       claim=$(jobagentctl claim --wait 5m -o env) || exit   # 7: nothing queued
       eval "$claim"
       jobagentctl heartbeat
+      jobagentctl claim --limit 8 -o json | jq -r '.[] | [.id, .claimId] | @tsv'
     """
     from jobagentctl.cli import output
     from jobagentctl.cli.params import uuid_arg
@@ -51,6 +64,10 @@ def claim(
     job = uuid_arg(job_id, "JOB_ID") if job_id is not None else None
     if job is not None and waiting:
         raise UsageError("--wait applies only when claiming the next job (no JOB_ID)")
+    if limit is not None and job is not None:
+        raise UsageError("--limit applies only when claiming the next jobs (no JOB_ID)")
+    if limit is not None and state.output == "env":
+        raise UsageError("-o env prints one job: use -o json or tsv with --limit")
     agent = state.require_agent()
     lease = lease_seconds if lease_seconds is not None else state.settings.lease_seconds
     with state.client() as client:
@@ -59,7 +76,13 @@ def claim(
         else:
             # A spinner only for a real wait: an instant claim would just flicker.
             with output.spinner(state, "waiting for a job…", enabled=waiting > 0):
-                claimed = client.wait_for_job(agent, lease_seconds=lease, wait_seconds=waiting)
+                batch = client.wait_for_jobs(
+                    agent, lease_seconds=lease, wait_seconds=waiting, limit=limit
+                )
+            if limit is not None:
+                output.emit(state, "claimed", batch, title="claimed")
+                return
+            claimed = batch[0]
     # A claim without lease on a V1-only server: the client has said so on stderr, once.
     if state.output == "env":
         output.emit_env(

@@ -35,8 +35,11 @@ from jobagentctl.errors import (
     ValidationError,
 )
 from jobagentctl.models import (
+    MAX_CLAIM_BATCH,
     AcceptedResponse,
     ClaimedJob,
+    ClaimedJobs,
+    ClaimNext,
     ClaimNextRequest,
     ClaimRequest,
     ClaimState,
@@ -146,6 +149,14 @@ def _needs_tls(base_url: str) -> bool:
 def _body(model: Any) -> dict[str, Any]:
     dumped: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
     return dumped
+
+
+def _claimed_jobs(data: Any) -> list[ClaimedJob]:
+    """Claim-next's answer to a ``limit``: ``{"items": [...]}``; one claimed job from a server
+    that does not batch (it ignored the ``limit``)."""
+    if isinstance(data, dict) and "items" in data and "id" not in data:
+        return ClaimedJobs.model_validate(data).items
+    return [ClaimedJob.model_validate(data)]
 
 
 class Client:
@@ -435,30 +446,71 @@ class Client:
         jitter) until ``wait_seconds`` runs out. Such a claim has no claim id and no lease.
         """
         if self._v1_only():
-            return self._claim_next_v1(agent_id, wait_seconds)
+            return self._claim_next_v1(agent_id, wait_seconds)[0]
         try:
-            claimed = self._claim_next_v2(
-                agent_id, lease_seconds=lease_seconds, wait_seconds=wait_seconds
+            response = self._post_claim_next(
+                agent_id, lease_seconds=lease_seconds, wait_seconds=wait_seconds, limit=None
             )
         except LeaseUnsupported as exc:
             self._learned(v1_only=True)
             why = f"POST …/job-agents/{{id}}/claim answered {exc.status}"
             self._warn_once("no-leases", _NO_LEASES.format(why=why))
-            return self._claim_next_v1(agent_id, wait_seconds)
+            return self._claim_next_v1(agent_id, wait_seconds)[0]
         except NoJob:
             self._learned(v1_only=False)
             raise
         self._learned(v1_only=False)
-        return claimed
+        return self._parse(response, ClaimedJob.model_validate)
 
-    def _claim_next_v1(self, agent_id: UUID, wait_seconds: float | None) -> ClaimedJob:
+    def claim_batch(
+        self,
+        agent_id: UUID,
+        *,
+        lease_seconds: int | None,
+        wait_seconds: float | None,
+        limit: int,
+    ) -> list[ClaimedJob]:
+        """Claim up to ``limit`` of the agent's oldest queued jobs in one request (claim-next's
+        ``limit``), each with its own claim; :class:`NoJob` when none came within the wait.
+
+        A server that ignores ``limit`` (an older jobagentctl) answers one job: that is the
+        batch. On a V1-only server the jobs are claimed by id, one request each, as
+        :meth:`claim_next` does.
+        """
+        if not 1 <= limit <= MAX_CLAIM_BATCH:
+            raise ConfigError(f"limit must be between 1 and {MAX_CLAIM_BATCH}")
+        if self._v1_only():
+            return self._claim_next_v1(agent_id, wait_seconds, limit)
+        try:
+            response = self._post_claim_next(
+                agent_id, lease_seconds=lease_seconds, wait_seconds=wait_seconds, limit=limit
+            )
+        except LeaseUnsupported as exc:
+            self._learned(v1_only=True)
+            why = f"POST …/job-agents/{{id}}/claim answered {exc.status}"
+            self._warn_once("no-leases", _NO_LEASES.format(why=why))
+            return self._claim_next_v1(agent_id, wait_seconds, limit)
+        except NoJob:
+            self._learned(v1_only=False)
+            raise
+        self._learned(v1_only=False)
+        return self._parse(response, _claimed_jobs)
+
+    def _claim_next_v1(
+        self, agent_id: UUID, wait_seconds: float | None, limit: int = 1
+    ) -> list[ClaimedJob]:
         deadline = self._clock() + (wait_seconds or 0.0)
         while True:
+            claimed: list[ClaimedJob] = []
             for job in self._queued_oldest_first(agent_id):
                 try:
-                    return self.claim_job(agent_id, job.id, lease_seconds=None)
+                    claimed.append(self.claim_job(agent_id, job.id, lease_seconds=None))
                 except (NotClaimable, NotFound):
                     continue  # another agent took it (409), or it went away: the next one
+                if len(claimed) == limit:
+                    break
+            if claimed:
+                return claimed
             left = deadline - self._clock()
             if left <= 0:
                 raise NoJob("no job queued for this agent")
@@ -476,10 +528,15 @@ class Client:
         )
         return sorted(queued, key=lambda job: job.created_at)
 
-    def _claim_next_v2(
-        self, agent_id: UUID, *, lease_seconds: int | None, wait_seconds: float | None
-    ) -> ClaimedJob:
-        body = ClaimNextRequest(lease_seconds=lease_seconds, wait_seconds=wait_seconds)
+    def _post_claim_next(
+        self,
+        agent_id: UUID,
+        *,
+        lease_seconds: int | None,
+        wait_seconds: float | None,
+        limit: int | None,
+    ) -> httpx.Response:
+        body = ClaimNextRequest(lease_seconds=lease_seconds, wait_seconds=wait_seconds, limit=limit)
         timeout = None
         if wait_seconds:
             # The read must outlast the server's wait, or we would give up on a healthy long-poll.
@@ -495,7 +552,7 @@ class Client:
         )
         if response.status_code == 204:
             raise NoJob("no job queued for this agent", status=204)
-        return self._parse(response, ClaimedJob.model_validate)
+        return response
 
     def wait_for_job(
         self,
@@ -510,6 +567,27 @@ class Client:
 
         The server caps each long-poll (``maxWaitSeconds``), so a longer wait is several polls.
         """
+        jobs = self.wait_for_jobs(
+            agent_id,
+            lease_seconds=lease_seconds,
+            wait_seconds=wait_seconds,
+            limit=None,
+            clock=clock,
+            sleep=sleep,
+        )
+        return jobs[0]
+
+    def wait_for_jobs(
+        self,
+        agent_id: UUID,
+        *,
+        lease_seconds: int | None,
+        wait_seconds: float,
+        limit: int | None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> list[ClaimedJob]:
+        """As :meth:`wait_for_job`; ``limit`` given: up to that many (:meth:`claim_batch`)."""
         deadline = clock() + wait_seconds
         while True:
             remaining = deadline - clock()
@@ -517,7 +595,13 @@ class Client:
             ask = round(ask, 3)  # milliseconds are plenty; keeps request bodies readable
             started = clock()
             try:
-                return self.claim_next(agent_id, lease_seconds=lease_seconds, wait_seconds=ask)
+                if limit is None:
+                    return [
+                        self.claim_next(agent_id, lease_seconds=lease_seconds, wait_seconds=ask)
+                    ]
+                return self.claim_batch(
+                    agent_id, lease_seconds=lease_seconds, wait_seconds=ask, limit=limit
+                )
             except NoJob:
                 left = deadline - clock()
                 if left <= 0:
@@ -574,7 +658,14 @@ class Client:
         message: str | None = None,
         external_id: str | None = None,
         metadata: dict[str, Any] | None = None,
+        claim_next: ClaimNext | None = None,
     ) -> AcceptedResponse:
+        """Set the job's status. ``claim_next`` (with ``claim_id``, ending the attempt): the
+        same request claims the agent's next jobs, listed in the answer's ``claimed`` — which
+        stays None from a server that does not do this (ctrlplane, an older jobagentctl), where
+        the caller claims as usual. Not sent to a server known to be V1-only."""
+        if claim_next is not None and self._v1_only():
+            claim_next = None
         try:
             body = UpdateJobStatusRequest(
                 status=JobStatus(status),
@@ -582,6 +673,7 @@ class Client:
                 message=message,
                 external_id=external_id,
                 metadata=metadata,
+                claim_next=claim_next,
             )
         except (ValueError, PydanticValidationError) as exc:
             raise ConfigError(f"invalid status update: {exc}") from None

@@ -9,7 +9,7 @@ from typing import Protocol
 from uuid import UUID
 
 from jobagentctl.errors import JobAgentError, ServerError, ServerUnavailable
-from jobagentctl.models import ClaimedJob, Heartbeat, JobStatus, JobWait
+from jobagentctl.models import ClaimedJob, ClaimNext, Heartbeat, JobStatus, JobWait
 
 __all__ = ["SupervisorClient", "describe_error", "is_transient"]
 
@@ -45,8 +45,10 @@ class SupervisorClient(Protocol):
         *,
         claim_id: UUID | None = None,
         message: str | None = None,
+        claim_next: ClaimNext | None = None,
     ) -> object:
-        """Report a status (the terminal one, at the end of a run)."""
+        """Report a status (the terminal one, at the end of a run); with ``claim_next``, an
+        answer whose ``claimed`` lists the jobs the same request claimed (absent: none)."""
         ...
 
     def release(self, job_id: UUID, *, claim_id: UUID | None) -> object:

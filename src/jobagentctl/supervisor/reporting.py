@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import random
 import signal
+import time
 from collections.abc import Callable
+from functools import partial
 
 from jobagentctl.durations import format_duration
 from jobagentctl.errors import ClaimLost, ClaimMismatch, JobTerminal, NotFound
-from jobagentctl.models import ClaimedJob, JobStatus
+from jobagentctl.models import ClaimedJob, ClaimNext, JobStatus
 from jobagentctl.supervisor.child import SpawnError
 from jobagentctl.supervisor.heartbeat import Beat
 from jobagentctl.supervisor.outcome import Outcome, Verdict
@@ -51,6 +53,9 @@ class Reporter:
         self.report_timeout = report_timeout
         self._rng = rng
         self._info, self._warn = info, warn
+        # ``run --loop`` sets what the next report asks to claim along with it (see report).
+        self.claim_next: ClaimNext | None = None
+        self.next_claim: tuple[ClaimedJob, float, float] | None = None
 
     def retry(self, budget: float) -> Retry:
         return Retry(base=RETRY_BASE_SECONDS, cap=RETRY_CAP_SECONDS, rng=self._rng, budget=budget)
@@ -132,15 +137,31 @@ class Reporter:
 
     def report(self, job: ClaimedJob, status: JobStatus, message: str | None) -> Outcome | None:
         """Report the terminal status, retrying while heartbeating. None when it was
-        accepted, else how the run ends (lease lost, cancelled, failed, interrupted)."""
+        accepted, else how the run ends (lease lost, cancelled, failed, interrupted).
+
+        With :attr:`claim_next` set (``run --loop``: a next job is wanted), the first try also
+        claims the agent's next job in the same request; it is kept in :attr:`next_claim`.
+        Retries do not ask again: a first try whose answer was lost may have claimed one
+        already (its lease then runs out and the reaper puts it back).
+        """
         client = self.client
         retry = self.retry(self.report_timeout)
+        # Stopping (a drain, an interrupt): no next job wanted.
+        ask = None if self.policy.stopping or job.claim_id is None else self.claim_next
         while True:
+            following, ask = ask, None
+            sent_at = time.monotonic()
             call = self.waiter.call(
-                lambda: client.update_status(
-                    job.id, status, claim_id=job.claim_id, message=message
+                partial(
+                    client.update_status,
+                    job.id,
+                    status,
+                    claim_id=job.claim_id,
+                    message=message,
+                    claim_next=following,
                 ),
                 "report",
+                on_abandoned=self._give_back_claimed,
             )
             if not call.finished:
                 sig = self.policy.interrupted
@@ -152,6 +173,9 @@ class Reporter:
                 return Outcome(Verdict.INTERRUPTED, interrupted_by=sig)
             error = call.error
             if error is None:
+                claimed = getattr(call.value, "claimed", None)
+                if claimed:
+                    self.next_claim = (claimed[0], sent_at, time.monotonic())
                 return None
             if isinstance(error, ClaimLost) and error.job_status == JobStatus.CANCELLED:
                 self._warn(f"job {job.id} was cancelled: {status.value} not reported")
@@ -198,6 +222,16 @@ class Reporter:
                 return False
             if self.waiter.pause(delay, "report"):
                 return False
+
+    def take_next_claim(self) -> tuple[ClaimedJob, float, float] | None:
+        """The job claimed with the last report, with when that request was sent and
+        answered (monotonic); None if none was. Taken once."""
+        claim, self.next_claim = self.next_claim, None
+        return claim
+
+    def _give_back_claimed(self, accepted: object) -> None:
+        for job in getattr(accepted, "claimed", None) or []:
+            self.give_back(job)
 
     def give_back(self, job: ClaimedJob) -> None:
         """From an abandoned claim's thread: a job came after we stopped waiting."""

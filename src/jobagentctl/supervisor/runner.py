@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from jobagentctl.durations import format_duration
-from jobagentctl.models import JobStatus
+from jobagentctl.models import ClaimNext, JobStatus
 from jobagentctl.supervisor.child import (
     Child,
     JobFiles,
@@ -169,23 +169,39 @@ class Supervisor:
 
     def _run_loop(self, claimer: Claimer, reporter: Reporter, events: Events) -> Outcome:
         opts, done = self.options, 0
-        while True:
-            if self.policy.draining:
-                self._log.info("drained: exiting")
-                return Outcome(Verdict.STOPPED)
-            if opts.max_jobs is not None and done >= opts.max_jobs:
-                self._log.info(f"ran {done} job(s) (--max-jobs): exiting")
-                return Outcome(Verdict.STOPPED)
-            claimed = claimer.acquire(min(opts.wait, opts.idle_timeout), loop=True)
-            if isinstance(claimed, Outcome):
-                if claimed.verdict is Verdict.NO_JOB:
-                    self._log.info("no job came within the idle limit: exiting")
+        try:
+            while True:
+                if self.policy.draining:
+                    self._log.info("drained: exiting")
                     return Outcome(Verdict.STOPPED)
-                return claimed
-            self._run_job(claimed, reporter, events)
-            done += 1
-            if self.policy.interrupted is not None:
-                return Outcome(Verdict.INTERRUPTED, interrupted_by=self.policy.interrupted)
+                if opts.max_jobs is not None and done >= opts.max_jobs:
+                    self._log.info(f"ran {done} job(s) (--max-jobs): exiting")
+                    return Outcome(Verdict.STOPPED)
+                # The last report may have claimed this job already (one request for both).
+                following = reporter.take_next_claim()
+                if following is not None:
+                    claimed: Claim | Outcome = Claim(*following)
+                else:
+                    claimed = claimer.acquire(min(opts.wait, opts.idle_timeout), loop=True)
+                if isinstance(claimed, Outcome):
+                    if claimed.verdict is Verdict.NO_JOB:
+                        self._log.info("no job came within the idle limit: exiting")
+                        return Outcome(Verdict.STOPPED)
+                    return claimed
+                last = opts.max_jobs is not None and done + 1 >= opts.max_jobs
+                wanted = opts.job_id is None and opts.lease_seconds > 0 and not last
+                ask = ClaimNext(lease_seconds=opts.lease_seconds) if wanted else None
+                reporter.claim_next = ask
+                self._run_job(claimed, reporter, events)
+                done += 1
+                if self.policy.interrupted is not None:
+                    return Outcome(Verdict.INTERRUPTED, interrupted_by=self.policy.interrupted)
+        finally:
+            # Claimed with the last report but not to be run (drained, interrupted, failed):
+            # back to the queue at once rather than when its lease runs out.
+            unused = reporter.take_next_claim()
+            if unused is not None:
+                reporter.release(unused[0], "the loop ended before it started")
 
     def _on_news(self, news: object) -> None:
         """News from a thread while no child runs (a heartbeat verdict while reporting)."""

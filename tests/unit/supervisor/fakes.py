@@ -11,7 +11,14 @@ from typing import Any
 from uuid import UUID
 
 from jobagentctl.errors import LeaseUnsupported, NoJob
-from jobagentctl.models import ClaimedJob, Heartbeat, JobStatus, JobWait
+from jobagentctl.models import (
+    AcceptedResponse,
+    ClaimedJob,
+    ClaimNext,
+    Heartbeat,
+    JobStatus,
+    JobWait,
+)
 
 __all__ = ["Call", "FakeClient", "claimed_job"]
 
@@ -56,6 +63,9 @@ class FakeClient:
     on_release: Callable[[int], None] | None = None
     # The claim long-poll: by default the server has none (as before issue 12 §6).
     on_wait: Callable[[int], JobWait] | None = None
+    # A server whose status update claims the next jobs when asked (claimNext, issue 14 §3);
+    # by default it ignores the request, as ctrlplane and older servers do.
+    claims_next: bool = False
     calls: list[Call] = field(default_factory=list)
     closed: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -115,11 +125,21 @@ class FakeClient:
         *,
         claim_id: UUID | None = None,
         message: str | None = None,
+        claim_next: ClaimNext | None = None,
     ) -> object:
-        n = self._record("update_status", job_id, status, claim_id=claim_id, message=message)
+        n = self._record(
+            "update_status", job_id, status, claim_id=claim_id, message=message, next=claim_next
+        )
         if self.on_update_status is not None:
             self.on_update_status(n)
-        return {"id": str(job_id), "message": "ok"}
+        accepted = AcceptedResponse(id=job_id, message="ok")
+        if claim_next is not None and self.claims_next:
+            with self._lock:
+                accepted.claimed, self.jobs = (
+                    self.jobs[: claim_next.limit],
+                    self.jobs[claim_next.limit :],
+                )
+        return accepted
 
     def release(self, job_id: UUID, *, claim_id: UUID | None) -> object:
         n = self._record("release", job_id, claim_id=claim_id)

@@ -515,6 +515,66 @@ def test_loop_runs_jobs_until_max_jobs_and_appends_reports(tmp_path: Path) -> No
     assert len(client.jobs) == 1  # the third was never claimed
 
 
+def test_loop_claims_the_next_job_with_each_report(tmp_path: Path) -> None:
+    jobs = [claimed_job(), claimed_job(), claimed_job()]
+    client = FakeClient(jobs=list(jobs), claims_next=True)
+    code, _, records = run(client, options(tmp_path, ["true"], loop=True, max_jobs=3))
+    assert code == 0
+    assert [r["jobId"] for r in records] == [str(j.id) for j in jobs]
+    # One claim request, then each report claimed the next job: 4 requests for 3 jobs, not 6.
+    assert len(client.named("claim_next")) == 1
+    asked = [call.kwargs["next"] for call in client.named("update_status")]
+    assert [a is not None for a in asked] == [True, True, False]  # not after the last job
+    assert all(a.lease_seconds == 60 and a.limit == 1 for a in asked if a is not None)
+
+
+def test_loop_falls_back_to_claiming_when_the_server_ignores_claim_next(tmp_path: Path) -> None:
+    jobs = [claimed_job(), claimed_job()]
+    client = FakeClient(jobs=list(jobs))  # answers {id, message}: no claimed
+    code, _, records = run(client, options(tmp_path, ["true"], loop=True, max_jobs=2))
+    assert code == 0
+    assert [r["jobId"] for r in records] == [str(j.id) for j in jobs]
+    assert len(client.named("claim_next")) == 2
+
+
+def test_a_report_retry_does_not_claim_again(tmp_path: Path) -> None:
+    jobs = [claimed_job(), claimed_job()]
+
+    def first_fails(n: int) -> None:
+        if n == 1:
+            raise ServerUnavailable("down")
+
+    client = FakeClient(jobs=list(jobs), claims_next=True, on_update_status=first_fails)
+    code, _, records = run(client, options(tmp_path, ["true"], loop=True, max_jobs=2))
+    assert code == 0
+    assert [r["jobId"] for r in records] == [str(j.id) for j in jobs]
+    asked = [call.kwargs["next"] is not None for call in client.named("update_status")]
+    assert asked == [True, False, False]  # the retry did not ask; the last job did not ask
+
+
+def test_a_job_claimed_with_the_last_report_is_released_when_the_loop_drains(
+    tmp_path: Path,
+) -> None:
+    jobs = [claimed_job(), claimed_job()]
+    client = FakeClient(jobs=list(jobs), claims_next=True)
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    script = f"touch {ready}; while [ ! -e {go} ]; do sleep 0.05; done"
+
+    def term_then_go() -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        go.touch()
+
+    when(ready.exists, term_then_go)
+    code, _, records = run(client, options(tmp_path, sh(script), loop=True))
+    assert code == 0
+    assert [r["jobId"] for r in records] == [str(jobs[0].id)]
+    # Drained: the report did not ask for a next job, or gave it straight back.
+    claimed = sum(1 for c in client.named("update_status") if c.kwargs["next"] is not None)
+    released = [c.args[0] for c in client.named("release")]
+    assert released == ([jobs[1].id] if claimed else [])
+    assert len(client.jobs) == (0 if claimed else 1)
+
+
 def test_loop_ends_at_the_idle_timeout(tmp_path: Path) -> None:
     client = FakeClient()
     started = time.monotonic()
