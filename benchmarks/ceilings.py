@@ -81,15 +81,19 @@ def api(
     smoke: bool = False,
     agents: int = AGENTS,
     database_url: str | None = None,
+    batch: int = 0,
+    settings: dict[str, str] | None = None,
 ) -> Figure:
-    """``database_url``: an existing database (``server init`` adds a workspace to it)."""
+    """``database_url``: an existing database (``server init`` adds a workspace to it).
+    ``batch``: agents claim that many jobs per request, the last completion of a batch claims
+    the next (issue 14 §3). ``settings``: server settings (``fast_path: false``…)."""
     with contextlib.ExitStack() as stack:
         url = database_url or stack.enter_context(postgres_database())
-        first = Server(url).start()
+        first = Server(url, dict(settings or {})).start()
         others: list[Server] = []
         try:
             for _ in range(servers - 1):
-                s = Server(url)
+                s = Server(url, dict(settings or {}))
                 s.start_more(first)
                 others.append(s)
             all_servers = [first, *others]
@@ -99,9 +103,10 @@ def api(
             # Wait for quiet before the load generator connects: the server closes idle
             # keep-alive connections after a few seconds.
             gate = _gate(smoke)
-            with Workers(
-                "http", [urls, prefix, first.api_key, first.agent], loadgen, agents
-            ) as workers:
+            mode, args = "http", [urls, prefix, first.api_key, first.agent]
+            if batch:
+                mode, args = "http-batch", [*args, str(batch)]
+            with Workers(mode, args, loadgen, agents) as workers:
                 backends = BackendCpu(url)
                 server_pids = [s.proc.pid for s in all_servers if s.proc]
                 cpu0 = sum(proc_cpu_seconds(p) for p in server_pids)
@@ -115,7 +120,7 @@ def api(
             for s in [first, *others]:
                 s.stop()
     return Figure(
-        f"api x{servers}",
+        f"api x{servers}" + (f" batch {batch}" if batch else ""),
         result.cycles,
         result.seconds,
         server_cpu + db_cpu,

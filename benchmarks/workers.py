@@ -3,10 +3,13 @@
 One process runs ``agents`` agents, each looping claim → complete until the queue is empty:
 
     python -m benchmarks.workers http URLS PREFIX API_KEY AGENT_ID AGENTS
+    python -m benchmarks.workers http-batch URLS PREFIX API_KEY AGENT_ID BATCH AGENTS
     python -m benchmarks.workers direct DATABASE_URL WORKSPACE_ID AGENT_ID AGENTS
 
 ``http`` speaks to one or more server processes (URLS comma-separated; agent i uses
 URLS[i % n], the round-robin of the scale-out figures) with the minimal keep-alive client;
+``http-batch`` the same, claiming BATCH jobs per request, each batch's last completion
+claiming the next batch (claim-next ``limit`` + ``claimNext``);
 ``direct`` issues the store's own calls in-process (``Store.claim_next`` + ``set_status``, as
 the server calls them).
 Protocol on stdin/stdout: prints ``ready``, waits for ``go``, runs, prints one JSON line
@@ -30,15 +33,56 @@ from uuid import UUID
 from benchmarks.httpclient import Connection
 
 
-async def _http(urls: list[str], prefix: str, key: str, agent_id: str, agents: int) -> int:
+async def _http(
+    urls: list[str], prefix: str, key: str, agent_id: str, agents: int, batch: int = 0
+) -> int:
     headers = {"X-API-Key": key}
     conns = [await Connection.open(urls[i % len(urls)]) for i in range(agents)]
     print("ready", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
     done = 0
 
+    async def batched(conn: Connection) -> None:
+        # A busy agent's loop with batching (issue 14 §3): claim `batch` jobs in one request,
+        # complete them one by one, and let the last completion claim the next batch.
+        nonlocal done
+        claim = f"{prefix}/job-agents/{agent_id}/claim"
+        status, raw = await conn.request(
+            "POST", claim, body={"leaseSeconds": 60, "waitSeconds": 0, "limit": batch},
+            headers=headers,
+        )  # fmt: skip
+        if status == 204:
+            return
+        if status != 200:
+            raise RuntimeError(f"claim: {status} {raw[:200]!r}")
+        jobs = json.loads(raw)["items"]
+        while jobs:
+            *first, last = jobs
+            for job in first:
+                status, raw = await conn.request(
+                    "PUT", f"{prefix}/jobs/{job['id']}/status",
+                    body={"status": "successful", "claimId": job["claimId"]}, headers=headers,
+                )  # fmt: skip
+                if status != 202:
+                    raise RuntimeError(f"complete: {status} {raw[:200]!r}")
+                done += 1
+            body = {
+                "status": "successful",
+                "claimId": last["claimId"],
+                "claimNext": {"leaseSeconds": 60, "limit": batch},
+            }
+            status, raw = await conn.request(
+                "PUT", f"{prefix}/jobs/{last['id']}/status", body=body, headers=headers
+            )
+            if status != 202:
+                raise RuntimeError(f"complete: {status} {raw[:200]!r}")
+            done += 1
+            jobs = json.loads(raw)["claimed"]
+
     async def agent(conn: Connection) -> None:
         nonlocal done
+        if batch:
+            return await batched(conn)
         claim = f"{prefix}/job-agents/{agent_id}/claim"
         body = {"leaseSeconds": 60, "waitSeconds": 0}
         while True:
@@ -210,9 +254,14 @@ class Workers:
 
 def main(argv: list[str]) -> None:
     mode, *rest = argv
-    if mode == "http":
-        urls, prefix, key, agent, agents = rest
-        asyncio.run(_http(urls.split(","), prefix, key, agent, int(agents)))
+    if mode in ("http", "http-batch"):
+        # http-batch: BATCH comes before AGENTS (Workers appends the agent count last).
+        if mode == "http":
+            urls, prefix, key, agent, agents = rest
+            batch = "0"
+        else:
+            urls, prefix, key, agent, batch, agents = rest
+        asyncio.run(_http(urls.split(","), prefix, key, agent, int(agents), int(batch)))
     elif mode == "direct":
         url, ws, agent, agents = rest
         asyncio.run(_direct(url, ws, agent, int(agents)))

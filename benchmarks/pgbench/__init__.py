@@ -82,6 +82,7 @@ async def _trace(url: str) -> tuple[list[Traced], dict[str, Any]]:
     phase = [""]
     orig_execute = psycopg.AsyncCursor.execute
     orig_fetchone = psycopg.AsyncCursor.fetchone
+    orig_fetchall = psycopg.AsyncCursor.fetchall
 
     async def execute(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
         t = Traced(_query_text(query, self.connection), params, phase=phase[0])
@@ -97,11 +98,20 @@ async def _trace(url: str) -> tuple[list[Traced], dict[str, Any]]:
             t.row = list(row.values()) if isinstance(row, dict) else list(row)
         return row
 
+    async def fetchall(self: Any) -> Any:
+        rows = await orig_fetchall(self)
+        t = by_cursor.get(id(self))
+        if t is not None and rows and self.description:
+            t.columns = [d.name for d in self.description]
+            t.row = list(rows[0].values()) if isinstance(rows[0], dict) else list(rows[0])
+        return rows
+
     store = open_store(url, min_size=1, max_size=1)
     ws, agent = await _setup(store, 1)
     try:
         psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
         psycopg.AsyncCursor.fetchone = fetchone  # type: ignore[method-assign]
+        psycopg.AsyncCursor.fetchall = fetchall  # type: ignore[method-assign]
         phase[0] = "claim"
         job = await store.claim_next(ws, agent, 60)
         if job is None:
@@ -119,6 +129,7 @@ async def _trace(url: str) -> tuple[list[Traced], dict[str, Any]]:
     finally:
         psycopg.AsyncCursor.execute = orig_execute  # type: ignore[method-assign]
         psycopg.AsyncCursor.fetchone = orig_fetchone  # type: ignore[method-assign]
+        psycopg.AsyncCursor.fetchall = orig_fetchall  # type: ignore[method-assign]
         await store.close()
     return log, {"ws": ws, "agent": agent, "job": job.id, "claim": job.claim_id}
 
