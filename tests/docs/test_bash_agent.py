@@ -4,13 +4,19 @@ The script is read from README.md at test time. Its stand-in ``deploy.sh`` recor
 and leaves a ``sleep`` behind in its process group; each test asserts what the README promises:
 the result reported once (``LOG_URL`` unset or set), ``./agent.sh | cat`` ending when the script
 does, a server restart mid-job survived (SQLite and PostgreSQL), a lost lease stopping the whole
-work, an interrupted or killed script leaving nothing running, and no job deployed twice.
+work, a frozen server's lease honoured (the work gone before the server's expiry), a claim
+without a lease run without heartbeats, an interrupted or killed script leaving nothing running
+(its temporary directory included), and no job deployed twice.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
+import sqlite3
+import time
+from pathlib import Path
 
 import pytest
 
@@ -35,6 +41,52 @@ def _agent(box: Sandbox, **env: str) -> Proc:
 
 def _completed(box: Sandbox, job_id: str) -> list[str]:
     return [a["outcome"] for a in box.attempts(job_id)]
+
+
+def _quiet(agent: Proc) -> None:
+    """No job-control notices ("line 80: 1234 Killed  ./deploy.sh …") on the script's stderr."""
+    for word in ("Terminated", "Killed"):
+        assert word not in agent.stderr, agent.output()
+
+
+# A deploy.sh that ignores SIGTERM (and so does the sleep it leaves in its group): only SIGKILL
+# ends its process group. It writes its pid (its group's id: a job-control job's leader).
+STUBBORN_DEPLOY_SH = """#!/usr/bin/env bash
+trap '' TERM
+echo "$JOBAGENTCTL_JOB_ID" >> "$DEPLOY_LOG"
+sleep 300 >/dev/null 2>&1 &
+echo $$ > "$DEPLOY_PID.tmp" && mv "$DEPLOY_PID.tmp" "$DEPLOY_PID"
+while :; do sleep 0.05; done
+"""
+
+
+def _group_alive(pgid: int) -> bool:
+    """Any live (non-zombie) process in process group ``pgid``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False
+
+
+def _claim_expiry(database_url: str, job_id: str) -> float:
+    """The claim's expiry as the server stored it (Unix time, from the database's clock),
+    read from its SQLite file directly: the server itself is frozen."""
+    path = database_url.removeprefix("sqlite:///")
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    try:
+        row = conn.execute(
+            "SELECT claim_expires_at FROM job_claim WHERE job_id = ?", (job_id,)
+        ).fetchone()
+    finally:
+        conn.close()
+    assert row is not None, f"no claim row for job {job_id}"
+    return float(row[0])
 
 
 def test_it_deploys_once_reports_and_its_pipe_closes_when_it_exits(sandbox: Sandbox) -> None:
@@ -101,9 +153,79 @@ def test_a_lost_lease_stops_the_whole_work_and_reports_nothing(sandbox: Sandbox)
     assert status == 202, status
     assert agent.wait() == 75, agent.output()
     assert "the lease was lost" in agent.stderr
+    _quiet(agent)
     sandbox.no_leftovers()  # deploy.sh and the sleep it left in its group
     assert sandbox.job(job)["status"] == "cancelled"
     assert len(sandbox.deploys()) == 1
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads process groups from /proc")
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_frozen_server_does_not_keep_the_work_past_the_lease(own_sandbox: Sandbox) -> None:
+    """Issue 12, gap A: with the server frozen (SIGSTOP) each heartbeat used to hang for
+    JOBAGENTCTL_TIMEOUT (10 s), the deadline was checked only between beats, and the stop
+    gave SIGTERM 10 s more: a deploy that ignores SIGTERM ran ~18 s past the server's expiry.
+    Now its whole group is gone before the expiry the server stored."""
+    box = own_sandbox
+    box.write("deploy.sh", STUBBORN_DEPLOY_SH, executable=True)
+    pid_file = box.dir / "deploy.pid"
+    job = box.enqueue()
+    # 10 s: heartbeats every 3 s, the stop at 7 s after the last answered one (SIGKILL at 9 s).
+    agent = _agent(box, JOBAGENTCTL_LEASE_SECONDS="10", DEPLOY_PID=str(pid_file))
+    wait_until(pid_file.exists, what="the deploy to start")
+    pgid = int(pid_file.read_text())
+    assert os.getpgid(pgid) == pgid, "deploy.sh leads a process group of its own"
+    # One heartbeat answered after the claim, so the freeze cuts a running heartbeat loop.
+    wait_until(
+        lambda: any(
+            c["jobId"] == job and c.get("lastHeartbeatAt")
+            for c in box.server.request("GET", "job-claims")[1]["items"]
+        ),
+        what="a heartbeat",
+    )
+    assert box.server.proc is not None
+    os.kill(box.server.proc.pid, signal.SIGSTOP)
+    try:
+        expiry = _claim_expiry(box.server.database_url, job)
+        assert _group_alive(pgid), "the work is running when the server freezes"
+        # Wait past the expiry (with headroom): the group must be gone before it.
+        gone_at = wait_until(
+            lambda: None if _group_alive(pgid) else time.time(),
+            what="the work's process group to be empty",
+            timeout=max(expiry - time.time(), 0) + 30,
+            interval=0.05,
+        )
+        assert gone_at <= expiry + 0.5, (
+            f"the work ran {gone_at - expiry:.1f}s past the server's expiry\n{agent.output()}"
+        )
+    finally:
+        os.kill(box.server.proc.pid, signal.SIGCONT)
+    assert agent.wait() == 75, agent.output()
+    assert "the lease was lost" in agent.stderr
+    _quiet(agent)
+    box.no_leftovers()
+    assert len(box.deploys()) == 1
+
+
+def test_a_claim_without_a_lease_runs_without_heartbeats(sandbox: Sandbox) -> None:
+    """Issue 12, gap B: with no lease (asked for 0 here; ctrlplane grants none) the deadline
+    used to be in the past: the deploy was killed at once and the job stayed inProgress. Now
+    the work runs to its end and is reported (no claim id, no heartbeat)."""
+    job = sandbox.enqueue()
+    agent = _agent(sandbox, JOBAGENTCTL_LEASE_SECONDS="0")
+    wait_until(sandbox.deploys, what="the deploy to start")
+    # The old script stopped the work at once; give it time to do so, then let it finish.
+    time.sleep(3)
+    assert agent.proc.poll() is None, agent.output()
+    sandbox.release()
+    assert agent.wait() == 0, agent.output()
+    assert "deployed" in agent.stdout
+    got = sandbox.job(job)
+    assert got["status"] == "successful"
+    (attempt,) = sandbox.attempts(job)
+    assert attempt["claimId"] is None  # an unleased claim: nothing heartbeat it
+    assert len(sandbox.deploys()) == 1
+    sandbox.no_leftovers()
 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
@@ -111,11 +233,16 @@ def test_an_interrupted_agent_stops_the_work_and_leaves_nothing(
     sandbox: Sandbox, signum: int, code: int
 ) -> None:
     job = sandbox.enqueue()
-    agent = _agent(sandbox)
+    tmp = sandbox.dir / "tmp"
+    tmp.mkdir()
+    agent = _agent(sandbox, TMPDIR=str(tmp))
     wait_until(sandbox.deploys, what="the deploy to start")
+    assert list(tmp.iterdir()), "the script's mktemp -d directory"
     agent.proc.send_signal(signum)
     assert agent.wait() == code, agent.output()
     sandbox.no_leftovers()
+    assert not list(tmp.iterdir()), "the temporary directory is removed"
+    _quiet(agent)
     # Not reported: the job waits for its lease to run out, then the reaper re-queues it.
     assert sandbox.job(job)["status"] == "inProgress"
 
