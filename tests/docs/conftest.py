@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.live_server import LiveServer, LiveServerFactory
+from tests.fixtures.live_server import LiveServer
 from tests.fixtures.processes import TOKEN_VARIABLE, kill_tagged, new_token, tagged
 from tests.fixtures.waiting import wait_until
 
@@ -210,18 +210,6 @@ def needs(*tools: str) -> None:
     missing = [tool for tool in tools if shutil.which(tool) is None]
     if missing:
         pytest.skip(f"the recipe needs {', '.join(missing)}, which is not installed here")
-
-
-@pytest.fixture(scope="module")
-def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """One SQLite server per module (tests that leave it alone share it; each test gets its
-    own agent, hence its own queue)."""
-    workdir = tmp_path_factory.mktemp("docs-server")
-    factory = LiveServerFactory(f"sqlite:///{workdir / 'jobagent.db'}", workdir)
-    try:
-        yield factory()
-    finally:
-        factory.close()
 
 
 @pytest.fixture

@@ -12,20 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.live_server import LiveServer, LiveServerFactory
+from tests.fixtures.live_server import LiveServer
 
 from .runs import Harness
-
-
-@pytest.fixture(scope="module")
-def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """One SQLite server per module, with the fast test settings (1 s leases, 0.2 s reaper)."""
-    workdir = tmp_path_factory.mktemp("e2e-server")
-    factory = LiveServerFactory(f"sqlite:///{workdir / 'jobagent.db'}", workdir)
-    try:
-        yield factory()
-    finally:
-        factory.close()
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ from jobagentctl.server.edge import json_too_deep
 from jobagentctl.server.operations import Routes
 from jobagentctl.server.settings import ServerSettings
 from jobagentctl.server.store import sqlite_path
-from tests.fixtures.waiting import await_until
 from tests.server.conftest import Api, open_api
 
 pytestmark = pytest.mark.anyio
@@ -170,50 +169,13 @@ async def test_regression_framework_long_poll_sees_the_client_leave(
     async with open_api(database_url, fast_path=fast_path) as api:
         agent = await api.agent()
         path = api.path(f"job-agents/{spell(agent)}/claim")
-        received: list[str] = []
-        gone = asyncio.Event()
-        body = json.dumps({"waitSeconds": 30, "leaseSeconds": 30}).encode()
-
-        async def receive() -> dict[str, Any]:
-            if not received:
-                received.append("body")
-                return {"type": "http.request", "body": body, "more_body": False}
-            await gone.wait()
-            return {"type": "http.disconnect"}
-
-        sent: list[dict[str, Any]] = []
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
-
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": path,
-            "raw_path": path.encode(),
-            "query_string": query,
-            "root_path": "",
-            "headers": [(b"x-api-key", api.api_key.encode()), (b"host", b"test")],
-            "client": ("127.0.0.1", 1),
-            "server": ("test", 80),
-        }
-        poll = asyncio.ensure_future(api.app(scope, receive, send))
-        await api_wait_for_long_poll(api)
+        body = {"waitSeconds": 30, "leaseSeconds": 30}
+        poll, gone = api.request_then_leave("POST", path, body, query=query)
+        await api.until_long_polls()
         gone.set()
         await asyncio.wait_for(poll, 20)
         job = await api.enqueue(agent)
         assert (await api.job(job["id"]))["status"] == "queued"
-
-
-async def api_wait_for_long_poll(api: Api) -> None:
-    async def waiting() -> bool:
-        text = (await api.client.get("/metrics")).text
-        return "jobagentctl_long_polls_waiting 1.0" in text
-
-    await await_until(waiting, what="the long-poll to wait")
 
 
 async def _key_id(api: Api, key: str) -> Any:
@@ -234,7 +196,7 @@ async def test_regression_revocation_reaches_open_long_polls(
         poll = asyncio.ensure_future(
             api.claim_next(agent, {"waitSeconds": 30, "leaseSeconds": 30}, key=key)
         )
-        await api_wait_for_long_poll(api)
+        await api.until_long_polls()
         assert await api.store.revoke_api_key(await _key_id(api, key))
         job = await api.enqueue(agent, dispatchContext={"secret": "s3cr3t"})
         r = await asyncio.wait_for(poll, 30)

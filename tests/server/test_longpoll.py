@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
@@ -13,7 +12,6 @@ import httpx
 import pytest
 
 from tests.fixtures.server_app import Api, make_api
-from tests.fixtures.waiting import await_until
 
 pytestmark = pytest.mark.anyio
 
@@ -68,18 +66,6 @@ def _record_waits(api: Api) -> Waits:
     return waits
 
 
-def _waiting(api: Api) -> float:
-    value = api.app.state.metrics.registry.get_sample_value("jobagentctl_long_polls_waiting")
-    return float(value or 0.0)
-
-
-async def _until_waiting(api: Api, count: int = 1) -> None:
-    async def waiting() -> bool:
-        return _waiting(api) >= count
-
-    await await_until(waiting, what=f"{count} long-poll(s) waiting")
-
-
 async def _timed(call: Awaitable[httpx.Response]) -> tuple[httpx.Response, float]:
     started = time.monotonic()
     response = await call
@@ -103,7 +89,7 @@ async def test_a_waiting_claim_returns_as_soon_as_a_job_is_queued(patient: Api) 
     agent = await api.agent()
     body = {"waitSeconds": LONG, "leaseSeconds": 30}
     waiter = asyncio.ensure_future(api.claim_next(agent, body))
-    await _until_waiting(api)
+    await api.until_long_polls()
     queued_at = time.monotonic()
     job = await api.enqueue(agent)
     r = await _woken(waiter, waits, queued_at)
@@ -141,7 +127,7 @@ async def test_shutdown_wakes_waiters_with_204(patient: Api) -> None:
     agent = await api.agent()
     body = {"waitSeconds": LONG}
     waiters = [asyncio.ensure_future(api.claim_next(agent, body)) for _ in range(3)]
-    await _until_waiting(api, 3)
+    await api.until_long_polls(3)
     started = time.monotonic()
     api.app.state.service.begin_shutdown()
     responses = await asyncio.gather(*waiters)
@@ -155,7 +141,7 @@ async def test_one_job_many_waiters_exactly_one_gets_it(patient: Api) -> None:
     agent = await api.agent()
     body = {"waitSeconds": LONG, "leaseSeconds": 30}
     waiters = [asyncio.ensure_future(api.claim_next(agent, body)) for _ in range(4)]
-    await _until_waiting(api, 4)
+    await api.until_long_polls(4)
     job = await api.enqueue(agent)
     await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
     # The others wait on for a job that will not come: end their long-polls.
@@ -176,7 +162,7 @@ async def test_release_and_reaper_requeue_wake_waiters(patient: Api) -> None:
 
     body = {"waitSeconds": LONG, "leaseSeconds": 30}
     waiter = asyncio.ensure_future(api.claim_next(agent, body))
-    await _until_waiting(api)
+    await api.until_long_polls()
     released_at = time.monotonic()
     status = {"status": "queued", "claimId": first["claimId"]}
     assert (await api.status(first["id"], status)).status_code == 202
@@ -186,7 +172,7 @@ async def test_release_and_reaper_requeue_wake_waiters(patient: Api) -> None:
     assert second["attempt"] == 2
 
     waiter = asyncio.ensure_future(api.claim_next(agent, body))
-    await _until_waiting(api)
+    await api.until_long_polls()
     await api.expire(second["id"])
     reaped_at = time.monotonic()
     assert (await api.reap()).requeued == 1
@@ -213,37 +199,9 @@ async def test_a_client_that_leaves_does_not_get_a_job_claimed_for_it(patient: A
     api = patient
     waits = _record_waits(api)
     agent = await api.agent()
-    body = json.dumps({"waitSeconds": LONG, "leaseSeconds": 30}).encode()
-    gone = asyncio.Event()
-    sent: list[dict[str, object]] = []
-
-    async def receive() -> dict[str, object]:
-        if not sent:
-            sent.append({"type": "http.request"})
-            return {"type": "http.request", "body": body, "more_body": False}
-        await gone.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, object]) -> None:
-        sent.append(message)
-
-    path = api.path(f"job-agents/{agent}/claim")
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"x-api-key", api.api_key.encode()), (b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-    }
-    request = asyncio.ensure_future(api.app(scope, receive, send))
-    await _until_waiting(api)
+    body = {"waitSeconds": LONG, "leaseSeconds": 30}
+    request, gone = api.request_then_leave("POST", api.path(f"job-agents/{agent}/claim"), body)
+    await api.until_long_polls()
     left_at = time.monotonic()
     gone.set()  # the client hangs up
     await asyncio.wait_for(request, 30)
@@ -251,7 +209,7 @@ async def test_a_client_that_leaves_does_not_get_a_job_claimed_for_it(patient: A
     assert waits.ran_out == 0, waits
     job = await api.enqueue(agent)
     assert (await api.job(job["id"]))["status"] == "queued"
-    assert _waiting(api) == 0
+    assert api.long_polls_waiting() == 0
 
 
 async def test_a_failing_wait_is_503_not_a_busy_loop(api: Api) -> None:
@@ -270,4 +228,4 @@ async def test_a_failing_wait_is_503_not_a_busy_loop(api: Api) -> None:
     assert r.status_code == 503
     assert r.json()["code"] == "SERVICE_UNAVAILABLE"
     assert calls == 1
-    assert _waiting(api) == 0
+    assert api.long_polls_waiting() == 0
