@@ -247,14 +247,16 @@ def test_readme_ci_workflow_run_lines(sandbox: Sandbox) -> None:
     ("deploy_exit", "code", "says"),
     [
         ("0", 0, "deployed"),
-        # Issue 12 §3: a deploy that fails with 7 or 75 is a failed deploy, not "nothing
-        # queued" or "lease lost" (the verdict tells them apart; make itself exits 2).
-        ("7", 1, "deploy failed: exit 2"),
-        ("75", 1, "deploy failed: exit 2"),
+        # Issue 12 §3: a deploy that exits 7 or 75 itself (so `run` exits 7 or 75, as for
+        # "nothing queued" or "lease lost") is a failed deploy: the verdict tells them apart.
+        ("7", 1, "deploy failed: exit 7"),
+        ("75", 1, "deploy failed: exit 75"),
     ],
 )
 def test_readme_ci_shell_step(sandbox: Sandbox, deploy_exit: str, code: int, says: str) -> None:
-    needs("bash", "jq", "make")
+    needs("bash", "jq")
+    # A stale record of an earlier run must not be read as this one's.
+    (sandbox.dir / "run.json").write_text('{"verdict": "no_job"}\n')
     recipe = block("README.md › A CI pipeline [2]").text
     job = sandbox.enqueue()
     sandbox.release()
@@ -268,7 +270,7 @@ def test_readme_ci_shell_step(sandbox: Sandbox, deploy_exit: str, code: int, say
 
 def test_empty_queue_recipes_are_green(sandbox: Sandbox) -> None:
     """Both "nothing queued" paths at once (they wait out --wait: 30 s and 1 min)."""
-    needs("bash", "jq", "make")
+    needs("bash", "jq")
     readme = sandbox.bash(block("README.md › A CI pipeline [2]").text)
     run_md = sandbox.bash(block("docs/run.md › CI pipeline (GitHub Actions) [2]").text)
     assert readme.wait(240) == 0, readme.output()
@@ -395,12 +397,14 @@ def test_run_md_report_example_has_the_real_keys(sandbox: Sandbox) -> None:
     [
         ("0", 0, "deployed"),
         ("7", 1, "deploy failed: exit 7"),
+        ("75", 1, "deploy failed: exit 75"),
         ("125", 1, "deploy failed: exit 125"),
     ],
 )
 def test_run_md_outcome_recipe(sandbox: Sandbox, deploy_exit: str, code: int, says: str) -> None:
     """The recipe without its placeholder exports; the collisions of issue 12 §3 (a deploy
-    that exits 7 or 125 is a failed deploy). Its empty-queue path waits 10 minutes: not run."""
+    that exits 7, 75 or 125 is a failed deploy, not "nothing to deploy", "lost the lease" or
+    "jobagentctl could not claim"). Its empty-queue path waits 10 minutes: not run."""
     needs("bash", "jq")
     recipe = _runnable(block("docs/run.md › Bash: run one job and act on the outcome").text)
     job = sandbox.enqueue()

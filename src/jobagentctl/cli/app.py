@@ -51,9 +51,12 @@ _TYPER_SETTINGS: dict[str, Any] = {
 }
 
 
-def report_error(exc: BaseException, state: AppState | None) -> int:
-    """Print ``exc`` on stderr (plus a JSON line under ``-o json``) and return its exit code."""
-    code = exit_code_for(exc)
+def report_error(exc: BaseException, state: AppState | None, *, code: int | None = None) -> int:
+    """Print ``exc`` on stderr (plus a JSON line under ``-o json``) and return its exit code:
+    ``code`` when given (`run` has codes of its own: 125 before the command started), else
+    the error class's."""
+    if code is None:
+        code = exit_code_for(exc)
     debug = state.debug if state is not None else False
     if debug:
         traceback.print_exception(exc, file=sys.stderr)

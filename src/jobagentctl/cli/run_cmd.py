@@ -6,7 +6,6 @@ the exit code is the supervisor's (SPEC §6.9), never remapped by the app's erro
 
 from __future__ import annotations
 
-import json
 import math
 import signal
 import sys
@@ -27,8 +26,6 @@ __all__ = ["REPORT_TIMEOUT_ENV", "parse_signal", "register"]
 
 # Hidden knob: how long the final report is retried (SPEC: 5 minutes). Tests shorten it.
 REPORT_TIMEOUT_ENV = "JOBAGENTCTL_RUN_REPORT_TIMEOUT"
-# Exit code when jobagentctl fails before the child starts (timeout(1)'s convention).
-_EXIT_SETUP_FAILED = 125
 
 
 def parse_signal(text: str) -> signal.Signals:
@@ -159,10 +156,14 @@ def run(
     try:
         options = partial_options(**_connection(state, lease_seconds))
     except JobAgentError as exc:
-        # Nothing was claimed yet: 125, as timeout(1) does for its own failures.
-        _print_error(state, exc)
+        from jobagentctl.cli.app import report_error
+        from jobagentctl.supervisor.outcome import Outcome, Verdict, exit_code
+
+        # Nothing was claimed yet: jobagentctl failed (125, as timeout(1) does for its own
+        # failures), not the usage or configuration code other commands give.
+        code = report_error(exc, state, code=exit_code(Outcome(Verdict.FAILED)))
         _record_setup_failure(report, loop=loop)
-        raise typer.Exit(_EXIT_SETUP_FAILED) from None
+        raise typer.Exit(code) from None
     code = Supervisor(options, state.client, log=_log(state)).run()
     raise typer.Exit(code)
 
@@ -271,13 +272,6 @@ def _log(state: AppState) -> Log:
             print(f"jobagentctl: [debug] {message}", file=sys.stderr, flush=True)
 
     return Log(info=info, warn=warn, debug=debug)
-
-
-def _print_error(state: AppState, exc: JobAgentError) -> None:
-    print(f"error: {exc.message}", file=sys.stderr)
-    if state.output == "json":
-        line = {"code": exc.code, "message": exc.message, "status": None}
-        print(json.dumps({"error": {**line, "exitCode": _EXIT_SETUP_FAILED}}), file=sys.stderr)
 
 
 def register(app: typer.Typer) -> None:

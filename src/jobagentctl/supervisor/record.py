@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from uuid import UUID
 
-__all__ = ["JobRecord", "utc_now", "write_record"]
+__all__ = ["JobRecord", "open_report", "utc_now", "write_record"]
 
 
 def utc_now() -> datetime:
@@ -73,6 +73,16 @@ class JobRecord:
                 "reported": self.reported,
             }
         )
+
+
+def open_report(path: Path, *, append: bool) -> None:
+    """Make sure ``path`` can take the records before anything is claimed (OSError if not).
+
+    Without ``append`` the file is emptied now: a record an earlier run left there is never
+    read as this run's (a run killed before it wrote its own leaves an empty file, no verdict).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+    os.close(os.open(path, flags, 0o644))
 
 
 def write_record(path: Path, record: JobRecord, *, append: bool) -> None:

@@ -37,7 +37,7 @@ from jobagentctl.supervisor.lease import JobLease
 from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.outcome import Outcome, Verdict, exit_code
 from jobagentctl.supervisor.protocol import SupervisorClient
-from jobagentctl.supervisor.record import JobRecord, utc_now, write_record
+from jobagentctl.supervisor.record import JobRecord, open_report, utc_now, write_record
 from jobagentctl.supervisor.relay import Relay, relayed_stderr
 from jobagentctl.supervisor.reporting import Reporter
 from jobagentctl.supervisor.waiting import SignalPolicy, Waiter
@@ -126,6 +126,8 @@ class Supervisor:
 
     def _run_outcome(self) -> Outcome:
         log = self._log
+        if not self._report_writable():
+            return Outcome(Verdict.FAILED)
         client = self._factory()
         swept = sweep_stale_job_files()
         if swept:
@@ -283,6 +285,21 @@ class Supervisor:
             f" {record.heartbeats} heartbeat(s))"
         )
         return outcome
+
+    def _report_writable(self) -> bool:
+        """Open (and without --loop empty) --report before claiming: a path that cannot be
+        written fails the run now (125), not after the job ran with no verdict to show."""
+        path = self.options.report_path
+        if path is None:
+            return True
+        try:
+            open_report(path, append=self.options.loop)
+        except OSError as exc:
+            self._log.warn(
+                f"cannot write --report {path}: {exc.strerror or exc}; nothing was claimed"
+            )
+            return False
+        return True
 
     def _write_record(self, record: JobRecord) -> None:
         path = self.options.report_path
