@@ -32,9 +32,12 @@ __all__ = ["ClaimWatcher"]
 WAIT_SECONDS = 30.0
 # Never open the long-poll more often than this (a server that answers at once, errors).
 MIN_REOPEN_SECONDS = 1.0
-# Retries of transient failures: 1–2 s at first (jittered 50–100 %), doubling up to a minute.
+# Retries of transient failures: 1–2 s at first (jittered 50–100 %), then 2–4 s for as long as
+# the outage lasts. The cap is what a cancel may wait for once the server is back (plus the
+# ~1 s the server takes to see it): a minute's cap made that a minute. Its cost, one request
+# per running job every 2–4 s during an outage, is what the heartbeats' own retries cost.
 RETRY_BASE = 2.0
-RETRY_CAP = 60.0
+RETRY_CAP = 4.0
 
 _LATER = "a cancel reaches the command at its next heartbeat"
 

@@ -15,7 +15,7 @@ import pytest
 
 from jobagentctl.errors import ClaimLost, ServerUnavailable
 from jobagentctl.models import JobStatus, JobWait
-from jobagentctl.supervisor.claimwatch import MIN_REOPEN_SECONDS, ClaimWatcher
+from jobagentctl.supervisor.claimwatch import MIN_REOPEN_SECONDS, RETRY_CAP, ClaimWatcher
 from jobagentctl.supervisor.heartbeat import Beat
 
 from .fakes import FakeClient, claimed_job
@@ -183,3 +183,44 @@ def test_stopped_it_reports_nothing(error: Exception | None) -> None:
     assert not w.running
     assert verdicts == []
     assert len(client.named("wait_claim")) == 1
+
+
+class _InstantStop(threading.Event):
+    """The watcher's stop event, whose waits return at once and are written down (the delays
+    the watcher chose), so a long outage is replayed without waiting it out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if timeout is not None:
+            self.waits.append(timeout)
+        return self.is_set()
+
+
+def test_after_a_long_outage_the_long_poll_is_back_within_a_few_seconds() -> None:
+    """Issue 12 follow-up §4: the retry backoff doubled up to a minute, so a cancel could take
+    a minute to arrive once the server was back. It is capped at a few seconds now."""
+    outage = 20  # failures in a row: minutes of outage at the old cap
+
+    def down_then_cancelled(n: int) -> JobWait:
+        if n <= outage:
+            raise ServerUnavailable("connection refused")
+        return JobWait(job_id=uuid.uuid4(), status=JobStatus.CANCELLED, claim_held=False)
+
+    verdicts: list[tuple[Beat, str]] = []
+    client = FakeClient(on_wait=down_then_cancelled)
+    w = watcher(client, verdicts)
+    stop = w._stop = _InstantStop()
+    w.start()
+    deadline = time.monotonic() + DEADLINE
+    while w.running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert verdicts == [(Beat.CANCELLED, "the job was cancelled")]
+    assert len(stop.waits) == outage
+    # Never more often than about once a second, never less often than every 4 s: the first
+    # long-poll after the outage is open at most 4 s after the server came back.
+    assert min(stop.waits) >= MIN_REOPEN_SECONDS
+    assert max(stop.waits) <= RETRY_CAP <= 5.0
+    assert stop.waits[-1] > 1.5  # the backoff did grow (jitter 50-100 % of 2 s, then 4 s)
