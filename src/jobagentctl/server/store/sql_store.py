@@ -308,9 +308,9 @@ class SqlStore:
             try:
                 return await self._db.each(name, params, limit)
             except Conflict:
-                # A unique violation of some other kind (a claim row left behind is replaced,
-                # and the attempt number is counted on the job row under its lock: no race
-                # there): one fresh statement, then the error.
+                # A unique violation, which the invariants rule out (no claim row outlives
+                # inProgress; the attempt number is counted on the job row under its lock):
+                # one fresh statement, then the error.
                 if not retry:
                     raise
         raise AssertionError("unreachable")
@@ -354,7 +354,10 @@ class SqlStore:
             "workspace_id": workspace_id,
             "lease_seconds": lease_seconds,
         }
-        rows = await self._claim("claim_next", lambda: {**params, "new_claim_id": uuid4()}, limit)
+        # One job: the statement with LIMIT 1 written out (a plan PostgreSQL keeps, see
+        # queries.sql); a batch: the one that binds the limit.
+        query = "claim_next" if limit == 1 else "claim_batch"
+        rows = await self._claim(query, lambda: {**params, "new_claim_id": uuid4()}, limit)
         return [claimed_job_from_row(row) for row in rows]
 
     async def wait_for_job(self, agent_id: UUID, timeout: float) -> bool:

@@ -135,13 +135,6 @@ INSERT INTO job_claim (job_id, job_agent_id, claimed_at, claim_expires_at, claim
 SELECT :id, :job_agent_id, :claimed_at, :claimed_at + :lease_seconds, :claim_id,
        :lease_seconds, :attempt
 WHERE :lease_seconds IS NOT NULL
-ON CONFLICT (job_id) DO UPDATE
-SET job_agent_id = excluded.job_agent_id,
-    claimed_at = excluded.claimed_at,
-    claim_expires_at = excluded.claim_expires_at,
-    claim_id = excluded.claim_id,
-    lease_seconds = excluded.lease_seconds,
-    attempt = excluded.attempt
 RETURNING claim_expires_at, lease_seconds;
 INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
 SELECT :id, :attempt, NULL, :job_agent_id, :claimed_at
@@ -159,9 +152,7 @@ WHERE id = :job_id AND job_agent_id = :agent_id AND status = 'queued'
 RETURNING *;
 -- include: claim_tail
 
--- name: claim_next
--- As claim_job, for the agent's oldest queued job. A batch (claim-next's `limit`) is this
--- chain run again in the same transaction until it claims nothing (SqliteConnector.each).
+-- fragment: claim_next_chain
 UPDATE job
 SET status = 'inProgress',
     started_at = (julianday('now') - 2440587.5) * 86400.0,
@@ -175,6 +166,15 @@ WHERE id = (
   AND EXISTS (SELECT 1 FROM job_agent AS a WHERE a.id = :agent_id AND a.workspace_id = :workspace_id)
 RETURNING *;
 -- include: claim_tail
+
+-- name: claim_next
+-- As claim_job, for the agent's oldest queued job.
+-- include: claim_next_chain
+
+-- name: claim_batch
+-- The same chain: a batch is it run again in one transaction until it claims nothing
+-- (SqliteConnector.each).
+-- include: claim_next_chain
 
 -- name: heartbeat
 UPDATE job_claim
@@ -254,8 +254,6 @@ WHERE id = :job_id
 RETURNING id, status, job_agent_id, updated_at;
 INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at, ended_at, outcome)
 VALUES (:job_id, :attempt, :claim_id, :claim_agent_id, :claimed_at, :updated_at, :outcome)
-ON CONFLICT (job_id, attempt) DO UPDATE
-SET ended_at = excluded.ended_at, outcome = excluded.outcome
 
 -- name: reap
 -- One batch. The batch is "the first :batch_size claims by job id that expired before :now",
