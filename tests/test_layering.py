@@ -27,6 +27,8 @@ ROOT = "(root)"  # jobagentctl/__init__.py: __version__ only
 ALLOWED: dict[str, set[str]] = {
     "__main__": {"cli"},
     "cli": {"cli", "supervisor", "client", "settings", "durations", "models", "errors", ROOT},
+    # Not settings (nor client): the names of the environment `run` gives its child, which the
+    # client settings read too, are in models.py, the vocabulary both may import.
     "supervisor": {"supervisor", "durations", "models", "errors"},
     "client": {"client", "models", "errors", ROOT},
     "settings": {"settings", "durations", "models", "errors"},

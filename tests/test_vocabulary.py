@@ -12,16 +12,23 @@ any string constant equal to one of their wire values outside ``models.py``. Not
 - the SQL files (SQL spells the values in its own statements; the store's tests hold them to
   the enums on both databases);
 - ``ALLOWED`` below: another vocabulary whose words happen to be spelled like one of ours.
+
+The environment's names likewise: a ``JOBAGENTCTL_*`` or ``CTRLPLANE_*`` name written as a whole
+string is written once (where it is defined), and the ones ``models.py`` defines (the job
+context and the rest of ``run``'s child environment, which the client settings read too) only
+there (issue 9 §5).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from jobagentctl import models
 from jobagentctl.models import CLAIM_ROW_STATES, AttemptOutcome, JobStatus
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "jobagentctl"
@@ -118,4 +125,79 @@ def test_the_check_catches(tmp_path: Path, module: str, source: str, caught: lis
     (root / module).parent.mkdir(parents=True)
     (root / module).write_text(source, encoding="utf-8")
     found = list(spellings(root))
+    assert [line.split(": ")[1].split(" ")[0] for line in found] == caught, found
+
+
+# --- environment variable names ------------------------------------------------------------
+
+_ENV_NAME = re.compile(r"(JOBAGENTCTL|CTRLPLANE)_[A-Z0-9_]*")
+# The names models.py gives (JOB_ID_ENV …, and CTRLPLANE_ENV's values).
+SHARED_ENV: dict[str, str] = {
+    value: f"models.{name}"
+    for name, value in vars(models).items()
+    if name.endswith("_ENV") and isinstance(value, str)
+} | {value: f'models.CTRLPLANE_ENV["{key}"]' for key, value in models.CTRLPLANE_ENV.items()}
+
+
+def env_spellings(src: Path = SRC) -> Iterator[str]:
+    """``path:line: 'NAME' (…)`` for each environment name spelled outside its one definition."""
+    first: dict[str, str] = {}
+    for path in sorted(src.rglob("*.py")):
+        module = module_name(path, src)
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        docstrings = _docstrings(tree)
+        # ``__all__`` lists Python names (CTRLPLANE_ENV), not environment variables.
+        exported = {
+            id(const)
+            for assign in ast.walk(tree)
+            if isinstance(assign, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "__all__" for t in assign.targets)
+            for const in ast.walk(assign.value)
+        }
+        skip = docstrings | exported
+        where_file = path.relative_to(src.parent.parent)
+        for node in sorted(ast.walk(tree), key=lambda n: getattr(n, "lineno", 0)):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                continue
+            if id(node) in skip or not _ENV_NAME.fullmatch(node.value):
+                continue
+            where = f"{where_file}:{node.lineno}"
+            if node.value in SHARED_ENV and module != "jobagentctl.models":
+                yield f"{where}: {node.value!r} (use {SHARED_ENV[node.value]})"
+            elif node.value in first:
+                yield f"{where}: {node.value!r} (spelled again: defined at {first[node.value]})"
+            else:
+                first[node.value] = where
+
+
+def test_every_environment_name_is_written_once() -> None:
+    found = list(env_spellings())
+    assert not found, "environment names spelled more than once:\n" + "\n".join(found)
+
+
+def test_the_job_context_names_are_shared() -> None:
+    """The names both settings (reading) and the supervisor (setting) use are in models.py."""
+    for name in ("JOB_ID", "CLAIM_ID", "ATTEMPT", "LEASE_SECONDS", "URL", "WORKSPACE", "AGENT"):
+        assert f"JOBAGENTCTL_{name}" in SHARED_ENV, name
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "caught"),
+    [
+        ("supervisor/_evil.py", 'ENV = {"JOBAGENTCTL_JOB_ID": "1"}\n', ["'JOBAGENTCTL_JOB_ID'"]),
+        ("cli/_evil.py", 'import os\nos.environ.get("CTRLPLANE_URL")\n', ["'CTRLPLANE_URL'"]),
+        ("cli/_twice.py", 'A = "JOBAGENTCTL_NEW"\nB = "JOBAGENTCTL_NEW"\n', ["'JOBAGENTCTL_NEW'"]),
+        # one definition, prose and docstrings pass
+        ("cli/_ok.py", '"""Reads JOBAGENTCTL_JOB_ID."""\nX = "set JOBAGENTCTL_URL"\n', []),
+        ("supervisor/_ok.py", 'OWN = "JOBAGENTCTL_SOMETHING_ELSE"\n', []),
+        ("cli/_all.py", '__all__ = ["CTRLPLANE_ENV"]\nCTRLPLANE_ENV = {}\n', []),
+    ],
+)
+def test_the_environment_check_catches(
+    tmp_path: Path, module: str, source: str, caught: list[str]
+) -> None:
+    root = tmp_path / "src" / "jobagentctl"
+    (root / module).parent.mkdir(parents=True)
+    (root / module).write_text(source, encoding="utf-8")
+    found = list(env_spellings(root))
     assert [line.split(": ")[1].split(" ")[0] for line in found] == caught, found

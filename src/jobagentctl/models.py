@@ -6,7 +6,7 @@ wire names. Response models accept every shape ctrlplane's own handlers produce 
 are kept (``releaseId``, ``updatedAt``, whatever a newer server adds), optional fields may be
 absent, ``jobAgentId`` is ``""`` for a job without agent. Fields the server did not send stay
 unset, so ``model_dump(exclude_unset=True)`` gives back what the server sent and invents no
-``null``.
+``null``. Also the other names both sides share: the enums, and the environment a job runs in.
 """
 
 from __future__ import annotations
@@ -20,9 +20,22 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field
 from pydantic.alias_generators import to_camel
 
 __all__ = [
+    "AGENT_ENV",
+    "API_KEY_ENV",
+    "API_KEY_FILE_ENV",
+    "ATTEMPT_ENV",
+    "CLAIM_ID_ENV",
     "CLAIM_ROW_STATES",
+    "CTRLPLANE_ENV",
+    "ENV_PREFIX",
+    "JOB_FILE_ENV",
+    "JOB_ID_ENV",
+    "LEASE_SECONDS_ENV",
     "MAX_CLAIM_BATCH",
+    "STOP_REASON_FILE_ENV",
     "TERMINAL_STATUSES",
+    "URL_ENV",
+    "WORKSPACE_ENV",
     "AcceptedResponse",
     "AttemptOutcome",
     "ClaimNext",
@@ -103,6 +116,34 @@ class AttemptOutcome(StrEnum):
     EXPIRED = "expired"  # the lease ran out and the reaper ended the attempt
     RELEASED = "released"  # given back to the queue (status queued) by the holder or an operator
     CANCELLED = "cancelled"  # the job was cancelled while this attempt held it
+
+
+# --- the environment a job runs in (SPEC §5, §6) ---------------------------------------------
+# Named here, the one module both the client settings (which read them) and the supervisor
+# (which sets them for `run`'s child) may import; nowhere else spells them (tests/test_vocabulary).
+ENV_PREFIX = "JOBAGENTCTL_"
+# The job context: `claim -o env` exports it, `run` gives it to its child, `heartbeat` and
+# `complete` read it back (settings.job_context).
+JOB_ID_ENV = f"{ENV_PREFIX}JOB_ID"
+CLAIM_ID_ENV = f"{ENV_PREFIX}CLAIM_ID"
+ATTEMPT_ENV = f"{ENV_PREFIX}ATTEMPT"
+LEASE_SECONDS_ENV = f"{ENV_PREFIX}LEASE_SECONDS"  # also the client's default lease
+# `run`'s files for its child: the claimed job as JSON, and where the stop reason is written.
+JOB_FILE_ENV = f"{ENV_PREFIX}JOB_FILE"
+STOP_REASON_FILE_ENV = f"{ENV_PREFIX}STOP_REASON_FILE"
+# Client settings `run` hands its child, so a `jobagentctl` inside the job reaches the same
+# server (the API key only with --pass-api-key).
+URL_ENV = f"{ENV_PREFIX}URL"
+WORKSPACE_ENV = f"{ENV_PREFIX}WORKSPACE"
+AGENT_ENV = f"{ENV_PREFIX}AGENT"
+API_KEY_ENV = f"{ENV_PREFIX}API_KEY"
+API_KEY_FILE_ENV = f"{ENV_PREFIX}API_KEY_FILE"
+# ctrlplane's own variables, honoured as fallbacks so existing ctrlplane set-ups just work.
+CTRLPLANE_ENV = {
+    "url": "CTRLPLANE_URL",
+    "api_key": "CTRLPLANE_API_KEY",
+    "workspace": "CTRLPLANE_WORKSPACE",
+}
 
 
 class WireModel(BaseModel):

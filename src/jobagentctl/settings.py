@@ -1,6 +1,7 @@
 """Client settings: flags, environment, ctrlplane's variables and the config file, merged once.
 
-Every environment variable and config key the client reads is named here and nowhere else.
+Every config key the client reads is named here and nowhere else, and every environment
+variable here or, where `run`'s child environment names it too, in ``models.py``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,19 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from jobagentctl.errors import ConfigError, UsageError
+from jobagentctl.models import (
+    AGENT_ENV,
+    API_KEY_ENV,
+    API_KEY_FILE_ENV,
+    ATTEMPT_ENV,
+    CLAIM_ID_ENV,
+    CTRLPLANE_ENV,
+    ENV_PREFIX,
+    JOB_ID_ENV,
+    LEASE_SECONDS_ENV,
+    URL_ENV,
+    WORKSPACE_ENV,
+)
 
 # ctrlplane's Workspace.slug (apps/api/openapi/openapi.json at 66e0888): ^[a-z0-9-]+$
 _SLUG = re.compile(r"[a-z0-9-]+")
@@ -46,15 +60,8 @@ __all__ = [
     "write_profile",
 ]
 
-ENV_PREFIX = "JOBAGENTCTL_"
 # Where the config file lives when JOBAGENTCTL_CONFIG does not say.
-CONFIG_ENV = "JOBAGENTCTL_CONFIG"
-# ctrlplane's own variables, honoured as fallbacks so existing ctrlplane set-ups just work.
-CTRLPLANE_ENV = {
-    "url": "CTRLPLANE_URL",
-    "api_key": "CTRLPLANE_API_KEY",
-    "workspace": "CTRLPLANE_WORKSPACE",
-}
+CONFIG_ENV = f"{ENV_PREFIX}CONFIG"
 # Keys a `[profiles.NAME]` table may hold.
 PROFILE_KEYS = frozenset(
     {"url", "workspace", "agent", "api_key", "api_key_file", "lease_seconds", "timeout"}
@@ -118,27 +125,24 @@ def _flag_values(flags: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-# Fields read from JOBAGENTCTL_<NAME>; api_key_file is resolved into api_key at that level.
-_ENV_FIELDS = (
-    "url",
-    "api_key",
-    "api_key_file",
-    "workspace",
-    "agent",
-    "lease_seconds",
-    "timeout",
-    "profile",
-)
+# Field → the JOBAGENTCTL_<FIELD> variable it is read from; api_key_file is resolved into
+# api_key at that level.
+_ENV_FIELDS = {
+    "url": URL_ENV,
+    "api_key": API_KEY_ENV,
+    "api_key_file": API_KEY_FILE_ENV,
+    "workspace": WORKSPACE_ENV,
+    "agent": AGENT_ENV,
+    "lease_seconds": LEASE_SECONDS_ENV,
+    "timeout": f"{ENV_PREFIX}TIMEOUT",
+    "profile": f"{ENV_PREFIX}PROFILE",
+}
 
 
 def _env_values() -> dict[str, Any]:
     """``JOBAGENTCTL_*`` variables; empty ones count as unset."""
-    values = {
-        name: value
-        for name in _ENV_FIELDS
-        if (value := os.environ.get(f"{ENV_PREFIX}{name.upper()}"))
-    }
-    _resolve_key_file(values, f"{ENV_PREFIX}API_KEY_FILE")
+    values = {name: value for name, env in _ENV_FIELDS.items() if (value := os.environ.get(env))}
+    _resolve_key_file(values, API_KEY_FILE_ENV)
     return values
 
 
@@ -287,14 +291,6 @@ class ClientSettings(BaseModel):
     def api_key_value(self) -> str | None:
         """The API key in clear, for the one place that sends it."""
         return self.api_key.get_secret_value() if self.api_key is not None else None
-
-
-# The job context a claim hands to the commands that follow it (`eval "$(… claim -o env)"`)
-# and that `run` puts in its child's environment.
-JOB_ID_ENV = f"{ENV_PREFIX}JOB_ID"
-CLAIM_ID_ENV = f"{ENV_PREFIX}CLAIM_ID"
-ATTEMPT_ENV = f"{ENV_PREFIX}ATTEMPT"
-LEASE_SECONDS_ENV = f"{ENV_PREFIX}LEASE_SECONDS"
 
 
 def validation_problems(exc: PydanticValidationError) -> str:

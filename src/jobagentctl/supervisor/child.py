@@ -25,7 +25,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobagentctl.models import ClaimedJob
+from jobagentctl.models import (
+    AGENT_ENV,
+    API_KEY_ENV,
+    API_KEY_FILE_ENV,
+    ATTEMPT_ENV,
+    CLAIM_ID_ENV,
+    CTRLPLANE_ENV,
+    JOB_FILE_ENV,
+    JOB_ID_ENV,
+    LEASE_SECONDS_ENV,
+    STOP_REASON_FILE_ENV,
+    URL_ENV,
+    WORKSPACE_ENV,
+    ClaimedJob,
+)
 from jobagentctl.supervisor.options import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, RunOptions
 
 __all__ = [
@@ -39,7 +53,7 @@ __all__ = [
 ]
 
 # Variables that carry the API key (or point at it); never inherited unless --pass-api-key.
-_SECRET_VARIABLES = ("JOBAGENTCTL_API_KEY", "JOBAGENTCTL_API_KEY_FILE", "CTRLPLANE_API_KEY")
+_SECRET_VARIABLES = (API_KEY_ENV, API_KEY_FILE_ENV, CTRLPLANE_ENV["api_key"])
 # Job directories are named so a later run can find the ones a killed run left behind.
 _DIRECTORY_PREFIX = "jobagentctl-job-"
 _LOCK_NAME = ".lock"
@@ -125,18 +139,18 @@ def child_environment(
     """The child's environment: ours, minus the API key, plus the job context (SPEC §6.2)."""
     env = {key: value for key, value in base.items() if key not in _SECRET_VARIABLES}
     if options.pass_api_key and options.api_key:
-        env["JOBAGENTCTL_API_KEY"] = options.api_key
+        env[API_KEY_ENV] = options.api_key
     context = {
-        "JOBAGENTCTL_JOB_ID": str(job.id),
-        "JOBAGENTCTL_CLAIM_ID": str(job.claim_id) if job.claim_id else None,
-        "JOBAGENTCTL_ATTEMPT": str(job.attempt) if job.attempt is not None else None,
+        JOB_ID_ENV: str(job.id),
+        CLAIM_ID_ENV: str(job.claim_id) if job.claim_id else None,
+        ATTEMPT_ENV: str(job.attempt) if job.attempt is not None else None,
         # 0 for an unleased claim: the same meaning as `--lease-seconds 0`.
-        "JOBAGENTCTL_LEASE_SECONDS": str(job.lease_seconds or 0),
-        "JOBAGENTCTL_WORKSPACE": str(options.workspace_id),
-        "JOBAGENTCTL_AGENT": str(options.agent_id),
-        "JOBAGENTCTL_URL": options.url,
-        "JOBAGENTCTL_JOB_FILE": str(files.job_file),
-        "JOBAGENTCTL_STOP_REASON_FILE": str(files.stop_reason_file),
+        LEASE_SECONDS_ENV: str(job.lease_seconds or 0),
+        WORKSPACE_ENV: str(options.workspace_id),
+        AGENT_ENV: str(options.agent_id),
+        URL_ENV: options.url,
+        JOB_FILE_ENV: str(files.job_file),
+        STOP_REASON_FILE_ENV: str(files.stop_reason_file),
     }
     for key, value in context.items():
         if value is None:
