@@ -116,3 +116,71 @@ def test_attempts_in_both_forms(cli: Cli, api: respx.MockRouter) -> None:
     assert piped.exit_code == 0, piped.stderr
     rows = [line.split("\t") for line in piped.stdout.splitlines()]
     assert [row[:2] for row in rows] == [["1", "expired"], ["2", ""]]
+
+
+# Issue 12 follow-up §6: a lone CR, VT, FF, NEL (and FS/GS/RS) is no line break in a list: it
+# used to be split on by str.splitlines and shown as "⏎", where the README promises \xNN.
+@pytest.mark.parametrize(
+    ("char", "shown"),
+    [("\r", "\\x0d"), ("\x0b", "\\x0b"), ("\x0c", "\\x0c"), ("\x85", "\\x85"), ("\x1e", "\\x1e")],
+)
+def test_list_table_shows_a_lone_line_control_as_its_escape(
+    cli: Cli, api: respx.MockRouter, char: str, shown: str
+) -> None:
+    message = f"exit code 1\nbefore{char}after"
+    api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(
+        200, json=wire.page([wire.job(status="failure", message=message)])
+    )
+    result = cli("list", "--status", "failure", tty=True)
+    assert result.exit_code == 0, result.stderr
+    assert f"before{shown}after" in result.stdout, result.stdout
+    assert char not in result.stdout
+    # The real line break still joins the two lines.
+    assert "exit code 1 ⏎ before" in result.stdout
+
+
+def test_list_table_takes_crlf_for_a_line_end(cli: Cli, api: respx.MockRouter) -> None:
+    api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(
+        200, json=wire.page([wire.job(status="failure", message="exit code 1\r\nlast line\r\n")])
+    )
+    result = cli("list", "--status", "failure", tty=True)
+    assert "exit code 1 ⏎ last line" in result.stdout, result.stdout
+    assert "\\x0d" not in result.stdout
+
+
+# Bidi embeddings, overrides and isolates, and the Unicode line/paragraph separators.
+BIDI = "".join(map(chr, [*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029]))
+
+
+@pytest.mark.parametrize("name", list(LIST_COMMANDS))
+def test_bidi_controls_are_escaped_in_tables_and_tsv(
+    cli: Cli, api: respx.MockRouter, name: str
+) -> None:
+    args, url, _ = LIST_COMMANDS[name]
+    text = f"ok {BIDI} done"
+    payload = (
+        wire.page([wire.agent(name=text)])
+        if name == "agents list"
+        else wire.page([wire.job(message=text)])
+    )
+    api.get(url).respond(200, json=payload)
+    escaped = "".join(f"\\u{ord(c):04x}" for c in BIDI)
+    for tty in (True, False):
+        result = cli(*args, tty=tty)
+        assert result.exit_code == 0, result.stderr
+        assert not any(c in result.stdout for c in BIDI), (tty, repr(result.stdout))
+        assert "\\u202e" in result.stdout and "\\u2069" in result.stdout
+        if not tty:
+            assert f"ok {escaped} done" in result.stdout.splitlines()[0].split("\t")
+
+
+def test_bidi_controls_are_kept_exactly_in_json_and_escaped_in_errors(
+    cli: Cli, api: respx.MockRouter
+) -> None:
+    api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job(message=BIDI))
+    assert json.loads(cli("jobs", "get", str(JOB), "--json").stdout)["message"] == BIDI
+    detail = cli("jobs", "get", str(JOB), tty=True)
+    assert not any(c in detail.stdout for c in BIDI)
+    api.get(f"{WS}/jobs/{JOB}").respond(404, json=wire.error("NOT_FOUND", f"no job {BIDI}"))
+    human = cli("jobs", "get", str(JOB)).stderr
+    assert "\\u202e" in human and not any(c in human for c in BIDI)

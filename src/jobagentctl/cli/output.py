@@ -198,14 +198,24 @@ VIEWS: dict[str, View] = {
 }
 
 
+# Bidirectional embeddings, overrides and isolates (LRE…RLO, LRI…PDI): printed raw they
+# reorder what follows on the line, so text can read otherwise than it is ("Trojan Source").
+# The line and paragraph separators end a line for some programs and not for others.
+_INVISIBLE_FORMAT = frozenset(
+    [*map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A)), "\u2028", "\u2029"]
+)
+
+
 def _is_control(char: str) -> bool:
-    """C0 controls (ESC, CR, …), DEL and C1 controls (CSI, OSC as single code points)."""
+    """C0 controls (ESC, CR, …), DEL, C1 controls (CSI, OSC, NEL as single code points), the
+    bidi controls and the Unicode line/paragraph separators."""
     code = ord(char)
-    return code < 0x20 or 0x7F <= code < 0xA0
+    return code < 0x20 or 0x7F <= code < 0xA0 or char in _INVISIBLE_FORMAT
 
 
 def _escape(char: str) -> str:
-    return f"\\x{ord(char):02x}"
+    code = ord(char)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 # tsv: one record per line, one field per tab, and nothing a terminal would act on.
@@ -213,7 +223,8 @@ _TSV_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
 
 def tsv_text(text: str) -> str:
-    """``text`` as one tsv field: ``\\ \t \n \r`` escaped as such, other controls as ``\\xNN``."""
+    """``text`` as one tsv field: ``\\ \t \n \r`` escaped as such, other controls as ``\\xNN``
+    (bidi controls and U+2028/U+2029 as ``\\uNNNN``)."""
     return "".join(_TSV_ESCAPES.get(c) or (_escape(c) if _is_control(c) else c) for c in text)
 
 
@@ -269,8 +280,13 @@ CELL_WIDTH = 80
 
 
 def _message_cell(text: str) -> str:
-    """A message in a list: its last lines (a failure's output tail ends with what matters)."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    """A message in a list: its last lines (a failure's output tail ends with what matters).
+
+    Lines end at ``\n`` (or ``\r\n``) only, not at every character ``str.splitlines`` takes
+    for a line break: a lone CR, VT, FF, NEL, … is a control like any other, shown ``\\xNN``.
+    """
+    lines = [line.removesuffix("\r").strip(" \t") for line in text.split("\n")]
+    lines = [line for line in lines if line]
     tokens: list[str] = []
     for line in reversed(lines):
         tokens = safe_tokens(line) + ([" ⏎ "] if tokens else []) + tokens
