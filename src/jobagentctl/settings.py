@@ -37,8 +37,9 @@ from jobagentctl.models import (
     WORKSPACE_ENV,
 )
 
-# ctrlplane's Workspace.slug (apps/api/openapi/openapi.json at 66e0888): ^[a-z0-9-]+$
-_SLUG = re.compile(r"[a-z0-9-]+")
+# ctrlplane's Workspace.slug (apps/api/openapi/openapi.json at 66e0888): ^[a-z0-9-]+$, 3-50
+# characters; our server's slugs follow the same rule (server/store/_sql.py check_slug).
+_SLUG = re.compile(r"[a-z0-9-]{3,50}")
 
 __all__ = [
     "ATTEMPT_ENV",
@@ -243,7 +244,7 @@ class ClientSettings(BaseModel):
             except ValueError:
                 if not _SLUG.fullmatch(text):
                     raise ValueError(
-                        "a workspace is a UUID or a slug (lowercase letters, digits and '-')"
+                        "a workspace is a UUID or a slug (3-50 lowercase letters, digits and '-')"
                     ) from None
                 return text
         return value

@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.fixtures.databases import sql
 from tests.fixtures.live_server import LiveServer
 from tests.fixtures.waiting import wait_until
-from tests.integration.cli import env_for, jac, jac_process
+from tests.integration.cli import Ran, env_for, jac, jac_process
 
 
 def test_jobs_list_status_agents_list_get_on_our_server(live_server: LiveServer) -> None:
@@ -52,6 +52,46 @@ def test_workspace_slug_on_our_server(live_server: LiveServer) -> None:
     slug = workspace["slug"] if status == 200 else "default"
     ran = jac(live_server, "agents", "list", env={"JOBAGENTCTL_WORKSPACE": slug})
     assert ran.returncode == 0, ran.stderr
+
+
+def _server(server: LiveServer, *args: str) -> Ran:
+    return jac(server, "server", *args, "-o", "json", "--database", server.database_url)
+
+
+def test_every_slug_the_server_prints_works_as_workspace(live_server: LiveServer) -> None:
+    """Issue 10 follow-up §8: the server's slug rule was wider than the client's
+    (``--slug team.a`` was accepted, then ``--workspace team.a`` exited 2). Both follow
+    ctrlplane's Workspace.slug now, ``^[a-z0-9-]+$``, 3-50 characters: whatever `server
+    init` or `create-workspace` prints (given, derived, padded, made unique) resolves."""
+    printed = []
+    init = _server(live_server, "init", "--slug", "team-a")
+    assert init.returncode == 0, init.stderr
+    printed.append(json.loads(init.stdout))
+    for name in ("QA", "Staging EU!", "staging eu"):  # padded; derived; made unique
+        made = _server(live_server, "create-workspace", name)
+        assert made.returncode == 0, made.stderr
+        printed.append(json.loads(made.stdout))
+    slugs = [p["slug"] for p in printed]
+    assert slugs[:3] == ["team-a", "qa-ws", "staging-eu"], slugs
+    assert slugs[3].startswith("staging-eu-")
+    for workspace in printed:
+        key = {"JOBAGENTCTL_API_KEY": workspace["apiKey"]}
+        ran = jac(live_server, "--workspace", workspace["slug"], "agents", "list", env=key)
+        assert ran.returncode == 0, (workspace["slug"], ran.stderr)
+        by_env = jac(
+            live_server,
+            "agents",
+            "list",
+            env={**key, "JOBAGENTCTL_WORKSPACE": workspace["slug"]},
+        )
+        assert by_env.returncode == 0, (workspace["slug"], by_env.stderr)
+    # What the client would refuse, the server refuses too (usage error, nothing created).
+    for bad in ("team.a", "under_score", "ab", "x" * 51):
+        refused = _server(live_server, "create-workspace", "other", "--slug", bad)
+        assert refused.returncode == 2, (bad, refused.stderr)
+        assert "3-50 characters" in refused.stderr
+        client = jac(live_server, "--workspace", bad, "agents", "list")
+        assert client.returncode == 2, (bad, client.stderr)
 
 
 def test_run_report_on_a_deleted_job_is_job_gone_on_our_server(

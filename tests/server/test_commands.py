@@ -109,16 +109,19 @@ def test_slug_given_derived_and_made_unique(runner: CliRunner, database_url: str
         out: dict[str, str] = json.loads(run(runner, *args, "-o", "json").stdout)
         return out
 
-    init = created("init", "--slug", "team.a", "--database", database_url)
-    assert init["slug"] == "team.a"
+    init = created("init", "--slug", "team-a", "--database", database_url)
+    assert init["slug"] == "team-a"
     derived = created("create-workspace", "  Staging EU!  ", "--database", database_url)
     assert derived["slug"] == "staging-eu"
     # Derived again from a name whose slug is taken: the store appends part of the id.
     again = created("create-workspace", "staging eu", "--database", database_url)
     assert again["slug"] == f"staging-eu-{uuid.UUID(again['workspaceId']).hex[:8]}"
+    # Shorter than ctrlplane's 3 characters: padded, so that --workspace takes it.
+    short = created("create-workspace", "QA", "--database", database_url)
+    assert short["slug"] == "qa-ws"
     # What is printed is what is stored (and what --workspace SLUG resolves: tests/ctrlplane).
     assert workspace_slugs(database_url) == {
-        created_["workspaceId"]: created_["slug"] for created_ in (init, derived, again)
+        created_["workspaceId"]: created_["slug"] for created_ in (init, derived, again, short)
     }
 
 
@@ -129,13 +132,14 @@ def test_bad_slug_is_exit_2_and_taken_slug_exit_6(
     run(runner, "migrate", "--database", database_url)
     run(runner, "create-workspace", "first", "--slug", "taken", "--database", database_url)
     before = workspace_slugs(database_url)
-    for bad in ("Upper", "-leading", "", "a" * 51, "sp ace", "ümlaut"):
+    # ctrlplane's Workspace.slug: ^[a-z0-9-]+$, 3-50 characters (the client's rule too).
+    for bad in ("Upper", "team.a", "under_score", "ab", "", "a" * 51, "sp ace", "ümlaut"):
         result = run(
             runner, *command, "--slug", bad, "-o", "json", "--database", database_url, code=2
         )
         error = json.loads(result.stderr.strip().splitlines()[-1])["error"]
         assert error["code"] == "VALIDATION_ERROR", error
-        assert "a slug is 1-50 characters" in error["message"]
+        assert "a slug is 3-50 characters" in error["message"]
     result = run(
         runner, *command, "--slug", "taken", "-o", "json", "--database", database_url, code=6
     )

@@ -223,3 +223,21 @@ def test_invalid_toml_is_a_config_error(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("JOBAGENTCTL_CONFIG", str(write_config(tmp_path / "c.toml", "[oops")))
     with pytest.raises(ConfigError, match="not valid TOML"):
         ClientSettings.load()
+
+
+@pytest.mark.parametrize("slug", ["abc", "team-a", "-lead", "a" * 50, "0-9"])
+def test_workspace_slugs_as_ctrlplane_allows_them(
+    monkeypatch: pytest.MonkeyPatch, slug: str
+) -> None:
+    """ctrlplane's Workspace.slug: ^[a-z0-9-]+$, 3-50 characters (our server's rule too)."""
+    monkeypatch.setenv("JOBAGENTCTL_WORKSPACE", slug)
+    assert ClientSettings.load().workspace == slug
+
+
+@pytest.mark.parametrize("slug", ["ab", "team.a", "under_score", "Upper", "a" * 51])
+def test_other_workspace_slugs_are_config_errors(
+    monkeypatch: pytest.MonkeyPatch, slug: str
+) -> None:
+    monkeypatch.setenv("JOBAGENTCTL_WORKSPACE", slug)
+    with pytest.raises(ConfigError, match="3-50 lowercase letters, digits and '-'"):
+        ClientSettings.load()

@@ -72,7 +72,7 @@ GLOBAL_OPTIONS: tuple[tuple[GlobalOption, Callable[[AppState, Any], None]], ...]
         _flag("url"),
     ),
     (
-        GlobalOption("g_workspace", ("--workspace",), str | None, "Workspace id.", "ID"),
+        GlobalOption("g_workspace", ("--workspace",), str | None, "Workspace id or slug.", "ID"),
         _flag("workspace"),
     ),
     (GlobalOption("g_agent", ("--agent",), str | None, "Job agent id.", "ID"), _flag("agent")),

@@ -32,8 +32,8 @@ def slug_option(derived_from: str) -> Any:
         None,
         "--slug",
         metavar="SLUG",
-        help="The workspace's slug, usable as --workspace (as ctrlplane's are): 1-50 of a-z, "
-        f"0-9, '-', '_', '.' [default: derived from {derived_from}; made unique if taken]",
+        help="The workspace's slug, usable as --workspace: 3-50 of a-z, 0-9 and '-' (as "
+        f"ctrlplane's) [default: derived from {derived_from}; made unique if taken]",
         show_default=False,
     )
 

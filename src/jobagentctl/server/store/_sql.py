@@ -72,10 +72,13 @@ NOTIFY_CHANNEL = "jobagentctl_job_queued"
 
 Row = Mapping[str, Any]
 
-# A slug is a URL path segment: lowercase, no spaces (as ctrlplane's workspace schema), at most
-# 50 characters (ctrlplane's limit), and only these characters so that it needs no quoting.
-_SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]{0,49}$")
+# A slug is ctrlplane's Workspace.slug (apps/api/openapi/openapi.json at 66e0888): lowercase
+# letters, digits and '-', 3 to 50 of them. The client accepts exactly these (settings.py), so
+# every slug this server prints works as --workspace.
+_SLUG = re.compile(r"^[a-z0-9-]{3,50}$")
 _NOT_SLUG_CHARS = re.compile(r"[^a-z0-9]+")
+# What slugify appends to a slug shorter than ctrlplane's minimum ("qa" → "qa-ws").
+_SHORT_SLUG_SUFFIX = "-ws"
 
 _NAME_LINE = re.compile(r"^--\s*(name|fragment):\s*([a-z_][a-z0-9_]*)\s*$")
 _INCLUDE_LINE = re.compile(r"^\s*--\s*include:\s*([a-z_][a-z0-9_]*)\s*$")
@@ -200,18 +203,19 @@ def check_lease(lease_seconds: int | None) -> None:
 
 
 def check_slug(slug: str) -> str:
-    if not _SLUG.match(slug):
+    """``slug`` if it is one (ctrlplane's pattern); else a ValidationError (400, exit 2)."""
+    if not _SLUG.fullmatch(slug):
         raise ValidationError(
-            "a slug is 1-50 characters: lowercase letters, digits, '-', '_' or '.',"
-            " starting with a letter or digit"
+            "a slug is 3-50 characters: lowercase letters, digits and '-' (as ctrlplane's)"
         )
     return slug
 
 
 def slugify(name: str) -> str:
-    """The slug derived from a workspace name, as migration 0002 derives it in SQL."""
-    slug = _NOT_SLUG_CHARS.sub("-", name.lower()).strip("-")[:50].strip("-")
-    return slug or "workspace"
+    """The slug derived from a workspace name (runs of other characters become one '-'), as
+    migration 0002 derives it in SQL; one shorter than 3 characters gets "-ws" appended."""
+    slug = _NOT_SLUG_CHARS.sub("-", name.lower()).strip("-")[:50].strip("-") or "workspace"
+    return slug if len(slug) >= 3 else slug + _SHORT_SLUG_SUFFIX
 
 
 def merge_metadata(current: Any, patch: dict[str, Any] | None) -> dict[str, Any]:
