@@ -140,6 +140,15 @@ SELECT 1 AS found FROM job
 WHERE job_agent_id = %(agent_id)s AND status = 'queued'
 LIMIT 1
 
+-- name: queued_counts
+-- The long-poll poller's one question for every agent with waiters (while LISTEN is down, and
+-- once it is back): how many jobs each has queued, counting at most %(cap)s.
+SELECT a.id AS job_agent_id,
+       (SELECT count(*) FROM (SELECT 1 FROM job
+                              WHERE job_agent_id = a.id AND status = 'queued'
+                              LIMIT %(cap)s) AS q) AS queued
+FROM unnest(%(agents)s::uuid[]) AS a(id)
+
 -- fragment: claim_tail
 -- What both claims do after flipping the job (CTE `claimed`, the job rows as now): record the
 -- lease, one claim row per job (its own random claim id); an unleased (V1) claim has no claim
@@ -387,10 +396,13 @@ attempts AS (
     RETURNING job_id
 ),
 counted AS (
-    -- The statement's snapshot does not see the attempt closed above: count it by hand.
+    -- The statement's snapshot does not see the attempt closed above: count it by hand. Only
+    -- a max_reclaims needs the count (0, the default: no lookup per reaped job).
     SELECT d.job_id,
-           1 + (SELECT count(*) FROM job_attempt AS t
-                WHERE t.job_id = d.job_id AND t.outcome = 'expired') AS expiries
+           CASE WHEN %(max_reclaims)s::integer > 0
+                THEN 1 + (SELECT count(*) FROM job_attempt AS t
+                          WHERE t.job_id = d.job_id AND t.outcome = 'expired')
+                ELSE 0 END AS expiries
     FROM deleted AS d
 ),
 flipped AS (
