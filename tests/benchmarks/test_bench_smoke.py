@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Rows each section prints in smoke mode.
 ROWS = {
-    "ceilings": 6,  # API vs seed/project/direct, PG CPU per cycle, CPU per job, vs procrastinate
+    "ceilings": 8,  # API vs seed/project/direct, batched, no fast path, PG CPU, per job, peer
     "scaleout": 2,  # 1 and 2 server processes
     "growth": 2,  # throughput and reaper pass over 1k finished jobs
     "cycles": 5,  # sqlite × 3 concurrencies, postgres × 2
