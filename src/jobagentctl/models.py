@@ -13,10 +13,18 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, Self, TypeVar
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictFloat,
+    StrictInt,
+    field_validator,
+)
 from pydantic.alias_generators import to_camel
 
 __all__ = [
@@ -58,6 +66,8 @@ __all__ = [
     "Page",
     "UpdateJobStatusRequest",
     "UpsertJobAgentRequest",
+    "WireModel",
+    "keep_wire",
 ]
 
 
@@ -147,11 +157,44 @@ CTRLPLANE_ENV = {
 
 
 class WireModel(BaseModel):
-    """Base for responses: camelCase on the wire, unknown fields kept as they came."""
+    """Base for responses: camelCase on the wire, unknown fields kept as they came.
+
+    A model the client parsed (:meth:`from_wire`) also keeps the JSON object it came from, so
+    that ``-o json`` prints what the server sent, value for value (``"…33.000Z"`` stays so;
+    a re-rendered datetime would not), in the server's order (:meth:`as_sent`).
+    """
 
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="allow", frozen=False
     )
+    _wire: dict[str, Any] | None = PrivateAttr(default=None)
+
+    @classmethod
+    def from_wire(cls, data: Any) -> Self:
+        """``data`` (a decoded JSON response) validated; the model and every model in it keep
+        their part of ``data``."""
+        return keep_wire(cls.model_validate(data), data)
+
+    def as_sent(self) -> dict[str, Any] | None:
+        """The JSON object this model was parsed from (a shallow copy), or None when it was
+        not parsed from a response (built by the server, or by the client itself)."""
+        return None if self._wire is None else dict(self._wire)
+
+
+WireT = TypeVar("WireT")
+
+
+def keep_wire(value: WireT, data: Any) -> WireT:
+    """Give each :class:`WireModel` in ``value`` (a model, or a list of them, as validated
+    from ``data``) its part of ``data``; ``value`` itself."""
+    if isinstance(value, WireModel) and isinstance(data, dict):
+        value._wire = data
+        for name, field in type(value).model_fields.items():
+            keep_wire(getattr(value, name), data.get(field.alias or name))
+    elif isinstance(value, list) and isinstance(data, list) and len(value) == len(data):
+        for item, sent in zip(value, data, strict=True):
+            keep_wire(item, sent)
+    return value
 
 
 class RequestModel(BaseModel):

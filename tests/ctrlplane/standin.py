@@ -247,6 +247,8 @@ class CtrlplaneState:
         self.jobs: dict[str, Job] = {}
         self.job_metadata: dict[str, dict[str, str]] = {}
         self.requests: list[tuple[str, str, dict[str, Any]]] = []
+        # (METHOD, path under /api, status, the body's bytes as sent): what -o json must echo.
+        self.responses: list[tuple[str, str, int, bytes]] = []
 
     # --- jobs.ts: toJobResponse ---------------------------------------------------------------
     def job_response(self, j: Job, include_dispatch_context: bool = True) -> dict[str, Any]:
@@ -608,6 +610,14 @@ class CtrlplaneStandIn:
         with self.state.lock:
             return list(self.state.requests)
 
+    def last_response(self, method: str, path_end: str) -> bytes:
+        """The body of the last answer to ``METHOD …path_end``, as the bytes that were sent."""
+        with self.state.lock:
+            for seen, path, _, data in reversed(self.state.responses):
+                if seen == method and path.endswith(path_end):
+                    return data
+        raise AssertionError(f"no response to {method} …{path_end} yet")
+
     # --- the app ------------------------------------------------------------------------------
     async def app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """A plain ASGI app: server.ts's middleware order, then the router."""
@@ -628,6 +638,10 @@ class CtrlplaneStandIn:
                 break
         status, payload, headers = self._handle(scope, raw)
         data = b"" if payload is None else json.dumps(payload, separators=(",", ":")).encode()
+        with self.state.lock:
+            self.state.responses.append(
+                (scope["method"], scope["path"].removeprefix("/api"), status, data)
+            )
         out = [(b"content-type", b"application/json; charset=utf-8")] if data else []
         out += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
         out.append((b"content-length", str(len(data)).encode()))

@@ -51,15 +51,67 @@ def test_jobs_list_and_get_print_what_ctrlplane_sent(ctrlplane: CtrlplaneStandIn
     assert items[orphan]["jobAgentId"] == ""  # the agent was deleted; ctrlplane keeps the job
     for job_id, printed in items.items():
         sent = raw(ctrlplane, job_id)
-        assert set(printed) == set(sent)  # nothing invented (no null fields), nothing dropped
+        # Value for value (timestamps as ctrlplane wrote them), nothing invented (no null
+        # fields), nothing dropped, in ctrlplane's order.
+        assert printed == sent
+        assert list(printed) == list(sent)
         assert None not in printed.values()
-        assert printed["releaseId"] == sent["releaseId"]
     got = cp(ctrlplane, "jobs", "get", orphan, "-o", "json")
     assert got.returncode == 0, got.stderr
-    assert set(json.loads(got.stdout)) == set(raw(ctrlplane, orphan))
+    assert json.loads(got.stdout) == raw(ctrlplane, orphan)
     assert cp(ctrlplane, "jobs", "get", orphan).returncode == 0  # tsv as well
     tsv = cp(ctrlplane, "jobs", "list")
     assert tsv.returncode == 0 and orphan in tsv.stdout
+
+
+def _whole_milliseconds(server: CtrlplaneStandIn, job_id: str) -> None:
+    """Timestamps ending ``.000Z`` and ``.120Z``: a datetime re-rendered by the client would
+    print them ``…Z`` and ``….120000Z`` (issue 10 follow-up §9)."""
+    with server.state.lock:
+        job = server.state.jobs[job_id]
+        job.created_at = job.created_at.replace(microsecond=0)
+        job.updated_at = job.updated_at.replace(microsecond=120_000)
+
+
+def test_every_json_command_prints_what_ctrlplane_sent(ctrlplane: CtrlplaneStandIn) -> None:
+    """Each -o json command against the stand-in: stdout is the JSON ctrlplane answered with,
+    value for value and in its order (a list: its page's items)."""
+    agent = ctrlplane.add_agent("builder")
+    failed = ctrlplane.seed_job(agent, "failure", message="boom", external_id="ci-1")
+    queued = ctrlplane.seed_job(agent, dispatch_context={"a": 1})
+    later = ctrlplane.seed_job(agent)
+    untouched = ctrlplane.seed_job(agent, "successful")
+    for job in (failed, queued, later, untouched):
+        _whole_milliseconds(ctrlplane, job)
+    commands: list[tuple[list[str], str, str]] = [
+        (["jobs", "get", failed], "GET", f"/jobs/{failed}"),
+        (["jobs", "list"], "GET", "/jobs"),
+        (["list"], "GET", f"/job-agents/{agent}/jobs"),
+        (["list", "--status", "failure"], "GET", f"/job-agents/{agent}/jobs"),
+        (["agents", "list"], "GET", "/job-agents"),
+        (["agents", "get", agent], "GET", f"/job-agents/{agent}"),
+        (["agents", "register", "builder", "--id", agent], "GET", f"/job-agents/{agent}"),
+        (["claim", queued], "POST", f"/jobs/{queued}/claim"),
+        (["claim"], "POST", f"/jobs/{later}/claim"),  # the V1 fallback: claimed by id
+        (["requeue", failed], "PUT", f"/jobs/{failed}/status"),
+        (["cancel", failed], "PUT", f"/jobs/{failed}/status"),
+        (["complete", queued, "-s", "successful"], "PUT", f"/jobs/{queued}/status"),
+    ]
+    for args, method, path in commands:
+        ran = cp(ctrlplane, *args, "-o", "json", agent=agent, JOBAGENTCTL_CLAIM_ID="")
+        assert ran.returncode == 0, (args, ran.stderr)
+        printed = json.loads(ran.stdout)
+        sent = json.loads(ctrlplane.last_response(method, path))
+        if isinstance(printed, list):
+            sent = sent["items"]
+            assert [list(p) for p in printed] == [list(s) for s in sent], args
+        else:
+            assert list(printed) == list(sent), args  # the same keys, in the same order
+        assert printed == sent, args
+        if "createdAt" in ran.stdout:  # (a claim or status update re-stamps updatedAt)
+            assert ".000Z" in ran.stdout, (args, ran.stdout)
+    shown = cp(ctrlplane, "jobs", "get", untouched, "-o", "json")
+    assert '.000Z"' in shown.stdout and '.120Z"' in shown.stdout, shown.stdout
 
 
 def test_jobs_list_status_filters_on_the_client(ctrlplane: CtrlplaneStandIn) -> None:

@@ -21,7 +21,7 @@ from jobagentctl.cli import context
 from jobagentctl.cli.context import AppState
 from jobagentctl.durations import format_duration
 from jobagentctl.errors import UsageError
-from jobagentctl.models import ClaimState, JobStatus
+from jobagentctl.models import ClaimState, JobStatus, WireModel
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -81,16 +81,23 @@ def relative(value: datetime | None, now: datetime | None = None) -> str:
     return f"{format_duration(delta)} ago" if delta > 0 else f"in {format_duration(-delta)}"
 
 
-def to_jsonable(value: Any) -> Any:
-    """Models, datetimes, UUIDs and enums as JSON values (camelCase keys, RFC 3339 UTC)."""
+def to_jsonable(value: Any, *, as_sent: bool = False) -> Any:
+    """Models, datetimes, UUIDs and enums as JSON values (camelCase keys, RFC 3339 UTC).
+
+    ``as_sent`` (``-o json``): a model parsed from a response is the JSON object the server
+    sent, exactly (its timestamps as written, its key order); tables and tsv use the parsed
+    values, normalised (UTC times, which they render themselves).
+    """
+    if as_sent and isinstance(value, WireModel) and (sent := value.as_sent()) is not None:
+        return sent
     if hasattr(value, "model_dump"):
         # Only the fields the server sent (plus any it sent that we do not model): a field it
         # left out is not printed as null.
         return to_jsonable(value.model_dump(mode="python", by_alias=True, exclude_unset=True))
     if isinstance(value, Mapping):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
+        return {str(k): to_jsonable(v, as_sent=as_sent) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [to_jsonable(v) for v in value]
+        return [to_jsonable(v, as_sent=as_sent) for v in value]
     if isinstance(value, datetime):
         return rfc3339(value)
     if isinstance(value, UUID):
@@ -311,8 +318,10 @@ def _table_cell(column: Column, value: Any, now: datetime, *, detail: bool = Fal
     return _truncate(safe_tokens(text), CELL_WIDTH)
 
 
-def _rows(items: Sequence[Any], overrides: Sequence[Mapping[str, Any]] | None) -> list[Any]:
-    rows = [to_jsonable(item) for item in items]
+def _rows(
+    items: Sequence[Any], overrides: Sequence[Mapping[str, Any]] | None, *, as_sent: bool = False
+) -> list[Any]:
+    rows = [to_jsonable(item, as_sent=as_sent) for item in items]
     if overrides:
         for row, extra in zip(rows, overrides, strict=True):
             row.update(extra)
@@ -333,7 +342,7 @@ def emit(
     """
     many = not (hasattr(data, "model_dump") or isinstance(data, Mapping))
     items: Sequence[Any] = data if many else [data]  # type: ignore[assignment]
-    rows = _rows(items, overrides)
+    rows = _rows(items, overrides, as_sent=state.output == "json")
     if state.output == "json":
         print(json.dumps(rows if many else rows[0], indent=2))
     elif state.output == "tsv":

@@ -56,6 +56,7 @@ from jobagentctl.models import (
     Page,
     UpdateJobStatusRequest,
     UpsertJobAgentRequest,
+    keep_wire,
 )
 
 __all__ = ["MEMORY", "USER_AGENT", "Client", "iter_pages"]
@@ -155,8 +156,8 @@ def _claimed_jobs(data: Any) -> list[ClaimedJob]:
     """Claim-next's answer to a ``limit``: ``{"items": [...]}``; one claimed job from a server
     that does not batch (it ignored the ``limit``)."""
     if isinstance(data, dict) and "items" in data and "id" not in data:
-        return ClaimedJobs.model_validate(data).items
-    return [ClaimedJob.model_validate(data)]
+        return ClaimedJobs.from_wire(data).items
+    return [ClaimedJob.from_wire(data)]
 
 
 class Client:
@@ -326,21 +327,21 @@ class Client:
     ) -> AcceptedResponse:
         body = UpsertJobAgentRequest(name=name, type=type, config=config, metadata=metadata)
         response = self._call("PUT", f"{self._ws()}/job-agents/{agent_id}", json=_body(body))
-        return self._parse(response, AcceptedResponse.model_validate)
+        return self._parse(response, AcceptedResponse.from_wire)
 
     def list_agents(self, limit: int = 50, offset: int = 0) -> Page[JobAgent]:
         response = self._call(
             "GET", f"{self._ws()}/job-agents", params={"limit": limit, "offset": offset}
         )
-        return self._parse(response, Page[JobAgent].model_validate)
+        return self._parse(response, Page[JobAgent].from_wire)
 
     def get_agent(self, agent_id: UUID) -> JobAgent:
         response = self._call("GET", f"{self._ws()}/job-agents/{agent_id}")
-        return self._parse(response, JobAgent.model_validate)
+        return self._parse(response, JobAgent.from_wire)
 
     def delete_agent(self, agent_id: UUID) -> AcceptedResponse:
         response = self._call("DELETE", f"{self._ws()}/job-agents/{agent_id}")
-        return self._parse(response, AcceptedResponse.model_validate)
+        return self._parse(response, AcceptedResponse.from_wire)
 
     # --- jobs -------------------------------------------------------------------------------
 
@@ -357,7 +358,7 @@ class Client:
         if include_dispatch_context:
             params["includeDispatchContext"] = "true"
         response = self._call("GET", f"{self._ws()}/job-agents/{agent_id}/jobs", params=params)
-        return self._parse(response, Page[Job].model_validate)
+        return self._parse(response, Page[Job].from_wire)
 
     def list_jobs(
         self, *, status: str | None = None, limit: int = 50, offset: int = 0
@@ -379,11 +380,11 @@ class Client:
                 with MEMORY.lock:
                     MEMORY.no_status_filter.add(self.url)
             else:
-                return self._parse(response, Page[Job].model_validate)
+                return self._parse(response, Page[Job].from_wire)
         if status is None:
             params = {"limit": limit, "offset": offset}
             response = self._call("GET", f"{self._ws()}/jobs", params=params)
-            return self._parse(response, Page[Job].model_validate)
+            return self._parse(response, Page[Job].from_wire)
         matching = self._filtered.get(status)
         if matching is None:
             every = iter_pages(lambda n, off: self.list_jobs(limit=n, offset=off), limit=V1_PAGE)
@@ -395,7 +396,7 @@ class Client:
 
     def get_job(self, job_id: UUID) -> Job:
         response = self._call("GET", f"{self._ws()}/jobs/{job_id}")
-        return self._parse(response, Job.model_validate)
+        return self._parse(response, Job.from_wire)
 
     def create_job(
         self,
@@ -411,7 +412,7 @@ class Client:
         response = self._call(
             "POST", f"{self._ws()}/job-agents/{agent_id}/jobs", json=_body(body), v2_route=True
         )
-        return self._parse(response, Job.model_validate)
+        return self._parse(response, Job.from_wire)
 
     # --- claims and leases ------------------------------------------------------------------
 
@@ -427,7 +428,7 @@ class Client:
                 raise
             # ctrlplane answers 409 {"message": "Job is not available to claim"}, without code.
             raise NotClaimable(exc.message, details=exc.details, status=exc.status) from exc
-        claimed = self._parse(response, ClaimedJob.model_validate)
+        claimed = self._parse(response, ClaimedJob.from_wire)
         if claimed.claim_id is None and lease_seconds:
             self._warn_once(
                 "no-leases",
@@ -460,7 +461,7 @@ class Client:
             self._learned(v1_only=False)
             raise
         self._learned(v1_only=False)
-        return self._parse(response, ClaimedJob.model_validate)
+        return self._parse(response, ClaimedJob.from_wire)
 
     def claim_batch(
         self,
@@ -617,7 +618,7 @@ class Client:
             "POST", f"{self._ws()}/jobs/{job_id}/heartbeat", json=_body(body), v2_route=True
         )
         self._learned(v1_only=False)
-        return self._parse(response, Heartbeat.model_validate)
+        return self._parse(response, Heartbeat.from_wire)
 
     def wait_claim(self, job_id: UUID, *, claim_id: UUID, wait_seconds: float) -> JobWait:
         """Long-poll until the claim ``claim_id`` of the job is no longer held (cancelled,
@@ -647,7 +648,7 @@ class Client:
                 MEMORY.no_wait.add(self.url)
             why = f"POST …/jobs/{{id}}/wait answered {exc.status}"
             raise LeaseUnsupported(_NO_WAIT.format(why=why), status=exc.status) from exc
-        return self._parse(response, JobWait.model_validate)
+        return self._parse(response, JobWait.from_wire)
 
     def update_status(
         self,
@@ -678,7 +679,7 @@ class Client:
         except (ValueError, PydanticValidationError) as exc:
             raise ConfigError(f"invalid status update: {exc}") from None
         response = self._call("PUT", f"{self._ws()}/jobs/{job_id}/status", json=_body(body))
-        accepted = self._parse(response, AcceptedResponse.model_validate)
+        accepted = self._parse(response, AcceptedResponse.from_wire)
         if message is not None or external_id is not None or metadata:
             self._check_stored(job_id, message, external_id, metadata)
         return accepted
@@ -750,11 +751,11 @@ class Client:
             "offset": offset,
         }
         response = self._call("GET", f"{self._ws()}/job-claims", params=params, v2_route=True)
-        return self._parse(response, Page[JobClaim].model_validate)
+        return self._parse(response, Page[JobClaim].from_wire)
 
     def list_attempts(self, job_id: UUID) -> list[JobAttempt]:
         response = self._call("GET", f"{self._ws()}/jobs/{job_id}/attempts", v2_route=True)
-        return self._parse(response, _ATTEMPTS.validate_python)
+        return self._parse(response, lambda data: keep_wire(_ATTEMPTS.validate_python(data), data))
 
 
 def _workspace(value: UUID | str | None) -> UUID | str | None:
