@@ -444,6 +444,9 @@ class Handlers:
             ("get", f"{w}/jobs"): self.get_jobs,
             ("get", f"{w}/jobs/{{jobId}}"): self.get_job,
             ("put", f"{w}/jobs/{{jobId}}/status"): self.update_job_status,
+            # Not served: jobs.ts getJobWithRelease answers the job with its release's
+            # deployment, environment and resource rows, which this stand-in does not keep
+            # (and no client command reads). The documented route answers 404, as above.
         }
 
 

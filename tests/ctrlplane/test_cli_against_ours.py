@@ -54,6 +54,35 @@ def test_workspace_slug_on_our_server(live_server: LiveServer) -> None:
     assert ran.returncode == 0, ran.stderr
 
 
+def test_requeue_of_a_failed_job_then_attempts_shows_the_next_attempt(
+    live_server: LiveServer,
+) -> None:
+    """V1 parity (SPEC §3, issue 10 §6): an operator's `requeue` of a failed job queues it
+    again, and its next claim is attempt N+1 in `jobs attempts`, on both databases."""
+    agent = live_server.create_agent("retried")
+    job = live_server.enqueue(agent)["id"]
+    first = jac(live_server, "claim", job, "-o", "json", agent=agent)
+    assert first.returncode == 0, first.stderr
+    claim_id = json.loads(first.stdout)["claimId"]
+    failed = jac(live_server, "complete", job, "--exit-code", "3", "--claim-id", claim_id)
+    assert failed.returncode == 0, failed.stderr
+    assert live_server.get_job(job)["status"] == "failure"
+    requeued = jac(live_server, "requeue", job)
+    assert requeued.returncode == 0, requeued.stderr
+    assert live_server.get_job(job)["status"] == "queued"
+    again = jac(live_server, "claim", "-o", "json", agent=agent)  # the next job: this one
+    assert again.returncode == 0, again.stderr
+    assert (json.loads(again.stdout)["id"], json.loads(again.stdout)["attempt"]) == (job, 2)
+    shown = jac(live_server, "jobs", "attempts", job, "-o", "json")
+    assert shown.returncode == 0, shown.stderr
+    attempts = json.loads(shown.stdout)
+    assert [(a["attempt"], a["outcome"]) for a in attempts] == [(1, "completed"), (2, None)]
+    assert attempts[1]["claimId"] == json.loads(again.stdout)["claimId"] != claim_id
+    piped = jac(live_server, "jobs", "attempts", job)
+    rows = [line.split("\t")[:2] for line in piped.stdout.splitlines()]
+    assert rows == [["1", "completed"], ["2", ""]]
+
+
 def _server(server: LiveServer, *args: str) -> Ran:
     return jac(server, "server", *args, "-o", "json", "--database", server.database_url)
 

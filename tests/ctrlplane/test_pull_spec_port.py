@@ -107,7 +107,7 @@ def test_omits_dispatch_context_by_default_and_includes_it_on_request(ours: Live
     job = seed_job(ours, agent, "queued", context)
     _, without = list_jobs(ours, agent, "?status=queued")
     found = next(j for j in without["items"] if j["id"] == job)
-    assert found.get("dispatchContext") is None  # toBeUndefined: absent (or null, see below)
+    assert "dispatchContext" not in found  # toBeUndefined: absent, not null
     _, with_ctx = list_jobs(ours, agent, "?status=queued&includeDispatchContext=true")
     found = next(j for j in with_ctx["items"] if j["id"] == job)
     assert found["dispatchContext"] == context
@@ -219,10 +219,6 @@ def test_a_claimed_job_no_longer_appears_in_the_queued_list(ours: LiveServer) ->
 
 
 # ---------- V1 behaviours of ctrlplane's handlers (issue 10 §6), beyond the spec ----------
-# Server-side parity is being built by the store and edge engineers; each case is a strict xfail
-# until it lands on main (then it xpasses, fails, and the mark must go).
-
-PENDING_STORE = "issue 10 §6: server-side V1 parity (store/edge) not on main yet"
 
 
 def test_v1_delete_agent_keeps_its_jobs(ours: LiveServer) -> None:
