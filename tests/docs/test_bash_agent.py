@@ -15,14 +15,17 @@ import json
 import os
 import signal
 import sqlite3
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.ctrlplane.standin import CtrlplaneStandIn
+from tests.fixtures.processes import TOKEN_VARIABLE, new_token
 from tests.fixtures.waiting import wait_until
 
-from .conftest import Proc, Sandbox, needs
+from .conftest import DEPLOY_SH, Proc, Sandbox, needs
 from .recipes import block
 
 AGENT = "README.md › A bash agent: claim, heartbeat, complete"
@@ -226,6 +229,40 @@ def test_a_claim_without_a_lease_runs_without_heartbeats(sandbox: Sandbox) -> No
     assert attempt["claimId"] is None  # an unleased claim: nothing heartbeat it
     assert len(sandbox.deploys()) == 1
     sandbox.no_leftovers()
+
+
+def test_against_ctrlplane_the_job_runs_without_a_lease(
+    ctrlplane: CtrlplaneStandIn, tmp_path: Path
+) -> None:
+    """ctrlplane has no leases (its claims are V1): the same script runs the job without
+    heartbeats and reports it."""
+    agent = ctrlplane.add_agent()
+    job = ctrlplane.seed_job(agent, job_agent_config={"version": "2.0"})
+    workdir = tmp_path / "ctrlplane-agent"
+    workdir.mkdir()
+    (workdir / "release").touch()
+    env = {
+        **ctrlplane.base_env(),
+        **ctrlplane.env(),
+        "JOBAGENTCTL_AGENT": agent,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "HOME": str(workdir / "home"),
+        "DEPLOY_LOG": str(workdir / "deploys.log"),
+        "RELEASE": str(workdir / "release"),
+        TOKEN_VARIABLE: new_token(),
+    }
+    box = Sandbox.bare(workdir, env)
+    try:
+        box.write("deploy.sh", DEPLOY_SH, executable=True)
+        agent_run = box.bash(block(AGENT).text)
+        assert agent_run.wait() == 0, agent_run.output()
+        assert 'deploying {"version":"2.0"}' in agent_run.stdout
+        assert "no lease support" in agent_run.stderr  # said by `claim`, once
+        assert ctrlplane.job(job).status == "successful"
+        assert not [path for _, path, _ in ctrlplane.requests() if path.endswith("/heartbeat")]
+        box.no_leftovers()
+    finally:
+        box.close()
 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
