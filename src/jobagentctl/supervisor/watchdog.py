@@ -14,11 +14,19 @@ so it starts in a few milliseconds and stays small). It forks the job, then watc
   catchable signals a job could send it by pid; on Linux the leader gets ``PR_SET_PDEATHSIG``
   (SIGKILL), so killing the watchdog kills the job, and the watchdog is the job's subreaper
   (``PR_SET_CHILD_SUBREAPER``): a daemon that double-forks out of the group is still its child.
+  It is not dumpable (``PR_SET_DUMPABLE`` 0): a job running as the same non-root user cannot
+  ptrace it, nor read or write its memory through /proc (the job itself is dumpable again
+  after its exec).
 - Lease: the supervisor sends, after every successful heartbeat, when to send the stop signal
   and when to SIGKILL (monotonic times; converted here to the boot-time clock, which also counts
   a suspended machine). If that moment comes without a newer one, the watchdog writes
   ``lease_lost`` to the stop-reason file, sends the stop signal (and SIGCONT) to the group, and
   SIGKILLs the group and every descendant at the kill time.
+- Between events it sleeps: on the control pipe (a new deadline; end-of-file the moment the
+  supervisor dies), on SIGCHLD, and on a ``CLOCK_BOOTTIME`` timerfd armed for the next deadline,
+  which fires on time even across a suspend. No deadline, no wake-up. Without a timerfd it
+  sleeps until the deadline, in ticks of at most 0.5 s where a boot-time clock exists (a sleep's
+  timeout runs on the monotonic clock, which stops while the machine is suspended).
 - Supervisor gone (the control pipe reads EOF: killed, crashed): the job's result can never be
   reported, so it is stopped at once the same way (its SIGKILL no later than the lease's).
 - ``kill`` from the supervisor (the job is over): SIGKILL whatever is left of the tree, exit.
@@ -43,10 +51,14 @@ import time
 __all__ = ["descendants", "main"]
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
-# The longest the watchdog sleeps: a machine suspended mid-sleep is noticed this late at worst
-# (sleeps run on the monotonic clock, which stops during a suspend; deadlines do not).
+TFD_TIMER_ABSTIME = 1
+# Without a boot-time timer, the longest the watchdog sleeps where deadlines are on the boot-time
+# clock: a machine suspended mid-sleep is noticed this late at worst (a sleep's timeout runs on
+# the monotonic clock, which stops during a suspend; deadlines do not).
 TICK_SECONDS = 0.5
+_CLOCK_BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
 # Once the tree is being SIGKILLed, how long to wait for processes that do not die (a process
 # in uninterruptible sleep, another user's setuid program) before giving up on them.
 KILL_PATIENCE_SECONDS = 10.0
@@ -82,7 +94,7 @@ class _suppress:
 
 def _boottime() -> float:
     """Seconds on a clock that keeps counting while the machine is suspended (Linux)."""
-    clock = getattr(time, "CLOCK_BOOTTIME", None)
+    clock = _CLOCK_BOOTTIME
     return time.clock_gettime(clock) if clock is not None else time.monotonic()
 
 
@@ -101,6 +113,64 @@ class _Prctl:
 
     def __call__(self, option: int, value: int) -> bool:
         return self._fn is not None and bool(self._fn(option, value, 0, 0, 0) == 0)
+
+
+class _BootTimer:
+    """A ``CLOCK_BOOTTIME`` timerfd (Linux, through ctypes): readable once the boot-time clock
+    reaches the moment it was armed for, a suspended machine included. ``fd`` is None where
+    there is none; :meth:`timeout` then says how long a sleep may last instead."""
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        self._settime: ctypes._NamedFuncPointer | None = None
+        self._spec = (ctypes.c_long * 4)()  # struct itimerspec: interval, then value
+        self._armed: float | None = None
+        if _CLOCK_BOOTTIME is None or not sys.platform.startswith("linux"):
+            return
+        with _suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            create, self._settime = libc.timerfd_create, libc.timerfd_settime
+            fd = int(create(_CLOCK_BOOTTIME, os.O_CLOEXEC | os.O_NONBLOCK))
+            if fd >= 0:
+                self.fd = fd
+
+    def timeout(self, moment: float | None, now: float) -> float | None:
+        """How long to sleep (None: until an event) to wake at ``moment`` (boot-time clock;
+        None: no deadline), arming the timerfd for it when there is one."""
+        if moment is None:
+            self._arm(0.0)  # disarmed: nothing to wake for
+            return None
+        if self.fd is not None and self._arm(moment):
+            return None
+        wait = max(0.0, moment - now)
+        # Deadlines on a clock that counts a suspend, a sleep on one that does not: wake up
+        # now and then to look. (Without a boot-time clock both are the same clock.)
+        return min(wait, TICK_SECONDS) if _CLOCK_BOOTTIME is not None else wait
+
+    def _arm(self, moment: float) -> bool:
+        """Arm (``moment`` > 0) or disarm (0) the timerfd; False if it could not be."""
+        if self.fd is None or self._settime is None:
+            return False
+        if moment == self._armed:
+            return True
+        seconds = int(moment)
+        # Rounded up: it must not fire before ``moment`` (zero nanoseconds at zero seconds,
+        # which would disarm it, cannot happen either).
+        nanoseconds = int((moment - seconds) * 1e9) + 1 if moment > 0 else 0
+        if nanoseconds >= 1_000_000_000:
+            seconds, nanoseconds = seconds + 1, nanoseconds - 1_000_000_000
+        self._spec[2], self._spec[3] = seconds, nanoseconds
+        if self._settime(self.fd, TFD_TIMER_ABSTIME, ctypes.byref(self._spec), None) != 0:
+            with _suppress(OSError):
+                os.close(self.fd)
+            self.fd = None  # from now on: sleep in ticks
+            return False
+        self._armed = moment
+        return True
+
+    def fired(self) -> None:
+        """The timerfd was readable (and has been read): arm it afresh next time."""
+        self._armed = None
 
 
 def descendants(root: int) -> list[int]:
@@ -158,6 +228,7 @@ class Watchdog:
         self.stopping: str | None = None
         self._control = b""
         self.prctl = _Prctl()
+        self.timer = _BootTimer()
         os.set_blocking(control_fd, False)
         self.wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
@@ -299,6 +370,9 @@ class Watchdog:
     def spawn(self, argv: list[str]) -> bool:
         """Fork and exec the job; False (reported) if it could not be executed."""
         self.prctl(PR_SET_CHILD_SUBREAPER, 1)
+        # Not ptraceable by the job (same user, no CAP_SYS_PTRACE): it could otherwise stop or
+        # rewrite us at will. Inherited by the fork; the exec makes the job dumpable again.
+        self.prctl(PR_SET_DUMPABLE, 0)
         me = os.getpid()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
@@ -340,6 +414,12 @@ class Watchdog:
         os.close(null)
         return True
 
+    def next_deadline(self) -> float | None:
+        """The next moment to act at (boot-time clock): the stop, then the SIGKILL."""
+        if self.stopping is None and self.stop_at is not None:
+            return self.stop_at
+        return self.kill_at
+
     def run(self) -> None:
         while True:
             now = _boottime()
@@ -352,17 +432,19 @@ class Watchdog:
             if self.stopping is None and self.stop_at is not None and now >= self.stop_at:
                 assert self.kill_at is not None
                 self.begin_stop("lease_lost", self.kill_at)
-            wait = TICK_SECONDS
-            for moment in (self.stop_at if self.stopping is None else None, self.kill_at):
-                if moment is not None:
-                    wait = min(wait, max(0.0, moment - now))
+            wait = self.timer.timeout(self.next_deadline(), now)
             watched = [self.wake_r, *self.draining]
             if self.supervisor_alive:
                 watched.append(self.control_fd)
+            if self.timer.fd is not None:
+                watched.append(self.timer.fd)
             with _suppress(InterruptedError):
                 ready, _, _ = select.select(watched, [], [], wait)
                 if self.wake_r in ready:
                     _drain(self.wake_r)
+                if self.timer.fd is not None and self.timer.fd in ready:
+                    _drain(self.timer.fd)
+                    self.timer.fired()
                 for fd in ready:
                     if fd in self.draining and not _drain(fd):
                         self.draining.remove(fd)

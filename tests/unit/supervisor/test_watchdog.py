@@ -9,6 +9,7 @@ prints — with generous deadlines, so the tests hold with both cores busy. Linu
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import select
@@ -22,8 +23,9 @@ from typing import Any
 
 import pytest
 
+from jobagentctl.supervisor import watchdog as watchdog_module
 from jobagentctl.supervisor.child import Child, enforcement_window
-from jobagentctl.supervisor.watchdog import descendants
+from jobagentctl.supervisor.watchdog import TICK_SECONDS, _boottime, _BootTimer, descendants
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"),
@@ -34,17 +36,36 @@ PATIENCE = 60.0  # the longest any event may take on a loaded machine
 
 # A stand-in supervisor: starts the command under a watchdog with a lease, renews it every
 # 0.1 s when asked to, prints what it knows as JSON lines, and what became of the command.
+# Every SIGCONT it sends (Child resuming a stopped watchdog) is printed too, with the state the
+# target was in just before. WATCHDOG_UNDER_TEST, when set, is the script to start instead of
+# watchdog.py (a stub of another platform).
 HOST = """
-import json, os, sys, time
+import json, os, signal, sys, time
 from pathlib import Path
+from jobagentctl.supervisor import child as child_module
 from jobagentctl.supervisor.child import Child
 lease, renew, grace = float(sys.argv[1]), sys.argv[2] == "1", float(sys.argv[3])
 reason = sys.argv[4]
+if os.environ.get("WATCHDOG_UNDER_TEST"):
+    child_module._WATCHDOG_SCRIPT = os.environ["WATCHDOG_UNDER_TEST"]
+resumed = []
+real_kill = os.kill
+def kill(pid, signum):
+    if signum == signal.SIGCONT:
+        try:
+            was = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            was = "gone"
+        resumed.append({"resumed": pid, "was": was})
+    real_kill(pid, signum)
+os.kill = kill
 deadline = time.monotonic() + lease if lease > 0 else None
 child = Child.start(sys.argv[5:], dict(os.environ), capture=reason != "-", lease_deadline=deadline,
                     grace=grace, stop_reason_file=Path(reason) if reason != "-" else None)
 print(json.dumps({"leader": child.pid, "watchdog": child.process.pid}), flush=True)
 while child.poll() is None:
+    while resumed:
+        print(json.dumps(resumed.pop(0)), flush=True)
     if renew:
         deadline = time.monotonic() + lease
         child.lease_holds_until(deadline)
@@ -52,6 +73,23 @@ while child.poll() is None:
 child.kill_leftovers()
 print(json.dumps({"returncode": child.returncode, "stopped": child.stopped_by_watchdog}),
       flush=True)
+"""
+
+# The watchdog as it runs where Linux's extras are missing (docs/run.md, "Where"): no prctl (no
+# subreaper, no PDEATHSIG, still dumpable), no /proc to find descendants, no boot-time clock
+# and so no timerfd: deadlines on the monotonic clock, sleeps computed from them.
+NO_LINUX_EXTRAS = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("watchdog", {path!r})
+wd = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(wd)
+class NoPrctl(wd._Prctl):
+    def __init__(self):
+        self._fn = None
+wd._Prctl = NoPrctl
+wd.descendants = lambda root: []
+wd._CLOCK_BOOTTIME = None
+sys.exit(wd.main(sys.argv[1:]))
 """
 
 # The job: a background child in its group, a daemon that double-forks out of the group and
@@ -103,6 +141,14 @@ def state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
+def sleeps(pid: int) -> int:
+    """How many times ``pid`` went to sleep (voluntary context switches): its wake-ups."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no voluntary_ctxt_switches for {pid}")
+
+
 def read_fifo(path: Path, timeout: float = PATIENCE) -> str:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
@@ -124,10 +170,24 @@ def read_fifo(path: Path, timeout: float = PATIENCE) -> str:
 class Host:
     """The stand-in supervisor process, and the job's tree once it reported ready."""
 
-    def __init__(self, tmp_path: Path, *, lease: float, renew: bool, grace: float, job: str):
+    def __init__(
+        self,
+        tmp_path: Path,
+        *,
+        lease: float,
+        renew: bool,
+        grace: float,
+        job: str,
+        watchdog_script: Path | None = None,
+        preexec_fn: Any = None,
+    ):
         self.tmp_path = tmp_path
         os.mkfifo(tmp_path / "ready")
         self.reason = tmp_path / "stop-reason"
+        env = dict(os.environ)
+        if watchdog_script is not None:
+            env["WATCHDOG_UNDER_TEST"] = str(watchdog_script)
+        self._out = b""
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -142,21 +202,37 @@ class Host:
                 job,
             ],
             cwd=tmp_path,
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             start_new_session=True,
+            preexec_fn=preexec_fn,
         )
-        assert self.proc.stdout is not None
-        first = json.loads(self.proc.stdout.readline())
+        first = self.line()
         self.leader, self.watchdog = int(first["leader"]), int(first["watchdog"])
         self.tree = [int(pid) for pid in read_fifo(tmp_path / "ready").split()]
 
-    def last(self) -> dict[str, Any]:
+    def line(self, timeout: float = PATIENCE) -> dict[str, Any]:
+        """The host's next line (read from the pipe itself, so a wait can time out)."""
         assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line, "the host printed nothing more"
+        fd = self.proc.stdout.fileno()
+        give_up = time.monotonic() + timeout
+        while b"\n" not in self._out:
+            left = give_up - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise AssertionError(f"the host printed nothing in {timeout:.0f}s")
+            chunk = os.read(fd, 4096)
+            assert chunk, "the host printed nothing more"
+            self._out += chunk
+        line, self._out = self._out.split(b"\n", 1)
         result: dict[str, Any] = json.loads(line)
         return result
+
+    def last(self) -> dict[str, Any]:
+        """What became of the command (any SIGCONT lines before it are skipped)."""
+        while "resumed" in (line := self.line()):
+            pass
+        return line
 
     def cleanup(self) -> None:
         # The watchdog too: a failed test may leave it stopped, and nothing would resume it.
@@ -249,12 +325,13 @@ def test_the_job_cannot_signal_its_watchdog_away(tmp_path: Path, hosts: list[Hos
     )
     host = Host(tmp_path, lease=600, renew=False, grace=1, job=job)
     hosts.append(host)
-    # SIGSTOP by pid cannot be refused, but the supervisor resumes its watchdog at once.
-    give_up = time.monotonic() + PATIENCE
-    while state(host.watchdog) == "T":
-        assert time.monotonic() < give_up, "the watchdog stayed stopped"
-        time.sleep(0.05)
-    assert alive(host.watchdog)
+    # SIGSTOP by pid cannot be refused, but the supervisor resumes its watchdog at once. Wait
+    # for that event itself: the host's SIGCONT to a watchdog that was stopped ("T"). (Seeing
+    # the watchdog not stopped proves nothing: the job's SIGSTOP may not have landed yet, and
+    # with the supervisor then killed, nothing would be left to resume it: docs/run.md.)
+    resumed = host.line()
+    assert resumed == {"resumed": host.watchdog, "was": "T"}
+    assert state(host.watchdog) not in ("T", "t")  # SIGCONT acts before kill() returns
     assert alive(host.leader)
     # It still does its job: the supervisor dies, the job goes.
     os.kill(host.proc.pid, signal.SIGKILL)
@@ -334,3 +411,130 @@ def test_stdin_passes_through_and_no_capture_output_is_ours(tmp_path: Path) -> N
         check=False,
     )
     assert (proc.returncode, proc.stdout) == (4, b"hello\ndone\n"), proc.stderr
+
+
+PR_CAPBSET_DROP = 24
+CAP_SYS_PTRACE = 19
+
+
+def _without_cap_sys_ptrace() -> None:
+    """(preexec) As root, drop CAP_SYS_PTRACE from the bounding set: the host and all it execs
+    (the watchdog, the job) are then root without it, as a same-user non-root job would be."""
+    if os.geteuid() == 0:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_CAPBSET_DROP, CAP_SYS_PTRACE, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "PR_CAPBSET_DROP")
+
+
+def _yama_scope() -> int:
+    try:
+        return int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text())
+    except (OSError, ValueError):
+        return 0
+
+
+def test_the_job_cannot_ptrace_its_watchdog(tmp_path: Path, hosts: list[Host]) -> None:
+    if _yama_scope() >= 1:
+        pytest.skip("Yama's ptrace_scope refuses a child's ptrace of its parent anyway")
+    # Opening /proc/PID/mem is the ptrace attach check: same user, same capabilities, and the
+    # target dumpable (or CAP_SYS_PTRACE). The shell opens it itself (`true` is a builtin);
+    # its own background child (dumpable: a plain exec) is the control.
+    job = (
+        "sleep 1000 & bg=$!; "
+        "if true < /proc/$PPID/mem; then w=open; else w=denied; fi 2>/dev/null; "
+        "if true < /proc/$bg/mem; then b=open; else b=denied; fi 2>/dev/null; "
+        "grep CapEff /proc/self/status > caps; "
+        'echo "$w $b" > access; echo "$$ $bg" > ready; wait'
+    )
+    try:
+        host = Host(
+            tmp_path, lease=600, renew=False, grace=1, job=job, preexec_fn=_without_cap_sys_ptrace
+        )
+    except subprocess.SubprocessError as exc:
+        pytest.skip(f"cannot drop CAP_SYS_PTRACE here: {exc}")
+    hosts.append(host)
+    effective = int((tmp_path / "caps").read_text().split()[1], 16)
+    assert not effective & (1 << CAP_SYS_PTRACE), "the job still has CAP_SYS_PTRACE"
+    assert (tmp_path / "access").read_text() == "denied open\n"
+
+
+def test_between_events_the_watchdog_sleeps(tmp_path: Path, hosts: list[Host]) -> None:
+    # A lease that ends in minutes and nothing happening: no wake-up until then (a timerfd
+    # armed for the deadline, not a tick).
+    host = Host(tmp_path, lease=600, renew=False, grace=1, job='echo "$$" > ready; exec sleep 1000')
+    hosts.append(host)
+    before = sleeps(host.watchdog)
+    time.sleep(4.0)
+    # At most the one sleep it may not have reached yet when we looked (a tick of 0.5 s: 8).
+    assert sleeps(host.watchdog) - before <= 1
+
+
+def test_the_boot_timer_fires_at_its_moment() -> None:
+    timer = _BootTimer()
+    assert timer.fd is not None, "no CLOCK_BOOTTIME timerfd on this Linux"
+    try:
+        now = _boottime()
+        assert timer.timeout(now + 0.3, now) is None  # armed: sleep until the fd is readable
+        assert select.select([timer.fd], [], [], 0.1)[0] == []
+        assert select.select([timer.fd], [], [], PATIENCE)[0] == [timer.fd]
+        assert _boottime() >= now + 0.3
+        timer.fired()
+        assert timer.timeout(None, _boottime()) is None  # disarmed: no deadline, no wake-up
+        assert select.select([timer.fd], [], [], 0.5)[0] == []
+    finally:
+        os.close(timer.fd)
+
+
+def test_without_a_boot_timer_sleeps_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    timer = _BootTimer()
+    if timer.fd is not None:
+        os.close(timer.fd)
+    timer.fd = None  # e.g. a kernel without timerfd: a boot-time clock, no timer on it
+    assert timer.timeout(100.0 + 30, 100.0) == TICK_SECONDS  # a suspend noticed within a tick
+    assert timer.timeout(100.0 + 0.1, 100.0) == pytest.approx(0.1)
+    assert timer.timeout(None, 100.0) is None
+    monkeypatch.setattr(watchdog_module, "_CLOCK_BOOTTIME", None)  # one clock for both
+    assert timer.timeout(100.0 + 30, 100.0) == pytest.approx(30)
+
+
+@pytest.fixture
+def elsewhere(tmp_path: Path) -> Path:
+    """The watchdog script with Linux's extras stubbed away (NO_LINUX_EXTRAS)."""
+    script = tmp_path / "watchdog_elsewhere.py"
+    script.write_text(NO_LINUX_EXTRAS.format(path=watchdog_module.__file__))
+    return script
+
+
+def test_without_linux_extras_the_group_is_still_stopped_at_the_deadline(
+    tmp_path: Path, hosts: list[Host], elsewhere: Path
+) -> None:
+    lease = 4.0
+    began = time.monotonic()
+    host = Host(tmp_path, lease=lease, renew=False, grace=1, job=TREE, watchdog_script=elsewhere)
+    started = time.monotonic()
+    hosts.append(host)
+    leader, background, daemon = host.tree
+    seen = wait_gone([leader, background])
+    assert min(seen.values()) > began + enforcement_window(lease, 0, 1)[0] - 0.5
+    assert max(seen.values()) < started + lease + 1.0  # headroom: the test's own wake-up
+    assert host.last() == {"returncode": -signal.SIGKILL, "stopped": "lease_lost"}
+    assert host.reason.read_text() == "lease_lost\n"
+    # What the platform table says such a system loses: the daemon left the group, and with
+    # no subreaper (nor /proc) the watchdog neither has it nor can find it.
+    assert alive(daemon)
+
+
+def test_without_linux_extras_the_group_is_still_stopped_when_the_supervisor_dies(
+    tmp_path: Path, hosts: list[Host], elsewhere: Path
+) -> None:
+    host = Host(tmp_path, lease=600, renew=False, grace=1, job=TREE, watchdog_script=elsewhere)
+    hosts.append(host)
+    leader, background, daemon = host.tree
+    killed = time.monotonic()
+    os.kill(host.proc.pid, signal.SIGKILL)
+    seen = wait_gone([leader, background])
+    # The stop signal at once (ignored), SIGKILL after the grace: nowhere near the lease.
+    assert max(seen.values()) < killed + 1 + PATIENCE / 2
+    assert host.reason.read_text() == "lease_lost\n"
+    wait_gone([host.watchdog])
+    assert alive(daemon)  # escaped, as above
