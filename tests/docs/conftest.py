@@ -1,8 +1,8 @@
 """Fixtures for running the docs' recipes: a server, an agent, a sandbox with stand-ins.
 
-``sandbox`` is a working directory with stand-in scripts (``deploy.sh``, ``ci/job.sh``, a
-``Makefile`` with a ``deploy`` target), and an environment pointing ``jobagentctl`` (this
-checkout's, first on ``PATH``) at a real server with a fresh agent. Every process a recipe
+``sandbox`` is a working directory with stand-in scripts (``deploy.sh``, ``ci/job.sh``), and an
+environment pointing ``jobagentctl`` (this checkout's, first on ``PATH``) at a real server with
+a fresh agent. Every process a recipe
 starts carries a token, so a test can ask what is still running and kill it afterwards.
 """
 
@@ -24,7 +24,7 @@ from tests.fixtures.live_server import LiveServer
 from tests.fixtures.processes import TOKEN_VARIABLE, kill_tagged, new_token, tagged
 from tests.fixtures.waiting import wait_until
 
-# The stand-in for the recipes' deploy.sh (and ci/job.sh, make deploy): it records each
+# The stand-in for the recipes' deploy.sh (and ci/job.sh): it records each
 # deploy, leaves a background process in its group (a recipe must stop it with the group; it
 # does not hold the output pipes, which would make `run` wait --grace for them), works until
 # the test creates "$RELEASE" (created up front when the test does not care), and exits
@@ -37,8 +37,6 @@ while [ ! -e "$RELEASE" ]; do sleep 0.05; done
 echo "deployed"
 exit "${DEPLOY_EXIT:-0}"
 """
-
-MAKEFILE = "deploy:\n\t./deploy.sh\n"
 
 
 class Proc:
@@ -117,7 +115,6 @@ class Sandbox:
         workdir.mkdir(parents=True, exist_ok=True)
         self.write("deploy.sh", DEPLOY_SH, executable=True)
         self.write("ci/job.sh", DEPLOY_SH, executable=True)
-        self.write("Makefile", MAKEFILE)
         self.env: dict[str, str] = {
             **server.base_env(),
             **server.env(),
