@@ -4,6 +4,7 @@ databases."""
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -184,7 +185,7 @@ async def test_v4_upgrade_keeps_running_attempts_and_their_numbers(empty_url: st
     store = open_store(empty_url)
     await store.open()
     try:
-        assert await store.migrate() == [4]
+        assert await store.migrate() == [4, 5]
         rows = sql(empty_url, "SELECT id, attempts FROM job ORDER BY attempts")
         assert [(str(i), n) for i, n in rows] == [(done, 1), (running, 2)]
         attempts = await store.list_attempts(uuid.UUID(ws), uuid.UUID(running))
@@ -201,5 +202,51 @@ async def test_v4_upgrade_keeps_running_attempts_and_their_numbers(empty_url: st
         )
         attempts = await store.list_attempts(uuid.UUID(ws), uuid.UUID(running))
         assert [(a.attempt, a.outcome) for a in attempts] == [(1, "expired"), (2, "completed")]
+    finally:
+        await store.close()
+
+
+async def test_v5_upgrade_gives_every_slug_ctrlplanes_form(empty_url: str) -> None:
+    """Slugs v2 allowed (one character, "." and "_") are rewritten to ^[a-z0-9-]{3,50}$,
+    unique; valid ones are left alone."""
+    postgres = empty_url.startswith("postgres")
+    now = "now()" if postgres else "(julianday('now') - 2440587.5) * 86400.0"
+    slugs = {str(uuid.uuid4()): slug for slug in ("w", "team.a", "team_a", "fine-slug")}
+    script = [body for version, body in migrations("postgres" if postgres else "sqlite")][:4]
+    script += [
+        "CREATE TABLE schema_migrations (version integer PRIMARY KEY, applied_at "
+        + ("timestamptz" if postgres else "REAL")
+        + " NOT NULL)",
+        f"INSERT INTO schema_migrations VALUES (1, {now}), (2, {now}), (3, {now}), (4, {now})",
+        *(
+            f"INSERT INTO workspace (id, name, slug, created_at) VALUES ('{i}', 'w', '{s}', {now})"
+            for i, s in slugs.items()
+        ),
+    ]
+    for statement in script:
+        if postgres:
+            with psycopg.connect(empty_url, autocommit=True) as pg:
+                pg.execute(statement.encode())
+        else:
+            conn = sqlite3.connect(empty_url.removeprefix("sqlite:///"), isolation_level=None)
+            try:
+                conn.executescript(statement)
+            finally:
+                conn.close()
+    store = open_store(empty_url)
+    await store.open()
+    try:
+        assert await store.migrate() == [5]
+        after = {str(i): s for i, s in sql(empty_url, "SELECT id, slug FROM workspace")}
+        for workspace_id, old in slugs.items():
+            new = after[workspace_id]
+            assert re.fullmatch(r"[a-z0-9-]{3,50}", new), new
+            if old == "fine-slug":
+                assert new == old
+            else:
+                assert new == old.replace(".", "-").replace("_", "-") + "-" + workspace_id[:8]
+            record = await store.get_workspace_by_slug(new)
+            assert record is not None and str(record.id) == workspace_id
+        assert len(set(after.values())) == len(after)
     finally:
         await store.close()
