@@ -327,6 +327,10 @@ class Child:
         os.close(control_r)
         os.close(status_w)
         child = cls(process, None, None, grace=grace, control_fd=control_w, status_fd=status_r)
+        if lease_deadline is not None:
+            # Sent before the command starts: if we freeze while waiting for "started", the
+            # watchdog must already have a deadline to enforce.
+            child.lease_holds_until(lease_deadline)
         # The first word from the watchdog: the command runs, or why it could not start.
         give_up = time.monotonic() + _WATCHDOG_START_SECONDS
         while child.leader_pid == 0:
@@ -353,8 +357,6 @@ class Child:
                 raise OSError(errno.ENOEXEC, f"watchdog: {line[6:]}")
         os.set_blocking(status_r, False)
         os.set_blocking(control_w, False)
-        if lease_deadline is not None:
-            child.lease_holds_until(lease_deadline)
         return child
 
     def _read_line(self) -> str | None:

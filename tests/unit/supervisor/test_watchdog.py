@@ -538,3 +538,48 @@ def test_without_linux_extras_the_group_is_still_stopped_when_the_supervisor_die
     assert host.reason.read_text() == "lease_lost\n"
     wait_gone([host.watchdog])
     assert alive(daemon)  # escaped, as above
+
+
+# A supervisor that freezes (SIGSTOP of itself) the moment the watchdog first has something to
+# say, i.e. before it has read "started": the lease it was given must hold all the same.
+FROZEN_AT_START = """
+import os, signal, sys, time
+from jobagentctl.supervisor.child import Child
+read_line = Child._read_line
+def frozen(self):
+    os.kill(os.getpid(), signal.SIGSTOP)
+    return read_line(self)
+Child._read_line = frozen
+lease = float(sys.argv[1])
+child = Child.start(sys.argv[2:], dict(os.environ), capture=False,
+                    lease_deadline=time.monotonic() + lease, grace=1)
+"""
+
+
+def test_a_supervisor_frozen_while_the_job_starts_has_its_lease_enforced(tmp_path: Path) -> None:
+    lease = 3.0
+    os.mkfifo(tmp_path / "ready")
+    began = time.monotonic()
+    host = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            FROZEN_AT_START,
+            str(lease),
+            "sh",
+            "-c",
+            "echo $$ > ready; exec sleep 1000",
+        ],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        leader = int(read_fifo(tmp_path / "ready"))
+        seen = wait_gone([leader])
+        assert state(host.pid) == "T"  # it never got to hear that the command started
+        assert seen[leader] < began + lease + 1.0  # headroom: the test's own wake-up
+    finally:
+        with contextlib.suppress(OSError):
+            os.killpg(host.pid, signal.SIGKILL)
+        host.wait(PATIENCE)
