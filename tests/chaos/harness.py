@@ -90,6 +90,11 @@ class ChaosConfig:
     calm: bool = False  # no faults: the control run (nothing may be re-run or lost)
     only: tuple[str, ...] | None = None  # draw faults of these kinds only
     watchdog: bool = True  # False: agents run jobs without the watchdog (JOBAGENTCTL_WATCHDOG=0)
+    # The share of jobs that outlive a lease + reap interval (they need heartbeats, and a
+    # killed or frozen agent's copy of one is still running when the job is re-run: what the
+    # watchdog must prevent), and how long they sleep, in leases. The rest sleep 0.05-1.5 s.
+    long_jobs: float = 0.4
+    long_leases: tuple[float, float] = (2.0, 3.5)
     keep: bool = False
     verbose: bool = False
 
@@ -568,9 +573,11 @@ class ChaosRun:
         cfg = self.config
         rng = random.Random(f"jobs-{cfg.seed}")
         times = arrival_times(rng, cfg)
+        low, high = (leases * cfg.lease for leases in cfg.long_leases)
         for index, at in enumerate(times):
-            # Most jobs fit in a lease; one in five needs heartbeats to live through its work.
-            pause = rng.uniform(2.5, 4.5) if rng.random() < 0.2 else rng.uniform(0.05, 1.5)
+            # Short jobs fit in a lease; long ones need heartbeats to live through their work.
+            long = rng.random() < cfg.long_jobs
+            pause = rng.uniform(low, high) if long else rng.uniform(0.05, 1.5)
             while self._now() < at:
                 time.sleep(0.05)
             self._enqueue(index, round(pause, 2))
@@ -747,6 +754,7 @@ class ChaosRun:
             overlaps=parse_overlaps(records),
             kills=list(self.kills),
             freezes=list(self.freezes),
+            watchdog=cfg.watchdog,
         )
 
     def _outages(self) -> list[tuple[float, float]]:

@@ -145,6 +145,10 @@ class Evidence:
     overlaps: list[Overlap] | None = None  # the witness's; None: spans of records instead
     kills: list[tuple[int, float]] = field(default_factory=list)  # (slot, agent SIGKILL)
     freezes: list[tuple[int, float, float]] = field(default_factory=list)  # agent+job stopped
+    # The agents ran their jobs under the watchdog: an overlap caused by an agent's SIGKILL or
+    # SIGSTOP is then a violation, not a figure (docs/run.md: the tree is gone before the
+    # lease ends). Only a frozen host may still overlap.
+    watchdog: bool = False
 
 
 @dataclass
@@ -173,13 +177,19 @@ def _ts(value: Any) -> float | None:
 
 
 OVERLAP_CAUSES = ("agent_kill", "agent_stop", "frozen host", "other")
+# With the watchdog, overlaps of these causes break an invariant (see Evidence.watchdog).
+WATCHDOG_CAUSES = ("agent_kill", "agent_stop")
 
 
-def _overlap_causes(ev: Evidence, executions_by_job: dict[str, list[Execution]]) -> dict[str, int]:
-    """Each witnessed overlap, by what happened to the earlier execution's agent between its
-    start and the later one's: SIGKILLed alone, SIGSTOPped alone, stopped with its job (a
-    frozen host), or none of these (a lease lost while the agent lived, an operator requeue)."""
-    causes: dict[str, int] = {}
+def _overlap_causes(
+    ev: Evidence, executions_by_job: dict[str, list[Execution]]
+) -> list[tuple[Overlap, str]]:
+    """Each witnessed overlap with its cause: what happened to the earlier execution's agent
+    between its start and the later one's. In this order: stopped with its job (a frozen
+    host, the one overlap the watchdog cannot prevent); the job requeued by an operator (its
+    agent runs on until its next heartbeat is refused: "other"); SIGKILLed alone; SIGSTOPped
+    alone; or none of these ("other": a lease lost while the agent lived)."""
+    found: list[tuple[Overlap, str]] = []
     for o in ev.overlaps or []:
         runs = executions_by_job.get(o.job_id, [])
         earlier = next((e for e in runs if e.attempt == o.earlier), None)
@@ -187,14 +197,16 @@ def _overlap_causes(ev: Evidence, executions_by_job: dict[str, list[Execution]])
         cause = "other"
         if earlier is not None and later is not None:
             a, b, slot = earlier.started, later.started, earlier.slot
-            if any(s == slot and a <= t <= b for s, t in ev.kills):
-                cause = "agent_kill"
-            elif any(s == slot and start <= b and end >= a for s, start, end in ev.freezes):
+            if any(s == slot and start <= b and end >= a for s, start, end in ev.freezes):
                 cause = "frozen host"
+            elif any(j == o.job_id and a <= t <= b for j, t in ev.requeues):
+                cause = "other"
+            elif any(s == slot and a <= t <= b for s, t in ev.kills):
+                cause = "agent_kill"
             elif any(s == slot and start <= b and end >= a for s, start, end in ev.pauses):
                 cause = "agent_stop"
-        causes[cause] = causes.get(cause, 0) + 1
-    return causes
+        found.append((o, cause))
+    return found
 
 
 def _overlap(a: float, b: float, intervals: list[tuple[float, float]]) -> float:
@@ -221,6 +233,7 @@ def check(ev: Evidence) -> CheckResult:
         "no job left inProgress": [],
         "attempts explain every re-run": [],
         "every lease loss explained by a fault": [],
+        "no overlap after an agent kill or stop (watchdog)": [],
         "records well formed": list(ev.bad_records),
     }
     attempts_by_claim: dict[tuple[str, str], dict[str, Any]] = {}
@@ -422,9 +435,18 @@ def check(ev: Evidence) -> CheckResult:
     for runs in executions_by_job.values():
         spans = sorted((e.started, e.ended or float("inf")) for e in runs)
         overlapping += sum(1 for a, b in itertools.pairwise(spans) if b[0] < a[1])
-    causes = _overlap_causes(ev, executions_by_job)
+    caused = _overlap_causes(ev, executions_by_job)
+    causes = Counter(cause for _, cause in caused)
     if ev.overlaps is not None:
-        overlapping = sum(causes.values())
+        overlapping = len(caused)
+    if ev.watchdog:
+        v["no overlap after an agent kill or stop (watchdog)"] += [
+            f"job {o.job_id}: attempt {o.attempt} (agent {o.slot}) started while attempt "
+            f"{o.earlier}'s tree still lived, after its agent's {cause}: the watchdog should "
+            "have stopped it before the lease ended"
+            for o, cause in caused
+            if cause in WATCHDOG_CAUSES
+        ]
     worst = max(recovery, default=None)
     clean = max((r for r in recovery if r[1] == bound), default=None)
     over = [r for r in recovery if r[0] > r[1] + RECOVERY_TOLERANCE]

@@ -7,6 +7,7 @@ seeded faults; then every invariant is checked. ``make chaos`` runs the long cam
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 # Different from the seeds in docs/reliability.md, so CI and the long campaign widen coverage.
 CI_SEEDS = (101, 102)
+# One job in five outlives a lease (2.5-4.5 s), not the campaign's two in five of 4-7 s: the
+# runs stay short. With the watchdog an overlap after an agent's SIGKILL or SIGSTOP still
+# fails them (an invariant); the baseline's overlaps are the campaign's to show.
+CI_JOB_MIX: dict[str, Any] = {"long_jobs": 0.2, "long_leases": (1.25, 2.25)}
 
 
 def _run(config: ChaosConfig, request: pytest.FixtureRequest, tmp_path: Path) -> RunResult:
@@ -39,7 +44,9 @@ def _explain(result: RunResult) -> str:
 def test_no_job_is_lost_or_completed_twice(
     db: str, seed: int, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    config = ChaosConfig(seed=seed, db=db, jobs=14, agents=3, duration=8.0, settle_timeout=60.0)
+    config = ChaosConfig(
+        seed=seed, db=db, jobs=14, agents=3, duration=8.0, settle_timeout=60.0, **CI_JOB_MIX
+    )
     result = _run(config, request, tmp_path)
     figures = result.check.figures
     assert figures["lost jobs"] == 0, _explain(result)
@@ -55,7 +62,14 @@ def test_a_calm_run_reruns_nothing(request: pytest.FixtureRequest, tmp_path: Pat
     lease. Nothing may be re-run, no lease lost, and every attempt must complete. (It caught
     the long-poll lease defect, test_regression_long_poll_claim_loses_lease.)"""
     config = ChaosConfig(
-        seed=1, db="sqlite", jobs=10, agents=3, duration=8.0, calm=True, settle_timeout=15.0
+        seed=1,
+        db="sqlite",
+        jobs=10,
+        agents=3,
+        duration=8.0,
+        calm=True,
+        settle_timeout=15.0,
+        **CI_JOB_MIX,
     )
     result = _run(config, request, tmp_path)
     figures = result.check.figures

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.invariants import Evidence, Execution, check, parse_executions
+from tests.chaos.invariants import Evidence, Execution, Overlap, check, parse_executions
 from tests.chaos.proxy import Exchange
 
 T0 = 1_800_000_000.0
@@ -280,6 +280,39 @@ def test_a_lease_loss_counts_only_without_a_fault_nearby(explanation: str) -> No
     found = violations(ev, "every lease loss explained by a fault")
     unexplained = explanation in ("none", "outage while the claim waited")
     assert len(found) == (1 if unexplained else 0), found
+
+
+@pytest.mark.parametrize("watchdog", [True, False])
+@pytest.mark.parametrize(
+    ("fault", "cause"),
+    [
+        ("agent_kill", "agent_kill"),
+        ("agent_stop", "agent_stop"),
+        ("frozen host", "frozen host"),
+        ("requeued", "other"),  # the operator's requeue explains it, the kill after it not
+        ("none", "other"),
+    ],
+)
+def test_with_the_watchdog_an_overlap_after_an_agent_kill_or_stop_is_a_violation(
+    fault: str, cause: str, watchdog: bool
+) -> None:
+    ev = clean()
+    ev.watchdog = watchdog
+    ev.overlaps = [Overlap(JOB, 2, 0, 1)]  # attempt 2 started while attempt 1's tree lived
+    if fault in ("agent_kill", "requeued"):
+        ev.kills = [(0, T0 + 1.5)]
+    if fault == "requeued":
+        ev.requeues = [(JOB, T0 + 1.2)]
+    if fault in ("agent_stop", "frozen host"):
+        ev.pauses = [(0, T0 + 1.5, T0 + 5.0)]
+    if fault == "frozen host":
+        ev.freezes = list(ev.pauses)
+    result = check(ev)
+    assert result.figures[f"overlaps: {cause}"] == 1
+    assert result.figures["overlapping executions (zombies)"] == 1
+    found = result.violations["no overlap after an agent kill or stop (watchdog)"]
+    # Only a frozen host (and what no agent fault explains) may overlap with the watchdog on.
+    assert len(found) == (1 if watchdog and cause in ("agent_kill", "agent_stop") else 0), found
 
 
 def test_parse_executions_pairs_starts_with_ends_and_flags_junk() -> None:

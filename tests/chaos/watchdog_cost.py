@@ -8,8 +8,10 @@
    script (``python -I -S watchdog.py``, what ``Child`` does) against importing the
    package (what ``python -m jobagentctl.supervisor.watchdog`` would pay first).
 2. Supervision: ``sleep SECONDS`` under the watchdog with a lease of 15 s renewed every 5 s
-   (``run``'s heartbeat cadence for that lease); the watchdog's CPU (user + system, from
-   /proc) over the wall time, and its peak RSS (VmHWM).
+   (``run``'s heartbeat cadence for that lease); the watchdog's CPU over the wall time (from
+   /proc/PID/schedstat, in nanoseconds; clock ticks where it is missing), split into its
+   start-up (until the command runs) and the rest, its wake-ups (voluntary context switches:
+   every sleep it wakes from, independent of the machine's load) and its peak RSS (VmHWM).
 """
 
 from __future__ import annotations
@@ -66,15 +68,20 @@ def startup(rounds: int) -> None:
     print(f"  python -I -S -c pass                              {med(bare) * 1000:7.1f} ms")
 
 
-def _stat(pid: int) -> tuple[float, int]:
-    """CPU seconds (user + system) and peak RSS in KiB of ``pid``."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = int(fields[11]) + int(fields[12])
-    hwm = 0
+def _stat(pid: int) -> tuple[float, int, int]:
+    """CPU seconds (user + system), peak RSS in KiB and voluntary context switches of ``pid``."""
+    try:
+        cpu = int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    hwm = switches = 0
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             hwm = int(line.split()[1])
-    return ticks / os.sysconf("SC_CLK_TCK"), hwm
+        elif line.startswith("voluntary_ctxt_switches:"):
+            switches = int(line.split()[1])
+    return cpu, hwm, switches
 
 
 def supervision(seconds: float) -> None:
@@ -84,15 +91,23 @@ def supervision(seconds: float) -> None:
         ["sleep", str(seconds)], dict(os.environ), capture=False, lease_deadline=t0 + lease
     )
     watchdog = child.process.pid
-    cpu, hwm = _stat(watchdog)
+    started = time.monotonic()
+    first_cpu, hwm, first_switches = _stat(watchdog)
+    cpu, switches = first_cpu, first_switches
     while child.poll() is None:
         child.lease_holds_until(time.monotonic() + lease)
-        cpu, hwm = _stat(watchdog)
+        cpu, hwm, switches = _stat(watchdog)
         time.sleep(5.0)
-    wall = time.monotonic() - t0
+    wall, idle = time.monotonic() - t0, time.monotonic() - started
     child.kill_leftovers()
+    rest, wakeups = cpu - first_cpu, switches - first_switches
     print(f"watchdog over {wall:.0f} s of `sleep` (lease {lease:.0f} s renewed every 5 s):")
-    print(f"  CPU {cpu:.2f} s = {cpu / wall * 100:.3f} % of a core; peak RSS {hwm / 1024:.1f} MB")
+    print(f"  CPU {cpu:.3f} s = {cpu / wall * 100:.3f} % of a core; peak RSS {hwm / 1024:.1f} MB")
+    print(f"  of which start-up (until the command ran) {first_cpu * 1000:.1f} ms")
+    print(
+        f"  after it: {rest * 1000:.2f} ms over {idle:.0f} s = {rest / idle * 100:.4f} % of a "
+        f"core; {wakeups} wake-ups = {wakeups / idle * 60:.0f} per minute"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
