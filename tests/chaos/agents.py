@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 __all__ = ["Agent", "alive", "children", "tree_groups"]
@@ -65,6 +66,7 @@ class Agent:
         self.command = command
         self.proc: subprocess.Popen[bytes] | None = None
         self.incarnation = 0
+        self.started_at = 0.0  # wall clock of the current incarnation's start
         self.busy = False  # killed and waiting for its restart, or stopped
         self.draining = False
         self._stopped_groups: list[int] = []
@@ -78,6 +80,7 @@ class Agent:
 
     def start(self) -> None:
         self.incarnation += 1
+        self.started_at = time.time()
         with self.log_path().open("wb") as log:
             self.proc = subprocess.Popen(
                 self.command,

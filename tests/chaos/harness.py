@@ -70,6 +70,9 @@ sleep "${pause:-0.5}"
 echo "end $JOBAGENTCTL_JOB_ID $JOBAGENTCTL_ATTEMPT $JOBAGENTCTL_CLAIM_ID $$ $CHAOS_SLOT \
 $(date +%s.%N)" >> "$CHAOS_RECORDS"
 """
+# How long an agent kill or stop (of the agent alone) may wait for its target to be early in
+# a long job (_early_in_a_long_job); then it strikes whatever the agent is doing.
+_AIM_SECONDS = 3.0
 # How long the agents get to drain (finish the job in hand) before SIGKILL.
 _DRAIN_TIMEOUT = 30.0
 _METRICS_EVERY = 0.5
@@ -236,6 +239,7 @@ class ChaosRun:
         self.freezes: list[tuple[int, float, float]] = []  # the same, agent+job (frozen host)
         self.kills: list[tuple[int, float]] = []  # (slot, SIGKILL) of the agent alone
         self.requeues: list[tuple[str, float]] = []  # (job id, when) operator overrides
+        self.sleeps: dict[str, float] = {}  # job id → how long its script works
         self.metrics = _Metrics()
         self._events: list[tuple[float, int, str, Callable[[], None]]] = []
         self._seq = 0
@@ -435,6 +439,16 @@ class ChaosRun:
                 self.skipped[kind] += 1
                 return
             with_job = fault.detail == "agent+job"
+            if (
+                kind in ("agent_kill", "agent_stop")
+                and not with_job
+                and not self._early_in_a_long_job(agent)
+                and self._now() < fault.at + _AIM_SECONDS
+            ):
+                # Aim where an orphan (kill) or a zombie (stop) would outlive its lease and
+                # overlap the job's re-run, which is what the watchdog must prevent.
+                self._at(self._now() + 0.2, kind, functools.partial(self._inject, fault))
+                return
             if kind == "agent_kill":
                 agent.kill(with_job)
                 if not with_job:
@@ -491,6 +505,20 @@ class ChaosRun:
             self._at(self._now() + fault.duration, "proxy clear", self._clear_proxy)
         self.injected[kind] += 1
         self.log(f"inject {fault.describe()}")
+
+    def _early_in_a_long_job(self, agent: Agent) -> bool:
+        """Whether ``agent`` runs a job whose script still has more than a lease + reap
+        interval (+ 1 s) of work ahead: killed or frozen now, its copy would still run when
+        the job is re-run elsewhere (unless a watchdog stops it)."""
+        if not children(agent.pid):
+            return False
+        executions, _ = parse_executions(self.records_path.read_text(encoding="utf-8"))
+        mine = [e for e in executions if e.slot == agent.slot and e.started >= agent.started_at]
+        if not mine or mine[-1].ended is not None:
+            return False
+        current = mine[-1]
+        left = current.started + self.sleeps.get(current.job_id, 0.0) - time.time()
+        return left > self.config.lease + self.config.reap_interval + 1.0
 
     def _restart_interrupted(self, agent: Agent) -> None:
         """Start an interrupted agent again once it has released its job and exited."""
@@ -591,12 +619,14 @@ class ChaosRun:
                 if not server.running:
                     continue
                 try:
-                    status, _ = server.request(
+                    status, job = server.request(
                         "POST", f"job-agents/{self.agent_id}/jobs", body, timeout=5
                     )
                 except (OSError, http.client.HTTPException, ValueError):
                     continue
                 if status == 201:
+                    if isinstance(job, dict) and "id" in job:
+                        self.sleeps[str(job["id"])] = pause
                     self._enqueued += 1
                     return
             time.sleep(0.2)
