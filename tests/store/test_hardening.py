@@ -88,6 +88,46 @@ async def test_a_wake_up_left_unused_goes_to_the_next_waiter() -> None:
     assert waiters.waiting(agent) == 1
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_regression_sqlite_waiters_are_polled_once_per_tick_not_each(env: Env) -> None:
+    """Issue 11 §6 (audit): every SQLite waiter asked "anything queued?" every second; 2,000
+    idle waiters cost half a core. Now one poller per process: a tick is one ``PRAGMA
+    data_version``, and a count of the queued jobs only when another process has written;
+    a job queued there wakes one waiter, not all of them."""
+    waiter = open_store(env.url, poll_interval=0.05)
+    assert isinstance(waiter, SqlStore) and isinstance(waiter.connector, SqliteConnector)
+    await waiter.open()
+    tasks: list[asyncio.Task[bool]] = []
+    try:
+        tasks = [asyncio.create_task(waiter.wait_for_job(env.agent, WAIT)) for _ in range(2000)]
+        await asyncio.sleep(0)
+        await waiter.claim_stats()  # behind every waiter's initial check on the one thread
+        statements: list[str] = []
+        conn = waiter.connector._conn  # the connection's own trace: every statement it runs
+        assert conn is not None
+        conn.set_trace_callback(statements.append)
+
+        def ticks() -> int:
+            return sum("data_version" in statement for statement in statements)
+
+        await await_until(lambda: ticks() >= 2, what="the poller's first look")
+        statements.clear()  # the first tick counted: nothing was known yet
+        await await_until(lambda: ticks() >= 5, what="five poller ticks")
+        assert all("data_version" in statement for statement in statements), set(statements)
+
+        await env.job()  # env.store is another connection: another process on the file
+        await await_until(lambda: any(task.done() for task in tasks), what="a waiter woken")
+        seen = ticks()
+        await await_until(lambda: ticks() >= seen + 5, what="five more ticks")
+        assert sum(task.done() for task in tasks) == 1
+        assert sum("json_each" in statement for statement in statements) == 1  # one count
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await waiter.close()
+
+
 # --- §5: a frozen PostgreSQL ----------------------------------------------------------------------
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -38,10 +40,50 @@ from jobagentctl.server.store.base import Store, WorkspaceRecord
 
 __all__ = ["JobService", "resolve_lease"]
 
-# A long-poll re-checks the queue at least this often even without a wake-up signal. The stores
-# already close the gap between "nothing queued" and "start waiting" (they re-check after
-# registering the waiter); this bounds the cost of any signal lost some other way.
-_WAIT_SLICE_SECONDS = 10.0
+# A long-poll asks the store "anything queued?" again at least this often even without a wake-up
+# signal (a cheap query, not a claim). The stores already close the gap between "nothing
+# queued" and "start waiting" (they re-check after registering the waiter), and wake waiters
+# for jobs queued elsewhere (LISTEN/NOTIFY, or one poller per process); this bounds the cost of
+# a signal lost some other way: long, as no signal is expected to be lost (with the default
+# max_wait_seconds of 30 it seldom comes into play). Each slice is drawn from [1/2, 1] of it,
+# so that long-polls begun together do not re-check together (issue 11 §6).
+_WAIT_SLICE_SECONDS = 60.0
+
+
+class _LongPollEnds:
+    """When long-polls that find nothing answer 204: after their wait, and no more than
+    ``_ENDS_PER_SECOND`` of them in any second (a later one is held a little longer, up to a
+    quarter of its wait). A fleet that reconnected together (after a restart) would otherwise
+    answer and poll again in the same instant every wait, for as long as it runs: thousands of
+    requests at once, each a claim, while an enqueue or another agent's heartbeat waits behind
+    them. Spread once, the polls stay spread and end on time (issue 11 §6)."""
+
+    _BUCKET = 0.1  # seconds
+
+    def __init__(self) -> None:
+        self._ends: dict[int, int] = {}  # bucket → long-polls ending in it
+
+    def deadline(self, wait: float) -> float:
+        now = time.monotonic()
+        first = math.ceil((now + wait) / self._BUCKET)
+        last = math.floor((now + wait * 1.25) / self._BUCKET)
+        room = max(1, round(_ENDS_PER_SECOND * self._BUCKET))
+        if len(self._ends) > 4 * (last - first + 10):
+            past = math.floor(now / self._BUCKET)
+            self._ends = {b: n for b, n in self._ends.items() if b >= past}
+        bucket = next((b for b in range(first, last + 1) if self._ends.get(b, 0) < room), None)
+        if bucket is None:  # more than the allowance within the whole quarter: spread over it
+            return now + wait * (1 + random.uniform(0, 0.25))
+        self._ends[bucket] = self._ends.get(bucket, 0) + 1
+        return max(now + wait, (bucket - random.random()) * self._BUCKET)
+
+
+# How many long-polls that found nothing may answer in one second before later ones are held:
+# each is answered and, by its agent, polled again, a claim and two queries (~1–3 ms of server
+# CPU on this project's 2-core machine, docs/reliability.md).
+_ENDS_PER_SECOND = 200
+
+
 # A cancellation wait re-reads the claim this often: status changes through other processes
 # (replicas, `server` commands, the reaper) send this process no signal.
 _CLAIM_RECHECK_SECONDS = 1.0
@@ -94,6 +136,7 @@ class JobService:
         self._stopping = asyncio.Event()
         # Jobs whose status changed through this process: wakes their cancellation waiters.
         self._job_changed: dict[UUID, asyncio.Event] = {}
+        self._long_poll_ends = _LongPollEnds()
 
     # --- lifecycle ---------------------------------------------------------------------------
     def begin_shutdown(self) -> None:
@@ -279,7 +322,7 @@ class JobService:
         wait = min(wait, self.settings.max_wait_seconds)
         limit = body.limit if body is not None and body.limit is not None else 1
         lease = await self._lease_for(ws, agent_id, requested, claim_next=True)
-        deadline = time.monotonic() + wait
+        deadline = self._long_poll_ends.deadline(wait) if wait > 0 else time.monotonic()
         checked_agent = requested is None  # _lease_for already proved the agent exists
         while True:
             jobs = await self._claim_batch(ws, agent_id, lease, limit)
@@ -289,13 +332,12 @@ class JobService:
                 # An unknown agent must be a 404, not an endless 204.
                 await self._agent_or_404(ws, agent_id)
                 checked_agent = True
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or self._stopping.is_set():
-                return []
-            await self._wait_for_job(agent_id, min(remaining, _WAIT_SLICE_SECONDS), disconnected)
+            if not await self._wait_for_job(agent_id, deadline, disconnected):
+                return []  # the wait ran out, the server stops, or the client left
             if disconnected is not None and disconnected.is_set():
                 return []
             if self._key_check is not None:
+                # Only now, with a job to hand out (issue 11 §4): not on every wake-up.
                 await self._key_check(principal)
 
     async def _claim_batch(
@@ -307,11 +349,28 @@ class JobService:
         return jobs
 
     async def _wait_for_job(
-        self, agent_id: UUID, timeout: float, disconnected: asyncio.Event | None
-    ) -> None:
-        """Wait for a "job queued" signal, the timeout, server shutdown or the client leaving,
-        whichever comes first."""
+        self, agent_id: UUID, deadline: float, disconnected: asyncio.Event | None
+    ) -> bool:
+        """True when a "job queued" signal came before ``deadline`` (monotonic); False when
+        the deadline passed, the server began shutting down or the client left."""
         self.metrics.long_polls.inc()
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._stopping.is_set():
+                    return False
+                piece = min(remaining, _WAIT_SLICE_SECONDS * random.uniform(0.5, 1.0))
+                if await self._wait_slice(agent_id, piece, disconnected):
+                    return True
+                if disconnected is not None and disconnected.is_set():
+                    return False
+        finally:
+            self.metrics.long_polls.dec()
+
+    async def _wait_slice(
+        self, agent_id: UUID, timeout: float, disconnected: asyncio.Event | None
+    ) -> bool:
+        """One ``store.wait_for_job``, cut short by server shutdown or the client leaving."""
         waiter = asyncio.ensure_future(self.store.wait_for_job(agent_id, timeout))
         others = [asyncio.ensure_future(self._stopping.wait())]
         if disconnected is not None:
@@ -320,17 +379,17 @@ class JobService:
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            self.metrics.long_polls.dec()
             for task in tasks:
                 if not task.done():
                     task.cancel()
             for task in others:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            # Last, and not suppressed: a failing wait (database gone) raises here rather than
-            # turning the long-poll into a busy loop of claims.
-            with contextlib.suppress(asyncio.CancelledError):
-                await waiter
+        # Not suppressed: a failing wait (database gone) raises here rather than turning the
+        # long-poll into a busy loop.
+        with contextlib.suppress(asyncio.CancelledError):
+            return await waiter
+        return False
 
     async def heartbeat(
         self, principal: Principal, ws: UUID, job_id: UUID, body: HeartbeatRequest | None

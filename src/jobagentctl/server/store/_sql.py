@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -42,6 +42,7 @@ from jobagentctl.server.store.base import ApiKeyRecord, WorkspaceRecord
 
 __all__ = [
     "NOTIFY_CHANNEL",
+    "QueuedCounts",
     "Row",
     "StatusContext",
     "Waiters",
@@ -62,6 +63,7 @@ __all__ = [
     "load_queries",
     "merge_metadata",
     "migrations",
+    "poll_for_waiters",
     "slugify",
     "wait_event",
     "workspace_from_row",
@@ -412,7 +414,9 @@ def heartbeat_failure(state: Mapping[str, Any] | None) -> JobAgentError:
 class Waiters:
     """Per-agent events for ``wait_for_job``, first come first woken; lives on one event loop
     (the server's). ``notify(agent, n)`` wakes at most ``n`` waiters: one per job queued, so an
-    enqueue costs one claim attempt however many long-polls wait (issue 11 §6)."""
+    enqueue costs one claim attempt however many long-polls wait (issue 11 §6). ``ensure(agent,
+    n)`` is the poller's: ``n`` jobs are queued, so ``n`` waiters should be awake, counting those
+    woken already."""
 
     def __init__(self) -> None:
         # dict as an ordered set: the oldest waiter is woken first.
@@ -443,6 +447,12 @@ class Waiters:
                 event.set()
                 left -= 1
 
+    def ensure(self, agent_id: UUID, jobs: int) -> None:
+        events = self._events.get(agent_id, {})
+        awake = sum(1 for event in events if event.is_set())
+        if jobs > awake:
+            self.notify(agent_id, jobs - awake)
+
     def notify_all(self) -> None:
         # After a listener reconnect notifications may have been missed, and on close every
         # waiter must return: wake everyone; the callers re-try their claim (spurious wake-ups
@@ -456,6 +466,32 @@ class Waiters:
 
     def __iter__(self) -> Iterator[UUID]:
         return iter(list(self._events))
+
+
+# What a poller asks the database: for each of these agents, how many jobs are queued ({} when
+# there is nothing to ask, e.g. no other process has written since the last poll).
+QueuedCounts = Callable[[list[UUID]], Awaitable[Mapping[UUID, int]]]
+
+
+async def poll_for_waiters(waiters: Waiters, interval: float, queued: QueuedCounts) -> None:
+    """The one poller of a process, in place of one per waiter (issue 11 §6): every
+    ``interval`` seconds, if anyone waits, one ``queued(agents)`` call for every agent with
+    waiters, and as many waiters woken per agent as it has jobs queued. Jobs this process
+    queues wake their waiters at once (``notify``); the poller is for what it cannot hear
+    (other processes on a SQLite file; PostgreSQL while LISTEN is down). Runs until
+    cancelled; a failing poll is retried at the next tick (the waiters stay waiting)."""
+    while True:
+        await asyncio.sleep(interval)
+        agents = list(waiters)
+        if not agents:
+            continue
+        try:
+            counts = await queued(agents)
+        except JobAgentError:
+            continue
+        for agent, jobs in counts.items():
+            if jobs > 0:
+                waiters.ensure(agent, jobs)
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> bool:

@@ -31,7 +31,13 @@ from jobagentctl.errors import (
     ServerUnavailable,
     ValidationError,
 )
-from jobagentctl.server.store._sql import Row, Waiters, load_queries, migrations
+from jobagentctl.server.store._sql import (
+    Row,
+    Waiters,
+    load_queries,
+    migrations,
+    poll_for_waiters,
+)
 from jobagentctl.server.store.sql_store import Decide, Params
 
 __all__ = ["PostgresConnector", "translate_error"]
@@ -105,8 +111,10 @@ class PostgresConnector:
         # Operations given up on at the timeout, still unwinding (psycopg cancels the query,
         # then may wait for the server): kept referenced until they finish.
         self._abandoned: set[asyncio.Task[Any]] = set()
-        # Long-polls fall back to re-checking the queue this often while LISTEN is down.
+        # While LISTEN is down, one poller re-checks the queue of every agent with waiters this
+        # often (issue 11 §6).
         self._poll_interval = poll_interval
+        self._poller: asyncio.Task[None] | None = None
         self._listen = listen
         self.pool: AsyncConnectionPool[Conn] | None = None
         self.waiters = Waiters()
@@ -150,6 +158,10 @@ class PostgresConnector:
         self.pool = pool
         if self._listen:
             self._listener = asyncio.create_task(self._listen_forever(), name="jobagentctl-listen")
+        self._poller = asyncio.create_task(
+            poll_for_waiters(self.waiters, self._poll_interval, self._queued_counts),
+            name="jobagentctl-poller",
+        )
 
     async def _configure(self, conn: Conn) -> None:
         # The database gives up on a statement (a lock wait, say) when we do.
@@ -188,13 +200,14 @@ class PostgresConnector:
             task.exception()  # retrieved: it was answered as a timeout already
 
     async def close(self) -> None:
-        listener, pool = self._listener, self.pool
-        self._listener = None
+        listener, poller, pool = self._listener, self._poller, self.pool
+        self._listener = self._poller = None
         self.pool = None
-        if listener is not None:
-            listener.cancel()
-            with suppress(asyncio.CancelledError):
-                await listener
+        for task in (listener, poller):
+            if task is not None:
+                task.cancel()
+                with suppress(asyncio.CancelledError):
+                    await task
         if pool is not None:
             await pool.close()
 
@@ -209,8 +222,8 @@ class PostgresConnector:
                 async with conn:
                     await conn.execute(Q["listen"])
                     self._listening.set()
-                    # Anything queued while we were away went unheard: let every waiter look.
-                    self.waiters.notify_all()
+                    # Anything queued since the poller's last look went unheard.
+                    await self._catch_up()
                     backoff = 0.2
                     while True:
                         async for note in conn.notifies(timeout=30.0):
@@ -227,10 +240,35 @@ class PostgresConnector:
                 raise
             except Exception as exc:  # the listener must outlive any failure: log, retry
                 log.warning("LISTEN connection lost (%s); reconnecting", type(exc).__name__)
+            # Until it is back, the poller asks for the waiters (one query per tick, not one
+            # per waiter, and no wake-up of every waiter: issue 11 §6).
             self._listening.clear()
-            self.waiters.notify_all()
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
+
+    async def _catch_up(self) -> None:
+        """Wake as many waiters as jobs are queued for their agents; if the database cannot
+        say, every waiter (each then checks for itself)."""
+        agents = list(self.waiters)
+        if not agents:
+            return
+        try:
+            counts = await self._counts(agents)
+        except JobAgentError:
+            self.waiters.notify_all()
+            return
+        for agent, jobs in counts.items():
+            if jobs > 0:
+                self.waiters.ensure(agent, jobs)
+
+    async def _queued_counts(self, agents: list[UUID]) -> dict[UUID, int]:
+        """The poller's question, asked only while LISTEN is down (notifications do the rest)."""
+        return {} if self.listening else await self._counts(agents)
+
+    async def _counts(self, agents: list[UUID]) -> dict[UUID, int]:
+        cap = max(self.waiters.waiting(agent) for agent in agents)
+        rows = await self.all("queued_counts", {"agents": agents, "cap": cap})
+        return {row["job_agent_id"]: int(row["queued"]) for row in rows}
 
     @property
     def listening(self) -> bool:
@@ -340,4 +378,5 @@ class PostgresConnector:
         reaches this replica's listener and every other one at commit, in no extra round trip."""
 
     def wait_step(self, remaining: float) -> float:
-        return remaining if self.listening else min(remaining, self._poll_interval)
+        # No poll per waiter, LISTEN or not: notifications, or the one poller, wake them.
+        return remaining

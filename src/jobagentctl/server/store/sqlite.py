@@ -17,7 +17,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from functools import cache, partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,7 +31,13 @@ from jobagentctl.errors import (
     ServerUnavailable,
     ValidationError,
 )
-from jobagentctl.server.store._sql import Row, Waiters, load_queries, migrations
+from jobagentctl.server.store._sql import (
+    Row,
+    Waiters,
+    load_queries,
+    migrations,
+    poll_for_waiters,
+)
 from jobagentctl.server.store.sql_store import Decide, Params
 
 __all__ = ["SqliteConnector"]
@@ -195,9 +201,11 @@ class SqliteConnector:
         self._migration_wait = self._busy_timeout = busy_timeout_ms / 1000.0
         if statement_timeout is not None:
             self._busy_timeout = min(self._busy_timeout, statement_timeout / 2)
-        # Other server processes on the same file cannot signal us: long-polls also re-check
-        # the queue this often.
+        # Other server processes on the same file cannot signal us: one poller re-checks the
+        # queue of every agent with waiters this often (not one query per waiter).
         self._poll_interval = poll_interval
+        self._poller: asyncio.Task[None] | None = None
+        self._data_version: int | None = None  # PRAGMA data_version at the last poll
         self._conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
         self.waiters = Waiters()
@@ -274,6 +282,10 @@ class SqliteConnector:
             self._executor.shutdown(wait=False)
             self._executor = None
             raise
+        self._poller = asyncio.create_task(
+            poll_for_waiters(self.waiters, self._poll_interval, self._queued_counts),
+            name="jobagentctl-sqlite-poller",
+        )
 
     def _connect(self) -> sqlite3.Connection:
         file = None if self.path == ":memory:" else Path(self.path)
@@ -309,6 +321,11 @@ class SqliteConnector:
         return conn
 
     async def close(self) -> None:
+        poller, self._poller = self._poller, None
+        if poller is not None:
+            poller.cancel()
+            with suppress(asyncio.CancelledError):
+                await poller
         conn, executor = self._conn, self._executor
         self._conn = self._executor = None
         if conn is not None and executor is not None:
@@ -387,4 +404,22 @@ class SqliteConnector:
         self.waiters.notify(agent_id, jobs)
 
     def wait_step(self, remaining: float) -> float:
-        return min(remaining, self._poll_interval)
+        # No poll per waiter: the connector's one poller wakes them (issue 11 §6).
+        return remaining
+
+    async def _queued_counts(self, agents: list[UUID]) -> dict[UUID, int]:
+        """Jobs queued per agent, asked only when another connection has committed since the
+        last poll (``PRAGMA data_version``): what this process queues wakes its waiters itself,
+        and a waiter checks the queue when it starts waiting."""
+        cap = max(self.waiters.waiting(agent) for agent in agents)
+
+        def run(conn: sqlite3.Connection) -> dict[UUID, int]:
+            version = conn.execute("PRAGMA data_version").fetchone()["data_version"]
+            if version == self._data_version:
+                return {}
+            self._data_version = version
+            params = {"agents": [str(agent) for agent in agents], "cap": cap}
+            rows = conn.execute(Q["queued_counts"], params).fetchall()
+            return {UUID(row["job_agent_id"]): int(row["queued"]) for row in rows}
+
+        return await self._run(run)

@@ -123,6 +123,15 @@ WHERE j.id = :job_id AND j.workspace_id = :workspace_id
 -- name: queued_exists
 SELECT 1 AS found FROM job WHERE job_agent_id = :agent_id AND status = 'queued' LIMIT 1
 
+-- name: queued_counts
+-- The long-poll poller's one question for every agent with waiters (:agents, a JSON array of
+-- ids): how many jobs each has queued, counting at most :cap (the waiters there can be).
+SELECT a.value AS job_agent_id,
+       (SELECT count(*) FROM (SELECT 1 FROM job
+                              WHERE job_agent_id = a.value AND status = 'queued'
+                              LIMIT :cap)) AS queued
+FROM json_each(:agents) AS a
+
 -- fragment: claim_tail
 -- What both claims do after the UPDATE that flipped the job (its row is in the parameters):
 -- the claim's attempt and time, the lease when there is one (the job and the claim agree on

@@ -1,0 +1,96 @@
+"""The long-poll herd (issue 11 §6) at the service: many long-polls waiting on one agent cost no
+claims and no key checks while they wait, an enqueue costs one of each, and long-polls begun
+together do not all end together. ``python -m benchmarks.herd`` measures the latencies."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from jobagentctl.server import service
+from tests.fixtures.waiting import await_until
+from tests.server.conftest import open_api
+
+pytestmark = pytest.mark.anyio
+
+WAITERS = 200
+
+
+async def test_regression_waiting_long_polls_neither_claim_nor_recheck_the_key(
+    database_url: str, anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 11 §6 (audit): every waiter woke on its 10 s slice, re-checked its key and ran a
+    claim, all at the same moment. Now a slice (shortened here to 0.2 s) asks the store only
+    "anything queued?"; the key is checked again only before a job is handed out, and one
+    enqueue costs one claim however many wait."""
+    monkeypatch.setattr(service, "_WAIT_SLICE_SECONDS", 0.2)
+    async with open_api(database_url, max_wait_seconds=600) as api:
+        agent = await api.agent()
+        body = {"waitSeconds": 300, "leaseSeconds": 30}
+        polls = [asyncio.ensure_future(api.claim_next(agent, body)) for _ in range(WAITERS)]
+        try:
+
+            async def waiting() -> bool:
+                text = (await api.client.get("/metrics")).text
+                return f"jobagentctl_long_polls_waiting {WAITERS}.0" in text
+
+            await await_until(waiting, what="every long-poll to wait")
+            calls: Counter[str] = Counter()
+            for name in ("claim_batch", "get_api_key", "wait_for_job"):
+                _count(api.store, name, calls)
+            await await_until(
+                lambda: calls["wait_for_job"] >= 3 * WAITERS, what="three slices each"
+            )
+            assert calls["claim_batch"] == calls["get_api_key"] == 0, calls
+            # Long slices from here on: a re-check that finds the job queued before the woken
+            # waiter has claimed it would claim as well (and find nothing) — rare with the real
+            # slice, not with this one. Every waiter starts one more wait.
+            monkeypatch.setattr(service, "_WAIT_SLICE_SECONDS", 600.0)
+            started = calls["wait_for_job"]
+            await await_until(
+                lambda: calls["wait_for_job"] >= started + WAITERS, what="a long slice each"
+            )
+
+            job = await api.enqueue(agent)  # its own request's key lookup: one
+            done, _ = await asyncio.wait(polls, timeout=60, return_when=asyncio.FIRST_COMPLETED)
+            assert len(done) == 1
+            claimed = done.pop().result()
+            assert claimed.status_code == 200 and claimed.json()["id"] == job["id"]
+            assert calls["claim_batch"] == 1, calls
+            assert calls["get_api_key"] == 2, calls  # the enqueue's and the hand-out's
+        finally:
+            for poll in polls:
+                poll.cancel()
+            await asyncio.gather(*polls, return_exceptions=True)
+
+
+def _count(store: Any, name: str, calls: Counter[str]) -> None:
+    method = getattr(store, name)
+
+    async def counting(*args: Any, **kwargs: Any) -> Any:
+        calls[name] += 1
+        return await method(*args, **kwargs)
+
+    setattr(store, name, counting)
+
+
+def test_long_polls_begun_together_do_not_end_together() -> None:
+    """A fleet reconnecting at once: at most ``_ENDS_PER_SECOND`` of its long-polls end in any
+    second, none before its wait and none later than a quarter after it; a long-poll alone
+    ends on time."""
+    ends = service._LongPollEnds()
+    began = time.monotonic()
+    deadlines = [ends.deadline(30.0) for _ in range(2000)]
+    assert all(began + 30 <= d <= time.monotonic() + 30 * 1.25 for d in deadlines)
+    per_second = Counter(int(d - began) for d in deadlines)
+    # 1,500 within the allowance (200 a second over 7.5 s), the rest spread over the same span.
+    assert max(per_second.values()) <= 2 * service._ENDS_PER_SECOND, per_second
+    assert len(per_second) >= 7, per_second
+
+    alone = service._LongPollEnds()
+    now = time.monotonic()
+    assert alone.deadline(30.0) - now == pytest.approx(30.0, abs=0.05)
