@@ -91,14 +91,15 @@ def supervision(seconds: float) -> None:
         ["sleep", str(seconds)], dict(os.environ), capture=False, lease_deadline=t0 + lease
     )
     watchdog = child.process.pid
-    started = time.monotonic()
+    started = sampled = time.monotonic()
     first_cpu, hwm, first_switches = _stat(watchdog)
     cpu, switches = first_cpu, first_switches
     while child.poll() is None:
         child.lease_holds_until(time.monotonic() + lease)
         cpu, hwm, switches = _stat(watchdog)
+        sampled = time.monotonic()
         time.sleep(5.0)
-    wall, idle = time.monotonic() - t0, time.monotonic() - started
+    wall, idle = sampled - t0, sampled - started  # up to the last sample
     child.kill_leftovers()
     rest, wakeups = cpu - first_cpu, switches - first_switches
     print(f"watchdog over {wall:.0f} s of `sleep` (lease {lease:.0f} s renewed every 5 s):")
