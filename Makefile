@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit venv bench bench-quick chaos completions clean
+.PHONY: demo test test-under-load lint typecheck unit venv bench bench-quick chaos completions clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,17 @@ unit: $(STAMP)
 
 test: $(STAMP) lint typecheck
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -p no:cacheprovider -n 2 --durations=10
+
+# The timing-sensitive suites with a CPU hog spinning on each of two cores (issue 11): a test must
+# not fail because the machine is busy. The hogs are this recipe's own children, killed when it
+# ends however it ends; the exit status is pytest's. Result of a run: docs/reliability.md §9.
+UNDER_LOAD := tests/e2e tests/server tests/store tests/integration tests/docs tests/chaos
+test-under-load: $(STAMP)
+	@hogs=""; \
+	for core in 1 2; do $(BIN)/python -c 'while 1: pass' & hogs="$$hogs $$!"; done; \
+	trap 'kill $$hogs 2>/dev/null' EXIT INT TERM; \
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -p no:cacheprovider -n 2 --durations=10 \
+		$(UNDER_LOAD)
 
 bench: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m benchmarks.run --out benchmarks/results/latest.md

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -92,7 +93,14 @@ async def _waiters(url: str, prefix: str, key: str, agent: str, count: int, spre
                 conn = None
                 await asyncio.sleep(0.1)
 
+    async def orphaned() -> None:
+        parent = os.getppid()
+        while os.getppid() == parent:
+            await asyncio.sleep(1)
+        os._exit(0)  # the measuring process is gone: so is its server
+
     tasks = [asyncio.create_task(waiter(i)) for i in range(count)]
+    tasks.append(asyncio.create_task(orphaned()))
     # Runs until the parent kills it; a waiter that fails for another reason ends the process.
     done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     for task in done:
