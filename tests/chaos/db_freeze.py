@@ -90,11 +90,14 @@ class FreezeResult:
         ]
         return max(times, default=float("nan"))
 
-    def statuses(self, kinds: tuple[str, ...]) -> dict[str, int]:
+    def statuses(self, kinds: tuple[str, ...], *, thawed: bool = False) -> dict[str, int]:
+        """Statuses of the samples started while frozen and answered while frozen (or, with
+        ``thawed``, answered after the thaw, or never)."""
         counts = Counter(
             str(s.status) if s.status is not None else "none"
             for kind in kinds
             for s in self.during(kind)
+            if (s.seconds is None or s.started + s.seconds >= self.thawed_at) is thawed
         )
         return dict(sorted(counts.items()))
 
@@ -108,9 +111,11 @@ class FreezeResult:
                 f"{cfg.lease_seconds} s heartbeated every 1 s, database_timeout "
                 f"{cfg.database_timeout:g} s, reap every {cfg.reap_interval:g} s",
                 f"requests started during the freeze: {n}, slowest answer "
-                f"{self.slowest(requests):.2f} s, statuses {self.statuses(requests)}",
+                f"{self.slowest(requests):.2f} s, statuses {self.statuses(requests)} "
+                f"(answered after the thaw: {self.statuses(requests, thawed=True)})",
                 f"/readyz during the freeze: {len(self.during('readyz'))}, slowest answer "
-                f"{self.slowest(('readyz',)):.2f} s, statuses {self.statuses(('readyz',))}",
+                f"{self.slowest(('readyz',)):.2f} s, statuses {self.statuses(('readyz',))} "
+                f"(answered after the thaw: {self.statuses(('readyz',), thawed=True)})",
                 f"leases lost: {self.lost} of {cfg.leases} (a heartbeat refused 409: "
                 f"{len(self.refused)}, claimed again: {len(self.reclaimed)}, no longer "
                 f"inProgress: {len(self.not_in_progress)})",
@@ -333,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
                     "config": asdict(cfg),
                     "slowest_request_s": result.slowest(requests),
                     "request_statuses": result.statuses(requests),
+                    "request_statuses_after_thaw": result.statuses(requests, thawed=True),
                     "slowest_readyz_s": result.slowest(("readyz",)),
                     "readyz_statuses": result.statuses(("readyz",)),
                     "leases_lost": result.lost,
