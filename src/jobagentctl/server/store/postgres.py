@@ -268,7 +268,7 @@ class PostgresConnector:
     async def _counts(self, agents: list[UUID]) -> dict[UUID, int]:
         cap = max(self.waiters.waiting(agent) for agent in agents)
         rows = await self.all("queued_counts", {"agents": agents, "cap": cap})
-        return {row["job_agent_id"]: int(row["queued"]) for row in rows}
+        return {row["job_agent_id"]: int(row["jobs"]) for row in rows}
 
     @property
     def listening(self) -> bool:

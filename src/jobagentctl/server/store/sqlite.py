@@ -420,6 +420,6 @@ class SqliteConnector:
             self._data_version = version
             params = {"agents": [str(agent) for agent in agents], "cap": cap}
             rows = conn.execute(Q["queued_counts"], params).fetchall()
-            return {UUID(row["job_agent_id"]): int(row["queued"]) for row in rows}
+            return {UUID(row["job_agent_id"]): int(row["jobs"]) for row in rows}
 
         return await self._run(run)

@@ -146,7 +146,7 @@ LIMIT 1
 SELECT a.id AS job_agent_id,
        (SELECT count(*) FROM (SELECT 1 FROM job
                               WHERE job_agent_id = a.id AND status = 'queued'
-                              LIMIT %(cap)s) AS q) AS queued
+                              LIMIT %(cap)s) AS q) AS jobs
 FROM unnest(%(agents)s::uuid[]) AS a(id)
 
 -- fragment: claim_tail

@@ -129,7 +129,7 @@ SELECT 1 AS found FROM job WHERE job_agent_id = :agent_id AND status = 'queued' 
 SELECT a.value AS job_agent_id,
        (SELECT count(*) FROM (SELECT 1 FROM job
                               WHERE job_agent_id = a.value AND status = 'queued'
-                              LIMIT :cap)) AS queued
+                              LIMIT :cap)) AS jobs
 FROM json_each(:agents) AS a
 
 -- fragment: claim_tail
