@@ -92,5 +92,8 @@ def test_long_polls_begun_together_do_not_end_together() -> None:
     assert len(per_second) >= 7, per_second
 
     alone = service._LongPollEnds()
-    now = time.monotonic()
-    assert alone.deadline(30.0) - now == pytest.approx(30.0, abs=0.05)
+    before = time.monotonic()
+    deadline = alone.deadline(30.0)
+    after = time.monotonic()
+    # Bracketed by the clock around the call, not a tolerance: a busy machine may pause us.
+    assert before + 30.0 <= deadline <= after + 30.0
