@@ -75,6 +75,8 @@ class _LongPollEnds:
         if bucket is None:  # more than the allowance within the whole quarter: spread over it
             return now + wait * (1 + random.uniform(0, 0.25))
         self._ends[bucket] = self._ends.get(bucket, 0) + 1
+        if bucket == first:  # room in the first bucket: on time, not rounded up to its edge
+            return now + wait
         return max(now + wait, (bucket - random.random()) * self._BUCKET)
 
 
