@@ -28,7 +28,7 @@ unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
 test: $(STAMP) lint typecheck
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -p no:cacheprovider -n 2 --durations=10
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -p no:cacheprovider -n 3 --durations=10
 
 # The timing-sensitive suites with a CPU hog spinning on each of two cores (issue 11): a test must
 # not fail because the machine is busy. The hogs are this recipe's own children, killed when it
