@@ -499,6 +499,10 @@ class SqlStore:
                 woken[agent] = woken.get(agent, 0) + 1
             for agent, jobs in woken.items():
                 self._db.notify(agent, jobs)
+            if int(row["reaped"]) < batch_size:
+                # A short batch took every expired claim it could lock: another statement would
+                # find nothing (a claim held by a status change or another reaper: next tick).
+                break
         return ReapResult(requeued=requeued, failed=failed)
 
     async def list_claims(
