@@ -39,6 +39,24 @@ exit "${DEPLOY_EXIT:-0}"
 """
 
 
+def _session(sid: int) -> str:
+    """The processes of session ``sid`` (a recipe's: it starts one), one line each."""
+    lines = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[3]) != sid:
+                continue
+            wchan = (entry / "wchan").read_text() or "-"
+            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        lines.append(f"{entry.name} {fields[1]} {fields[2]} {fields[0]} {wchan} {args[:200]}")
+    return "\n".join(sorted(lines)) or "(none left)"
+
+
 class Proc:
     """A recipe process: stdout and stderr read as they come (so a pipe never fills)."""
 
@@ -86,10 +104,12 @@ class Proc:
         try:
             status = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            stuck = _session(self.proc.pid)  # before the kill: what each process was doing
             self.proc.kill()
             self.proc.wait()
             raise AssertionError(
                 f"{self.proc.args!r} did not end in {timeout:g}s\n"
+                f"its session (pid ppid pgid state wchan command):\n{stuck}\n"
                 f"stdout:\n{self.stdout}\nstderr:\n{self.stderr}"
             ) from None
         # The last output may still be in the pipes: let the readers get it (a process left

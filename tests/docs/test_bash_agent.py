@@ -276,7 +276,9 @@ def test_an_interrupted_agent_stops_the_work_and_leaves_nothing(
     wait_until(sandbox.deploys, what="the deploy to start")
     assert list(tmp.iterdir()), "the script's mktemp -d directory"
     agent.proc.send_signal(signum)
-    assert agent.wait() == code, agent.output()
+    # The stop takes at most the grace (10 s); 60 s leaves the diagnosis to Proc.wait, before
+    # pytest-timeout's 120 s would cut it off.
+    assert agent.wait(60) == code, agent.output()
     sandbox.no_leftovers()
     assert not list(tmp.iterdir()), "the temporary directory is removed"
     _quiet(agent)
