@@ -16,7 +16,17 @@ pytest_plugins = [
 ]
 
 
+import signal  # noqa: E402
+
 import pytest  # noqa: E402
+
+# The processes the suite starts get SIGINT as a person's terminal delivers it. A suite started
+# in the background by a non-interactive shell (`make test &`, `nohup … &`) inherits SIGINT
+# ignored, every child with it, and bash keeps a signal that was ignored when it started: the
+# README agent's `trap 'exit 130' INT` never runs and the SIGINT test hangs (it did, in two CI
+# runs started that way). A Python handler here is reset to the default in every exec'd child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

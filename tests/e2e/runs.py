@@ -136,11 +136,13 @@ class Harness:
         name: str = "run",
         env: dict[str, str] | None = None,
         blocked_output: bool = False,
+        sigint_ignored: bool = False,
     ) -> AgentRun:
         """``jobagentctl run ARGS --report DIR/report.jsonl -- COMMAND`` in ``tmp_path/NAME``.
 
         ``blocked_output``: stdout and stderr go to a pipe nobody ever reads (a reader that
-        never reads); its read end stays open until :meth:`close`.
+        never reads); its read end stays open until :meth:`close`. ``sigint_ignored``: started
+        with SIGINT ignored, as a non-interactive shell starts a background job.
         """
         workdir = self.tmp_path / name
         workdir.mkdir(parents=True, exist_ok=True)
@@ -150,6 +152,8 @@ class Harness:
         full_env.update(env or {})
         argv = [sys.executable, "-m", "jobagentctl", "run", *args]
         argv += ["--report", str(workdir / "report.jsonl"), "--", *command]
+        if sigint_ignored:
+            argv = ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *argv]
         if blocked_output:
             read_end, write_end = os.pipe()
             self._blocked.append(read_end)

@@ -45,6 +45,21 @@ def test_sigint_is_130_and_releases_too(harness: Harness) -> None:
     assert harness.job(job_id)["status"] == "queued"
 
 
+def test_sigint_stops_a_run_started_with_sigint_ignored(harness: Harness) -> None:
+    """`./agent.sh &` from a script starts `run` with SIGINT ignored; unlike a bash trap, `run`
+    still acts on it (README, "A bash agent")."""
+    job_id = harness.enqueue()
+    script = "trap 'exit 130' INT; touch ready; while :; do sleep 0.05; done"
+    run = harness.start([], ["sh", "-c", script], sigint_ignored=True)
+    wait_until((run.workdir / "ready").exists, what="the child to start")
+    status = (Path(f"/proc/{run.pid}/status")).read_text()
+    ignored = int(next(x for x in status.splitlines() if x.startswith("SigIgn:")).split()[1], 16)
+    assert not ignored & (1 << (signal.SIGINT - 1)), "run keeps SIGINT ignored"
+    run.signal(signal.SIGINT)
+    assert run.wait() == 130, run.stderr()
+    assert harness.job(job_id)["status"] == "queued"
+
+
 def test_first_sigterm_in_loop_mode_drains(harness: Harness) -> None:
     first, second = harness.enqueue(), harness.enqueue()
     script = (
