@@ -499,9 +499,10 @@ class SqlStore:
                 woken[agent] = woken.get(agent, 0) + 1
             for agent, jobs in woken.items():
                 self._db.notify(agent, jobs)
-            if int(row["reaped"]) < batch_size:
-                # A short batch took every expired claim it could lock: another statement would
-                # find nothing (a claim held by a status change or another reaper: next tick).
+            if int(row["considered"]) < batch_size:
+                # Fewer expired claims than a batch could lock: another statement would find
+                # nothing (one held by a status change or another reaper: next tick). A batch
+                # whose jobs were partly held (PostgreSQL) was full: go on.
                 break
         return ReapResult(requeued=requeued, failed=failed)
 

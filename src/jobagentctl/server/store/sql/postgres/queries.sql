@@ -434,6 +434,7 @@ woken AS (
           GROUP BY f.job_agent_id) AS q
 )
 SELECT (SELECT count(*) FROM deleted) AS reaped,
+       (SELECT count(*) FROM expiring) AS considered,  -- a full batch: there may be more
        (SELECT count(*) FROM attempts) AS closed,
        (SELECT count(*) FROM flipped WHERE status = 'queued') AS requeued,
        (SELECT count(*) FROM flipped WHERE status = 'failure') AS failed,

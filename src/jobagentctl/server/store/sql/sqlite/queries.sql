@@ -307,6 +307,7 @@ FROM (SELECT t.job_id,
       GROUP BY t.job_id) AS x
 WHERE job.id = x.job_id AND job.status = 'inProgress';
 SELECT COUNT(*) AS reaped,
+       COUNT(*) AS considered,  -- one writer: every claim of the batch is reaped
        COALESCE(SUM(j.updated_at = :now AND j.status = 'queued'), 0) AS requeued,
        COALESCE(SUM(j.updated_at = :now AND j.status = 'failure'), 0) AS failed,
        json_group_array(j.job_agent_id)
