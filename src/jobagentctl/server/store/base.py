@@ -267,7 +267,7 @@ class Store(Protocol):
         self, batch_size: int, max_reclaims: int, grace: OutageGrace | None = None
     ) -> ReapResult:
         """Repeat one batched statement (≤ ``batch_size`` rows, ``SKIP LOCKED`` on PostgreSQL)
-        while one reaps a full batch: delete expired ``job_claim`` rows, close their attempts
+        while one finds a full batch: delete expired ``job_claim`` rows, close their attempts
         ``expired``, and flip their jobs from ``inProgress`` to ``queued`` — or to ``failure``
         with message ``lease expired N times`` when ``max_reclaims`` > 0 and this is the N-th
         expiry with N ≥ ``max_reclaims``. Safe with concurrent reapers: each job exactly once.
