@@ -453,6 +453,12 @@ class Waiters:
         if jobs > awake:
             self.notify(agent_id, jobs - awake)
 
+    def ensure_all(self, counts: Mapping[UUID, int]) -> None:
+        """``ensure`` for every agent of ``counts`` (jobs queued per agent)."""
+        for agent_id, jobs in counts.items():
+            if jobs > 0:
+                self.ensure(agent_id, jobs)
+
     def notify_all(self) -> None:
         # After a listener reconnect notifications may have been missed, and on close every
         # waiter must return: wake everyone; the callers re-try their claim (spurious wake-ups
@@ -489,9 +495,7 @@ async def poll_for_waiters(waiters: Waiters, interval: float, queued: QueuedCoun
             counts = await queued(agents)
         except JobAgentError:
             continue
-        for agent, jobs in counts.items():
-            if jobs > 0:
-                waiters.ensure(agent, jobs)
+        waiters.ensure_all(counts)
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> bool:

@@ -257,9 +257,7 @@ class PostgresConnector:
         except JobAgentError:
             self.waiters.notify_all()
             return
-        for agent, jobs in counts.items():
-            if jobs > 0:
-                self.waiters.ensure(agent, jobs)
+        self.waiters.ensure_all(counts)
 
     async def _queued_counts(self, agents: list[UUID]) -> dict[UUID, int]:
         """The poller's question, asked only while LISTEN is down (notifications do the rest)."""
@@ -376,7 +374,3 @@ class PostgresConnector:
     def notify(self, agent_id: UUID, jobs: int) -> None:
         """Nothing to do here: the statement that queued the jobs also ran pg_notify, which
         reaches this replica's listener and every other one at commit, in no extra round trip."""
-
-    def wait_step(self, remaining: float) -> float:
-        # No poll per waiter, LISTEN or not: notifications, or the one poller, wake them.
-        return remaining

@@ -111,9 +111,6 @@ class Connector(Protocol):
     def notify(self, agent_id: UUID, jobs: int) -> None:
         """``jobs`` jobs were queued for ``agent_id`` by a statement of this process."""
 
-    def wait_step(self, remaining: float) -> float:
-        """How long a long-poll may sleep before re-checking the queue by itself."""
-
 
 class SqlStore:
     """``Store`` over a ``Connector``; see ``base.Store`` for each method's contract."""
@@ -377,7 +374,9 @@ class SqlStore:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     return False
-                if await wait_event(event, self._db.wait_step(remaining)):
+                # Woken by this process's enqueues, LISTEN/NOTIFY or the connector's poller;
+                # at the end the queue is asked once more (the caller's safety slice).
+                if await wait_event(event, remaining):
                     consumed = True
                     return True
         finally:

@@ -403,10 +403,6 @@ class SqliteConnector:
     def notify(self, agent_id: UUID, jobs: int) -> None:
         self.waiters.notify(agent_id, jobs)
 
-    def wait_step(self, remaining: float) -> float:
-        # No poll per waiter: the connector's one poller wakes them (issue 11 §6).
-        return remaining
-
     async def _queued_counts(self, agents: list[UUID]) -> dict[UUID, int]:
         """Jobs queued per agent, asked only when another connection has committed since the
         last poll (``PRAGMA data_version``): what this process queues wakes its waiters itself,
