@@ -1,20 +1,26 @@
-"""Profile one reaper batch: EXPLAIN ANALYZE of the `reap` statement over 10,000 claims, 1,000
-expired, with the planner's default plan and with hash joins off (docs/benchmarks.md).
+"""Profile one reaper batch: EXPLAIN ANALYZE of the `reap` statement (one 500-row batch) over
+10,000 claims, 1,000 expired, with the planner's default plan and with hash joins off
+(docs/benchmarks.md, "Flat as it grows").
 
-Usage: python -m benchmarks.explain_reaper
+Usage: python -m benchmarks.explain_reaper [--rows N] [--plan]
+
+``--rows N``: the database first holds N finished jobs and their attempts (as in
+``benchmarks.growth``); ``--plan``: print the whole plan, each node's time, not only the total.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 
 from benchmarks.common import postgres_database, psql
 from benchmarks.direct import _FILL, _setup
+from benchmarks.growth import load_history
 from jobagentctl.server.store import open_store
 from jobagentctl.server.store._sql import load_queries
 
 
-async def main() -> None:
+async def main(rows: int, plan: bool) -> None:
     reap = (
         load_queries("postgres")["reap"]
         .replace("%(batch_size)s", "500")
@@ -28,13 +34,23 @@ async def main() -> None:
             store = open_store(url)
             _, agent = await _setup(store, 0)
             await store.close()
+            if rows:
+                load_history(url, str(agent), rows)
             psql(url, _FILL.format(claims=10000, expired=1000, agent=agent))
             for table in ("job_claim", "job", "job_attempt"):
                 psql(url, f"VACUUM ANALYZE {table}")
-            plan = psql(url, f"{setting}EXPLAIN (ANALYZE, TIMING OFF) {reap}")
-            took = [line for line in plan.splitlines() if "Execution Time" in line]
-            print(f"{setting or 'default plan; '}one 500-row batch: {took[-1].strip()}")
+            out = psql(url, f"{setting}EXPLAIN (ANALYZE, BUFFERS) {reap}")
+            took = [line for line in out.splitlines() if "Execution Time" in line]
+            history = f" over {rows:,} finished jobs" if rows else ""
+            label = setting or "default plan; "
+            print(f"{label}one 500-row batch{history}: {took[-1].strip()}")
+            if plan:
+                print(out)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=0, help="finished jobs loaded first")
+    parser.add_argument("--plan", action="store_true", help="print the whole plan")
+    args = parser.parse_args()
+    asyncio.run(main(args.rows, args.plan))
