@@ -30,9 +30,10 @@ ALLOWED: dict[str, set[str]] = {
     # Not settings (nor client): the names of the environment `run` gives its child, which the
     # client settings read too, are in models.py, the vocabulary both may import.
     "supervisor": {"supervisor", "durations", "models", "errors"},
-    "client": {"client", "models", "errors", ROOT},
+    "client": {"client", "routes", "models", "errors", ROOT},
     "settings": {"settings", "durations", "models", "errors"},
-    "server": {"server", "durations", "models", "errors", ROOT},
+    "server": {"server", "routes", "durations", "models", "errors", ROOT},
+    "routes": {"routes"},
     "durations": {"durations", "errors"},
     "models": {"models", "errors"},
     "errors": {"errors"},

@@ -36,10 +36,13 @@ __all__ = [
     "CLAIM_ROW_STATES",
     "CTRLPLANE_ENV",
     "ENV_PREFIX",
+    "HEARTBEAT_INTERVAL_MAX",
+    "HEARTBEAT_INTERVAL_MIN",
     "JOB_FILE_ENV",
     "JOB_ID_ENV",
     "LEASE_SECONDS_ENV",
     "MAX_CLAIM_BATCH",
+    "SLUG_PATTERN",
     "STOP_REASON_FILE_ENV",
     "TERMINAL_STATUSES",
     "URL_ENV",
@@ -67,6 +70,7 @@ __all__ = [
     "UpdateJobStatusRequest",
     "UpsertJobAgentRequest",
     "WireModel",
+    "heartbeat_interval",
     "keep_wire",
 ]
 
@@ -126,6 +130,26 @@ class AttemptOutcome(StrEnum):
     EXPIRED = "expired"  # the lease ran out and the reaper ended the attempt
     RELEASED = "released"  # given back to the queue (status queued) by the holder or an operator
     CANCELLED = "cancelled"  # the job was cancelled while this attempt held it
+
+
+# --- the lease's cadence and the workspace slug, as both sides of the wire count them ------
+
+# Time between heartbeats: a third of the lease, within these bounds (seconds). `run` beats at
+# this cadence; the reaper spares a lease for one such interval after a database outage.
+HEARTBEAT_INTERVAL_MIN = 1.0
+HEARTBEAT_INTERVAL_MAX = 60.0
+
+
+def heartbeat_interval(lease_seconds: float) -> float:
+    """Time between heartbeats for a lease of ``lease_seconds``: a third of it, within
+    [``HEARTBEAT_INTERVAL_MIN``, ``HEARTBEAT_INTERVAL_MAX``]."""
+    return min(HEARTBEAT_INTERVAL_MAX, max(HEARTBEAT_INTERVAL_MIN, lease_seconds / 3))
+
+
+# ctrlplane's Workspace.slug (apps/api/openapi/openapi.json at 66e0888): lowercase letters,
+# digits and '-', 3 to 50 of them. The server makes only such slugs and the client accepts
+# exactly these, so every slug the server prints works as --workspace.
+SLUG_PATTERN = r"[a-z0-9-]{3,50}"
 
 
 # --- the environment a job runs in (SPEC §5, §6) ---------------------------------------------

@@ -33,13 +33,12 @@ from jobagentctl.models import (
     ENV_PREFIX,
     JOB_ID_ENV,
     LEASE_SECONDS_ENV,
+    SLUG_PATTERN,
     URL_ENV,
     WORKSPACE_ENV,
 )
 
-# ctrlplane's Workspace.slug (apps/api/openapi/openapi.json at 66e0888): ^[a-z0-9-]+$, 3-50
-# characters; our server's slugs follow the same rule (server/store/_sql.py check_slug).
-_SLUG = re.compile(r"[a-z0-9-]{3,50}")
+_SLUG = re.compile(SLUG_PATTERN)
 
 __all__ = [
     "ATTEMPT_ENV",

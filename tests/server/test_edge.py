@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from jobagentctl.errors import ServerUnavailable
+from jobagentctl.routes import Routes
 from jobagentctl.server.edge import json_too_deep
-from jobagentctl.server.operations import Routes
 from jobagentctl.server.settings import ServerSettings
 from jobagentctl.server.store import sqlite_path
 from tests.server.conftest import Api, open_api

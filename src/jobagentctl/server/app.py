@@ -3,7 +3,7 @@
 Every request enters through ``edge.Edge`` (admission: key, body limit, JSON depth; response
 step: metric and 5xx log); the four hot endpoints may then be answered by the fast path
 (``fastpath.py``) before the framework's routing runs. Route templates live in
-``operations.Routes``. Responses are ``model_dump_json`` bytes, never re-validated by the
+``routes.Routes``. Responses are ``model_dump_json`` bytes, never re-validated by the
 framework.
 """
 
@@ -47,6 +47,7 @@ from jobagentctl.models import (
     UpsertJobAgentRequest,
     WireModel,
 )
+from jobagentctl.routes import API_PREFIX, V1_PREFIX, Routes
 from jobagentctl.server.auth import Authenticator, Principal
 from jobagentctl.server.edge import PRINCIPAL, Edge
 from jobagentctl.server.encoding import (
@@ -63,11 +64,8 @@ from jobagentctl.server.fastpath import FastPath
 from jobagentctl.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from jobagentctl.server.metrics import Metrics
 from jobagentctl.server.operations import (
-    API_PREFIX,
-    V1_PREFIX,
     JobWaitRequest,
     JobWaitResult,
-    Routes,
     claim_job_op,
     claim_next_op,
     heartbeat_op,

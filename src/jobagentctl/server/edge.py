@@ -21,11 +21,11 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobagentctl.errors import JobAgentError, PayloadTooLarge, ValidationError
+from jobagentctl.routes import V1_PREFIX
 from jobagentctl.server.auth import Authenticator, Principal
 from jobagentctl.server.encoding import error_bytes, exception_bytes
 from jobagentctl.server.fastpath import FastPath, match
 from jobagentctl.server.metrics import Metrics
-from jobagentctl.server.operations import V1_PREFIX
 
 __all__ = ["PRINCIPAL", "Edge", "json_too_deep"]
 

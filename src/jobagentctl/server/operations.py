@@ -1,8 +1,7 @@
-"""The API's route templates (declared once) and the operations both HTTP paths call.
+"""The operations both HTTP paths call, for the hot routes.
 
 The framework routes (``app.py``) and the fast path (``fastpath.py``) answer the hot endpoints
-through the same functions below, so they answer the same bytes; the templates are the routes'
-paths and the latency metric's ``route`` label on both paths.
+through the same functions below, so they answer the same bytes.
 """
 
 from __future__ import annotations
@@ -26,50 +25,23 @@ from jobagentctl.models import (
     UpdateJobStatusRequest,
     WireModel,
 )
+from jobagentctl.routes import Routes
 from jobagentctl.server.auth import Principal
 from jobagentctl.server.encoding import accepted_bytes, claimed_jobs_bytes, job_bytes, model_bytes
 from jobagentctl.server.service import JobService
 
 __all__ = [
-    "API_PREFIX",
     "HOT_ROUTES",
     "HotRoute",
     "JobWaitRequest",
     "JobWaitResult",
     "Result",
-    "Routes",
     "claim_job_op",
     "claim_next_op",
     "heartbeat_op",
     "job_wait_op",
     "update_status_op",
 ]
-
-API_PREFIX = "/api"
-V1_PREFIX = f"{API_PREFIX}/v1/"
-_WS = f"{API_PREFIX}/v1/workspaces/{{ws}}"
-
-
-class Routes:
-    """Every path template of the API, written once."""
-
-    HEALTHZ = "/healthz"
-    READYZ = "/readyz"
-    METRICS = "/metrics"
-    WORKSPACE_BY_SLUG = f"{API_PREFIX}/v1/workspaces/slug/{{slug}}"
-    AGENTS = f"{_WS}/job-agents"
-    AGENT = f"{_WS}/job-agents/{{agentId}}"
-    AGENT_JOBS = f"{_WS}/job-agents/{{agentId}}/jobs"
-    CLAIM = f"{_WS}/job-agents/{{agentId}}/jobs/{{jobId}}/claim"
-    CLAIM_NEXT = f"{_WS}/job-agents/{{agentId}}/claim"
-    JOBS = f"{_WS}/jobs"
-    JOB = f"{_WS}/jobs/{{jobId}}"
-    JOB_STATUS = f"{_WS}/jobs/{{jobId}}/status"
-    HEARTBEAT = f"{_WS}/jobs/{{jobId}}/heartbeat"
-    ATTEMPTS = f"{_WS}/jobs/{{jobId}}/attempts"
-    CLAIMS = f"{_WS}/job-claims"
-    JOB_WAIT = f"{_WS}/jobs/{{jobId}}/wait"
-
 
 Result = tuple[int, bytes]
 

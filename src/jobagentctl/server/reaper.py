@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 
 from jobagentctl.errors import JobAgentError
+from jobagentctl.models import HEARTBEAT_INTERVAL_MAX
 from jobagentctl.server.metrics import Metrics
 from jobagentctl.server.store.base import OutageGrace, ReapResult, Store
 
@@ -34,8 +35,6 @@ logger = logging.getLogger("jobagentctl.server.reaper")
 # A tick never comes faster than this, whatever reap_interval says: a zero interval must not
 # turn the reaper into a busy loop against the database.
 _MIN_INTERVAL = 0.01
-# The longest heartbeat interval `run` uses: past it after an outage, no lease is spared.
-_MAX_GRACE = 60.0
 
 
 class Reaper:
@@ -116,7 +115,7 @@ class Reaper:
         if self._outage_began is None:
             return None
         ended = now if self._outage_ended is None else self._outage_ended
-        if now - ended >= _MAX_GRACE:
+        if now - ended >= HEARTBEAT_INTERVAL_MAX:
             self._outage_began = self._outage_ended = None
             return None
         return OutageGrace(began_ago=now - self._outage_began, ended_ago=now - ended)

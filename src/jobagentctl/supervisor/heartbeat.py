@@ -14,7 +14,7 @@ from collections.abc import Callable
 from uuid import UUID
 
 from jobagentctl.errors import ClaimLost, ClaimMismatch, JobTerminal, NotFound
-from jobagentctl.models import JobStatus
+from jobagentctl.models import JobStatus, heartbeat_interval
 from jobagentctl.supervisor import retry
 from jobagentctl.supervisor.protocol import SupervisorClient, describe_error, is_transient
 
@@ -23,18 +23,10 @@ __all__ = [
     "Heartbeater",
     "Lease",
     "backoff_delay",
-    "heartbeat_interval",
 ]
 
-MIN_INTERVAL = 1.0
-MAX_INTERVAL = 60.0
 # First retry delay after a failed heartbeat; doubles per failure up to the interval.
 BACKOFF_BASE = 0.25
-
-
-def heartbeat_interval(lease_seconds: float) -> float:
-    """Time between heartbeats: a third of the lease, within [1 s, 60 s]."""
-    return min(MAX_INTERVAL, max(MIN_INTERVAL, lease_seconds / 3))
 
 
 def backoff_delay(failures: int, interval: float, rng: random.Random) -> float:

@@ -17,12 +17,12 @@ from jobagentctl.errors import (
     ServerError,
     ServerUnavailable,
 )
+from jobagentctl.models import heartbeat_interval
 from jobagentctl.supervisor.heartbeat import (
     Beat,
     Heartbeater,
     Lease,
     backoff_delay,
-    heartbeat_interval,
 )
 from jobagentctl.supervisor.protocol import is_transient
 

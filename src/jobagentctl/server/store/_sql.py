@@ -27,6 +27,7 @@ from jobagentctl.errors import (
     ValidationError,
 )
 from jobagentctl.models import (
+    SLUG_PATTERN,
     TERMINAL_STATUSES,
     AttemptOutcome,
     ClaimedJob,
@@ -74,10 +75,7 @@ NOTIFY_CHANNEL = "jobagentctl_job_queued"
 
 Row = Mapping[str, Any]
 
-# A slug is ctrlplane's Workspace.slug (apps/api/openapi/openapi.json at 66e0888): lowercase
-# letters, digits and '-', 3 to 50 of them. The client accepts exactly these (settings.py), so
-# every slug this server prints works as --workspace.
-_SLUG = re.compile(r"^[a-z0-9-]{3,50}$")
+_SLUG = re.compile(SLUG_PATTERN)
 _NOT_SLUG_CHARS = re.compile(r"[^a-z0-9]+")
 # What slugify appends to a slug shorter than ctrlplane's minimum ("qa" → "qa-ws").
 _SHORT_SLUG_SUFFIX = "-ws"
