@@ -1,5 +1,5 @@
 """Unit-test isolation (no real config file, no inherited JOBAGENTCTL_*/CTRLPLANE_* variables),
-the one respx fixture, `api`, and a `client` on the mocked base URL."""
+the one respx fixture, `mock_api`, and a `client` on the mocked base URL."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def cli(monkeypatch: pytest.MonkeyPatch) -> Cli:
 
 
 @pytest.fixture
-def api(request: pytest.FixtureRequest) -> Iterator[respx.MockRouter]:
+def mock_api(request: pytest.FixtureRequest) -> Iterator[respx.MockRouter]:
     """The respx router the unit tests mock the API with (one fixture for every module).
 
     Routes need not all be called, unless the module sets ``RESPX_ASSERT_ALL_CALLED = True``.
@@ -48,7 +48,7 @@ def api(request: pytest.FixtureRequest) -> Iterator[respx.MockRouter]:
 
 @pytest.fixture
 def client() -> Iterator[Client]:
-    """A ``Client`` of workspace ``wire.WORKSPACE`` at ``wire.BASE`` (mock it with ``api``)."""
+    """A ``Client`` of workspace ``wire.WORKSPACE`` at ``wire.BASE`` (mock it with ``mock_api``)."""
     from jobagentctl.client import Client
 
     with Client(f"{BASE}/api/", API_KEY, WORKSPACE, timeout=5.0) as c:

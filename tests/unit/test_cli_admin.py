@@ -34,8 +34,10 @@ EXPIRED = wire.claim_row("expired", jobId="aaaaaaaa-0000-4000-8000-000000000002"
 UNLEASED = wire.claim_row("unleased", jobId="aaaaaaaa-0000-4000-8000-000000000003")
 
 
-def test_inspect_claims_piped(cli: Cli, api: respx.MockRouter) -> None:
-    route = api.get(f"{WS}/job-claims").respond(200, json=wire.page([FRESH, EXPIRED, UNLEASED]))
+def test_inspect_claims_piped(cli: Cli, mock_api: respx.MockRouter) -> None:
+    route = mock_api.get(f"{WS}/job-claims").respond(
+        200, json=wire.page([FRESH, EXPIRED, UNLEASED])
+    )
     result = cli("inspect-claims")
     assert result.exit_code == 0
     rows = [line.split("\t") for line in result.stdout.splitlines()]
@@ -51,18 +53,18 @@ def test_inspect_claims_piped(cli: Cli, api: respx.MockRouter) -> None:
     assert params["jobAgentId"] == str(AGENT)  # --agent / JOBAGENTCTL_AGENT filters
 
 
-def test_inspect_claims_all_agents_without_agent(cli: Cli, api: respx.MockRouter) -> None:
-    route = api.get(f"{WS}/job-claims").respond(200, json=wire.page([]))
+def test_inspect_claims_all_agents_without_agent(cli: Cli, mock_api: respx.MockRouter) -> None:
+    route = mock_api.get(f"{WS}/job-claims").respond(200, json=wire.page([]))
     result = cli("inspect-claims", "--state", "expired", env={"JOBAGENTCTL_AGENT": None})
     assert (result.exit_code, result.stdout) == (0, "")
     assert "jobAgentId" not in route.calls.last.request.url.params
     assert route.calls.last.request.url.params["state"] == "expired"
 
 
-def test_inspect_claims_stale_after(cli: Cli, api: respx.MockRouter) -> None:
+def test_inspect_claims_stale_after(cli: Cli, mock_api: respx.MockRouter) -> None:
     quiet_one = wire.claim_row("active", lastHeartbeatAt=ago(600), claimExpiresAt=ago(-30))
     lively = wire.claim_row("active", lastHeartbeatAt=ago(5), claimExpiresAt=ago(-55))
-    api.get(f"{WS}/job-claims").respond(200, json=wire.page([quiet_one, lively]))
+    mock_api.get(f"{WS}/job-claims").respond(200, json=wire.page([quiet_one, lively]))
     result = cli("inspect-claims", "--stale-after", "2m", "--json")
     assert result.exit_code == 0
     states = [c["state"] for c in json.loads(result.stdout)]
@@ -75,15 +77,15 @@ def test_inspect_claims_stale_after(cli: Cli, api: respx.MockRouter) -> None:
 
 
 @pytest.mark.parametrize("claim", [EXPIRED, UNLEASED], ids=["expired", "unleased"])
-def test_fail_if_stuck(cli: Cli, api: respx.MockRouter, claim: dict[str, object]) -> None:
-    api.get(f"{WS}/job-claims").respond(200, json=wire.page([FRESH, claim]))
+def test_fail_if_stuck(cli: Cli, mock_api: respx.MockRouter, claim: dict[str, object]) -> None:
+    mock_api.get(f"{WS}/job-claims").respond(200, json=wire.page([FRESH, claim]))
     result = cli("inspect-claims", "--fail-if-stuck")
     assert result.exit_code == 6
     assert len(result.stdout.splitlines()) == 2  # the data is still printed
 
 
-def test_inspect_claims_table_on_tty(cli: Cli, api: respx.MockRouter) -> None:
-    api.get(f"{WS}/job-claims").respond(200, json=wire.page([FRESH, EXPIRED, UNLEASED]))
+def test_inspect_claims_table_on_tty(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.get(f"{WS}/job-claims").respond(200, json=wire.page([FRESH, EXPIRED, UNLEASED]))
     result = cli("inspect-claims", tty=True)
     assert result.exit_code == 0
     header = next(line for line in result.stdout.splitlines() if "STATE" in line)
@@ -100,8 +102,8 @@ def test_watch_needs_a_terminal(cli: Cli) -> None:
     assert "needs a terminal" in result.stderr
 
 
-def test_watch_redraws_until_stuck(cli: Cli, api: respx.MockRouter) -> None:
-    route = api.get(f"{WS}/job-claims")
+def test_watch_redraws_until_stuck(cli: Cli, mock_api: respx.MockRouter) -> None:
+    route = mock_api.get(f"{WS}/job-claims")
     route.side_effect = [
         respx.MockResponse(200, json=wire.page([FRESH])),
         respx.MockResponse(200, json=wire.page([FRESH, EXPIRED])),
@@ -113,9 +115,9 @@ def test_watch_redraws_until_stuck(cli: Cli, api: respx.MockRouter) -> None:
 
 
 def test_watch_ends_on_ctrl_c(
-    cli: Cli, api: respx.MockRouter, monkeypatch: pytest.MonkeyPatch
+    cli: Cli, mock_api: respx.MockRouter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    api.get(f"{WS}/job-claims").respond(200, json=wire.page([FRESH]))
+    mock_api.get(f"{WS}/job-claims").respond(200, json=wire.page([FRESH]))
 
     def interrupt(seconds: float) -> None:
         raise KeyboardInterrupt
@@ -133,8 +135,8 @@ def test_inspect_claims_usage_errors(cli: Cli, args: list[str]) -> None:
     assert cli("inspect-claims", *args, tty=True).exit_code == 2
 
 
-def test_inspect_claims_v1_server(cli: Cli, api: respx.MockRouter) -> None:
-    api.get(f"{WS}/job-claims").respond(404, text="<html>Not Found</html>")
+def test_inspect_claims_v1_server(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.get(f"{WS}/job-claims").respond(404, text="<html>Not Found</html>")
     result = cli("inspect-claims")
     assert result.exit_code == 1
     assert "server has no lease support" in result.stderr
@@ -144,8 +146,10 @@ def test_inspect_claims_v1_server(cli: Cli, api: respx.MockRouter) -> None:
 
 
 @pytest.mark.parametrize(("command", "status"), [("requeue", "queued"), ("cancel", "cancelled")])
-def test_operator_overrides(cli: Cli, api: respx.MockRouter, command: str, status: str) -> None:
-    route = api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted("updated"))
+def test_operator_overrides(
+    cli: Cli, mock_api: respx.MockRouter, command: str, status: str
+) -> None:
+    route = mock_api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted("updated"))
     result = cli(command, str(JOB), "-m", "operator")
     assert result.exit_code == 0
     assert body(route) == {"status": status, "message": "operator"}
@@ -155,8 +159,10 @@ def test_operator_overrides(cli: Cli, api: respx.MockRouter, command: str, statu
     assert f"job {JOB}: {status}" in tty.stderr
 
 
-def test_requeue_unknown_job_is_5(cli: Cli, api: respx.MockRouter) -> None:
-    api.put(f"{WS}/jobs/{JOB}/status").respond(404, json=wire.error("NOT_FOUND", "job not found"))
+def test_requeue_unknown_job_is_5(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.put(f"{WS}/jobs/{JOB}/status").respond(
+        404, json=wire.error("NOT_FOUND", "job not found")
+    )
     result = cli("requeue", str(JOB))
     assert result.exit_code == 5
     assert result.stderr == "error: job not found\n"
@@ -165,25 +171,27 @@ def test_requeue_unknown_job_is_5(cli: Cli, api: respx.MockRouter) -> None:
 # --- agents -----------------------------------------------------------------------------------
 
 
-def test_agents_list(cli: Cli, api: respx.MockRouter) -> None:
-    api.get(f"{WS}/job-agents").respond(200, json=wire.page([wire.agent()]))
+def test_agents_list(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.get(f"{WS}/job-agents").respond(200, json=wire.page([wire.agent()]))
     assert cli("agents", "list").stdout == f"{AGENT}\tbuilder\tshell\n"
     assert json.loads(cli("agents", "list", "--json").stdout)[0]["name"] == "builder"
     assert "builder" in cli("agents", "list", tty=True).stdout
 
 
-def test_agents_get_defaults_to_the_configured_agent(cli: Cli, api: respx.MockRouter) -> None:
-    api.get(f"{WS}/job-agents/{AGENT}").respond(200, json=wire.agent(config={"leaseSeconds": 5}))
+def test_agents_get_defaults_to_the_configured_agent(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.get(f"{WS}/job-agents/{AGENT}").respond(
+        200, json=wire.agent(config={"leaseSeconds": 5})
+    )
     result = cli("agents", "get", "--json")
     assert json.loads(result.stdout)["config"] == {"leaseSeconds": 5}
     tty = cli("agents", "get", tty=True)
     assert '{"leaseSeconds": 5}' in tty.stdout
 
 
-def test_agents_register_derives_a_stable_id(cli: Cli, api: respx.MockRouter) -> None:
+def test_agents_register_derives_a_stable_id(cli: Cli, mock_api: respx.MockRouter) -> None:
     derived = uuid5(NAMESPACE_URL, f"jobagentctl:agent/{WORKSPACE}/builder")
-    put = api.put(f"{WS}/job-agents/{derived}").respond(202, json=wire.accepted())
-    api.get(f"{WS}/job-agents/{derived}").respond(200, json=wire.agent(id=str(derived)))
+    put = mock_api.put(f"{WS}/job-agents/{derived}").respond(202, json=wire.accepted())
+    mock_api.get(f"{WS}/job-agents/{derived}").respond(200, json=wire.agent(id=str(derived)))
     result = cli("agents", "register", "builder", "--config", '{"leaseSeconds": 30}', "--json")
     assert result.exit_code == 0, result.stderr
     assert body(put) == {"name": "builder", "type": "jobagentctl", "config": {"leaseSeconds": 30}}
@@ -192,10 +200,10 @@ def test_agents_register_derives_a_stable_id(cli: Cli, api: respx.MockRouter) ->
 
 
 def test_agents_register_with_id_and_config_file(
-    cli: Cli, api: respx.MockRouter, tmp_path: Path
+    cli: Cli, mock_api: respx.MockRouter, tmp_path: Path
 ) -> None:
-    put = api.put(f"{WS}/job-agents/{AGENT}").respond(202, json=wire.accepted())
-    api.get(f"{WS}/job-agents/{AGENT}").respond(200, json=wire.agent())
+    put = mock_api.put(f"{WS}/job-agents/{AGENT}").respond(202, json=wire.accepted())
+    mock_api.get(f"{WS}/job-agents/{AGENT}").respond(200, json=wire.agent())
     config = tmp_path / "agent.json"
     config.write_text('{"region": "eu"}')
     result = cli(
@@ -219,8 +227,8 @@ def test_agents_register_bad_config(cli: Cli, config: str, message: str) -> None
     assert message in result.stderr
 
 
-def test_agents_delete(cli: Cli, api: respx.MockRouter) -> None:
-    api.delete(f"{WS}/job-agents/{AGENT}").respond(202, json=wire.accepted("deleted"))
+def test_agents_delete(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.delete(f"{WS}/job-agents/{AGENT}").respond(202, json=wire.accepted("deleted"))
     result = cli("agents", "delete", str(AGENT), "--json")
     assert json.loads(result.stdout)["message"] == "deleted"
 
@@ -228,15 +236,15 @@ def test_agents_delete(cli: Cli, api: respx.MockRouter) -> None:
 # --- jobs -------------------------------------------------------------------------------------
 
 
-def test_jobs_get(cli: Cli, api: respx.MockRouter) -> None:
-    api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job(dispatchContext={"release": "v1"}))
+def test_jobs_get(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job(dispatchContext={"release": "v1"}))
     result = cli("jobs", "get", str(JOB), "--json")
     assert json.loads(result.stdout)["dispatchContext"] == {"release": "v1"}
     assert cli("jobs", "get", str(JOB)).stdout.startswith(f"{JOB}\tqueued\t")
 
 
-def test_jobs_enqueue(cli: Cli, api: respx.MockRouter, tmp_path: Path) -> None:
-    route = api.post(f"{WS}/job-agents/{AGENT}/jobs").respond(201, json=wire.job())
+def test_jobs_enqueue(cli: Cli, mock_api: respx.MockRouter, tmp_path: Path) -> None:
+    route = mock_api.post(f"{WS}/job-agents/{AGENT}/jobs").respond(201, json=wire.job())
     context = tmp_path / "ctx.json"
     context.write_text('{"environment": "prod"}')
     result = cli(
@@ -261,9 +269,9 @@ def test_jobs_enqueue(cli: Cli, api: respx.MockRouter, tmp_path: Path) -> None:
 
 
 def test_jobs_enqueue_from_stdin(
-    cli: Cli, api: respx.MockRouter, monkeypatch: pytest.MonkeyPatch
+    cli: Cli, mock_api: respx.MockRouter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    route = api.post(f"{WS}/job-agents/{AGENT}/jobs").respond(201, json=wire.job())
+    route = mock_api.post(f"{WS}/job-agents/{AGENT}/jobs").respond(201, json=wire.job())
     from typer.testing import CliRunner
 
     from jobagentctl.cli.app import app
@@ -275,8 +283,8 @@ def test_jobs_enqueue_from_stdin(
     assert body(route) == {"jobAgentConfig": {"a": 1}}
 
 
-def test_jobs_attempts(cli: Cli, api: respx.MockRouter) -> None:
-    api.get(f"{WS}/jobs/{JOB}/attempts").respond(
+def test_jobs_attempts(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.get(f"{WS}/jobs/{JOB}/attempts").respond(
         200, json=[wire.attempt(1, "expired"), wire.attempt(2, None)]
     )
     rows = [line.split("\t") for line in cli("jobs", "attempts", str(JOB)).stdout.splitlines()]
@@ -284,8 +292,8 @@ def test_jobs_attempts(cli: Cli, api: respx.MockRouter) -> None:
     assert "ATTEMPT" in cli("jobs", "attempts", str(JOB), tty=True).stdout
 
 
-def test_jobs_list(cli: Cli, api: respx.MockRouter) -> None:
-    route = api.get(f"{WS}/jobs").respond(200, json=wire.page([wire.job()]))
+def test_jobs_list(cli: Cli, mock_api: respx.MockRouter) -> None:
+    route = mock_api.get(f"{WS}/jobs").respond(200, json=wire.page([wire.job()]))
     assert cli("jobs", "list", "--status", "queued").exit_code == 0
     assert route.calls.last.request.url.params["status"] == "queued"
 
@@ -293,8 +301,8 @@ def test_jobs_list(cli: Cli, api: respx.MockRouter) -> None:
 # --- env output only where it means something, misc -------------------------------------------
 
 
-def test_env_output_is_only_for_claim(cli: Cli, api: respx.MockRouter) -> None:
-    api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job())
+def test_env_output_is_only_for_claim(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job())
     result = cli("jobs", "get", str(JOB), "-o", "env")
     assert result.exit_code == 2
     assert "not available" in result.stderr
@@ -311,8 +319,8 @@ def test_version_and_help_need_no_settings(cli: Cli, tmp_path: Path) -> None:
     assert cli("list", env=env).exit_code == 2  # a command that needs settings reads it
 
 
-def test_debug_trace_on_stderr_without_key(cli: Cli, api: respx.MockRouter) -> None:
-    api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job())
+def test_debug_trace_on_stderr_without_key(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job())
     result = cli("--debug", "jobs", "get", str(JOB))
     assert result.exit_code == 0
     assert "[http] > GET" in result.stderr
@@ -332,17 +340,19 @@ def test_debug_trace_on_stderr_without_key(cli: Cli, api: respx.MockRouter) -> N
     ],
 )
 def test_global_options_before_or_after_the_command(
-    cli: Cli, api: respx.MockRouter, args: list[str]
+    cli: Cli, mock_api: respx.MockRouter, args: list[str]
 ) -> None:
-    api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job())
+    mock_api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job())
     result = cli(*args)
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["id"] == str(JOB)
 
 
-def test_global_connection_options_after_the_command(cli: Cli, api: respx.MockRouter) -> None:
+def test_global_connection_options_after_the_command(cli: Cli, mock_api: respx.MockRouter) -> None:
     other = "99999999-9999-4999-8999-999999999999"
-    route = api.get(f"{BASE}/api/v1/workspaces/{other}/jobs/{JOB}").respond(200, json=wire.job())
+    route = mock_api.get(f"{BASE}/api/v1/workspaces/{other}/jobs/{JOB}").respond(
+        200, json=wire.job()
+    )
     result = cli("jobs", "get", str(JOB), "--workspace", other, "-q", "--debug")
     assert result.exit_code == 0, result.stderr
     assert route.called
@@ -452,14 +462,14 @@ DERIVED = uuid5(NAMESPACE_URL, f"jobagentctl:agent/{WORKSPACE}/builder")
 )
 def test_tty_form(
     cli: Cli,
-    api: respx.MockRouter,
+    mock_api: respx.MockRouter,
     args: list[str],
     routes: list[tuple[str, str, int, object]],
     stdout_has: str,
     stderr_has: str,
 ) -> None:
     for method, url, status, payload in routes:
-        api.route(method=method, url=url).respond(status, json=payload)
+        mock_api.route(method=method, url=url).respond(status, json=payload)
     result = cli(*args, tty=True)
     assert result.exit_code == 0, result.stderr
     assert stdout_has in result.stdout

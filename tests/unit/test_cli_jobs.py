@@ -21,8 +21,8 @@ def body(route: respx.Route) -> object:
 # --- list -------------------------------------------------------------------------------------
 
 
-def test_list_piped_is_tsv_without_header(cli: Cli, api: respx.MockRouter) -> None:
-    route = api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(
+def test_list_piped_is_tsv_without_header(cli: Cli, mock_api: respx.MockRouter) -> None:
+    route = mock_api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(
         200, json=wire.page([wire.job(message="line1\nline2\tx")])
     )
     result = cli("list")
@@ -34,8 +34,10 @@ def test_list_piped_is_tsv_without_header(cli: Cli, api: respx.MockRouter) -> No
     assert route.calls.last.request.url.params["status"] == "queued"
 
 
-def test_list_on_a_tty_is_a_table(cli: Cli, api: respx.MockRouter) -> None:
-    api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(200, json=wire.page([wire.job()], total=3))
+def test_list_on_a_tty_is_a_table(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(
+        200, json=wire.page([wire.job()], total=3)
+    )
     result = cli("list", tty=True)
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
@@ -46,8 +48,8 @@ def test_list_on_a_tty_is_a_table(cli: Cli, api: respx.MockRouter) -> None:
     assert "showing 1 of 3; use --all-pages" in result.stderr
 
 
-def test_list_json_and_option_after_command(cli: Cli, api: respx.MockRouter) -> None:
-    api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(200, json=wire.page([wire.job()]))
+def test_list_json_and_option_after_command(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(200, json=wire.page([wire.job()]))
     before = cli("--json", "list")
     after = cli("list", "--json")
     assert before.exit_code == after.exit_code == 0
@@ -59,8 +61,8 @@ def test_list_json_and_option_after_command(cli: Cli, api: respx.MockRouter) -> 
     assert data[0]["jobAgentId"] == str(AGENT)
 
 
-def test_list_empty_is_success(cli: Cli, api: respx.MockRouter) -> None:
-    api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(200, json=wire.page([]))
+def test_list_empty_is_success(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(200, json=wire.page([]))
     piped = cli("list")
     assert (piped.exit_code, piped.stdout, piped.stderr) == (0, "", "")
     tty = cli("list", tty=True)
@@ -69,7 +71,7 @@ def test_list_empty_is_success(cli: Cli, api: respx.MockRouter) -> None:
     assert json.loads(cli("list", "-o", "json").stdout) == []
 
 
-def test_list_all_statuses_and_pages(cli: Cli, api: respx.MockRouter) -> None:
+def test_list_all_statuses_and_pages(cli: Cli, mock_api: respx.MockRouter) -> None:
     jobs = [wire.job(id=str(i) * 8 + "-1111-4111-8111-111111111111") for i in range(1, 4)]
 
     def server(request: httpx.Request) -> httpx.Response:
@@ -77,7 +79,7 @@ def test_list_all_statuses_and_pages(cli: Cli, api: respx.MockRouter) -> None:
         assert "status" not in request.url.params
         return httpx.Response(200, json=wire.page(jobs[offset : offset + 2], total=3))
 
-    api.get(f"{WS}/job-agents/{AGENT}/jobs").mock(side_effect=server)
+    mock_api.get(f"{WS}/job-agents/{AGENT}/jobs").mock(side_effect=server)
     result = cli("list", "--status", "all", "--all-pages")
     assert result.exit_code == 0
     assert len(result.stdout.splitlines()) == 3
@@ -89,8 +91,8 @@ def test_list_status_is_validated(cli: Cli) -> None:
     assert "unknown status 'done'" in result.stderr
 
 
-def test_list_status_spelling_is_folded(cli: Cli, api: respx.MockRouter) -> None:
-    route = api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(200, json=wire.page([]))
+def test_list_status_spelling_is_folded(cli: Cli, mock_api: respx.MockRouter) -> None:
+    route = mock_api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(200, json=wire.page([]))
     assert cli("list", "--status", "in_progress").exit_code == 0
     assert route.calls.last.request.url.params["status"] == "inProgress"
 
@@ -104,16 +106,18 @@ def test_list_needs_an_agent(cli: Cli) -> None:
 # --- claim ------------------------------------------------------------------------------------
 
 
-def test_claim_by_id_piped(cli: Cli, api: respx.MockRouter) -> None:
-    route = api.post(f"{WS}/job-agents/{AGENT}/jobs/{JOB}/claim").respond(200, json=wire.claimed())
+def test_claim_by_id_piped(cli: Cli, mock_api: respx.MockRouter) -> None:
+    route = mock_api.post(f"{WS}/job-agents/{AGENT}/jobs/{JOB}/claim").respond(
+        200, json=wire.claimed()
+    )
     result = cli("claim", str(JOB), "--lease-seconds", "90")
     assert result.exit_code == 0
     assert result.stdout == f"{JOB}\t{CLAIM}\t1\t60\t2024-05-01T12:01:00Z\tinProgress\n"
     assert body(route) == {"leaseSeconds": 90}
 
 
-def test_claim_env_output_evals(cli: Cli, api: respx.MockRouter) -> None:
-    route = api.post(f"{WS}/job-agents/{AGENT}/claim").respond(200, json=wire.claimed())
+def test_claim_env_output_evals(cli: Cli, mock_api: respx.MockRouter) -> None:
+    route = mock_api.post(f"{WS}/job-agents/{AGENT}/claim").respond(200, json=wire.claimed())
     result = cli("claim", "-o", "env", env={"JOBAGENTCTL_LEASE_SECONDS": "45"})
     assert result.exit_code == 0
     assert body(route) == {"leaseSeconds": 45, "waitSeconds": 0.0}
@@ -127,11 +131,11 @@ def test_claim_env_output_evals(cli: Cli, api: respx.MockRouter) -> None:
         assert shlex.split(line)[0] == "export"
 
 
-def test_claim_limit_claims_a_batch_in_one_request(cli: Cli, api: respx.MockRouter) -> None:
+def test_claim_limit_claims_a_batch_in_one_request(cli: Cli, mock_api: respx.MockRouter) -> None:
     second = wire.claimed(
         id="00000000-0000-4000-8000-0000000000b2", claimId="00000000-0000-4000-8000-0000000000c2"
     )
-    route = api.post(f"{WS}/job-agents/{AGENT}/claim").respond(
+    route = mock_api.post(f"{WS}/job-agents/{AGENT}/claim").respond(
         200, json={"items": [wire.claimed(), second]}
     )
     result = cli("claim", "--limit", "5", "--json")
@@ -145,8 +149,10 @@ def test_claim_limit_claims_a_batch_in_one_request(cli: Cli, api: respx.MockRout
     ]
 
 
-def test_claim_limit_from_a_server_that_does_not_batch(cli: Cli, api: respx.MockRouter) -> None:
-    api.post(f"{WS}/job-agents/{AGENT}/claim").respond(200, json=wire.claimed())
+def test_claim_limit_from_a_server_that_does_not_batch(
+    cli: Cli, mock_api: respx.MockRouter
+) -> None:
+    mock_api.post(f"{WS}/job-agents/{AGENT}/claim").respond(200, json=wire.claimed())
     result = cli("claim", "--limit", "3", "--json")
     assert result.exit_code == 0
     assert [j["claimId"] for j in json.loads(result.stdout)] == [str(CLAIM)]
@@ -166,16 +172,16 @@ def test_claim_limit_usage_errors(cli: Cli, args: list[str]) -> None:
     assert result.exit_code == 2, result.stdout
 
 
-def test_claim_nothing_queued_is_7(cli: Cli, api: respx.MockRouter) -> None:
-    api.post(f"{WS}/job-agents/{AGENT}/claim").respond(204)
+def test_claim_nothing_queued_is_7(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.post(f"{WS}/job-agents/{AGENT}/claim").respond(204)
     result = cli("claim")
     assert result.exit_code == 7
     assert result.stdout == ""
     assert "no job queued" in result.stderr
 
 
-def test_claim_wait_long_polls(cli: Cli, api: respx.MockRouter) -> None:
-    route = api.post(f"{WS}/job-agents/{AGENT}/claim").respond(200, json=wire.claimed())
+def test_claim_wait_long_polls(cli: Cli, mock_api: respx.MockRouter) -> None:
+    route = mock_api.post(f"{WS}/job-agents/{AGENT}/claim").respond(200, json=wire.claimed())
     result = cli("claim", "--wait", "2m", "--json")
     assert result.exit_code == 0
     assert body(route) == {"leaseSeconds": 60, "waitSeconds": pytest.approx(120, abs=1)}
@@ -184,8 +190,8 @@ def test_claim_wait_long_polls(cli: Cli, api: respx.MockRouter) -> None:
     assert route.calls.last.request.extensions["timeout"]["read"] > 120
 
 
-def test_claim_v1_server_without_claim_id(cli: Cli, api: respx.MockRouter) -> None:
-    api.post(f"{WS}/job-agents/{AGENT}/jobs/{JOB}/claim").respond(
+def test_claim_v1_server_without_claim_id(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.post(f"{WS}/job-agents/{AGENT}/jobs/{JOB}/claim").respond(
         200, json=wire.job(status="inProgress")
     )
     result = cli("claim", str(JOB), "-o", "env")
@@ -195,8 +201,8 @@ def test_claim_v1_server_without_claim_id(cli: Cli, api: respx.MockRouter) -> No
     assert "granted no lease" in result.stderr
 
 
-def test_claim_unleased_on_purpose_does_not_warn(cli: Cli, api: respx.MockRouter) -> None:
-    route = api.post(f"{WS}/job-agents/{AGENT}/jobs/{JOB}/claim").respond(
+def test_claim_unleased_on_purpose_does_not_warn(cli: Cli, mock_api: respx.MockRouter) -> None:
+    route = mock_api.post(f"{WS}/job-agents/{AGENT}/jobs/{JOB}/claim").respond(
         200, json=wire.claimed(claimId=None, leaseSeconds=None)
     )
     result = cli("claim", str(JOB), "--lease-seconds", "0")
@@ -205,16 +211,16 @@ def test_claim_unleased_on_purpose_does_not_warn(cli: Cli, api: respx.MockRouter
     assert result.stderr == ""
 
 
-def test_claim_on_a_tty_shows_the_job(cli: Cli, api: respx.MockRouter) -> None:
-    api.post(f"{WS}/job-agents/{AGENT}/jobs/{JOB}/claim").respond(200, json=wire.claimed())
+def test_claim_on_a_tty_shows_the_job(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.post(f"{WS}/job-agents/{AGENT}/jobs/{JOB}/claim").respond(200, json=wire.claimed())
     result = cli("claim", str(JOB), tty=True)
     assert result.exit_code == 0
     assert str(CLAIM) in result.stdout
     assert "jobAgentConfig" in result.stdout  # the rest of the object is shown too
 
 
-def test_claim_not_claimable_is_6(cli: Cli, api: respx.MockRouter) -> None:
-    api.post(f"{WS}/job-agents/{AGENT}/jobs/{JOB}/claim").respond(
+def test_claim_not_claimable_is_6(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.post(f"{WS}/job-agents/{AGENT}/jobs/{JOB}/claim").respond(
         409, json=wire.error("NOT_CLAIMABLE", "job is inProgress")
     )
     result = cli("claim", str(JOB))
@@ -239,8 +245,8 @@ def test_claim_usage_errors(cli: Cli, args: list[str], message: str) -> None:
 # --- heartbeat --------------------------------------------------------------------------------
 
 
-def test_heartbeat_from_claim_environment(cli: Cli, api: respx.MockRouter) -> None:
-    route = api.post(f"{WS}/jobs/{JOB}/heartbeat").respond(200, json=wire.heartbeat())
+def test_heartbeat_from_claim_environment(cli: Cli, mock_api: respx.MockRouter) -> None:
+    route = mock_api.post(f"{WS}/jobs/{JOB}/heartbeat").respond(200, json=wire.heartbeat())
     env = {"JOBAGENTCTL_JOB_ID": str(JOB), "JOBAGENTCTL_CLAIM_ID": str(CLAIM)}
     result = cli("heartbeat", env=env)
     assert result.exit_code == 0
@@ -250,9 +256,9 @@ def test_heartbeat_from_claim_environment(cli: Cli, api: respx.MockRouter) -> No
     assert as_json["claimExpiresAt"] == "2024-05-01T12:02:00Z"
 
 
-def test_heartbeat_arguments_beat_environment(cli: Cli, api: respx.MockRouter) -> None:
+def test_heartbeat_arguments_beat_environment(cli: Cli, mock_api: respx.MockRouter) -> None:
     other = "55555555-5555-4555-8555-555555555555"
-    route = api.post(f"{WS}/jobs/{other}/heartbeat").respond(200, json=wire.heartbeat())
+    route = mock_api.post(f"{WS}/jobs/{other}/heartbeat").respond(200, json=wire.heartbeat())
     env = {"JOBAGENTCTL_JOB_ID": str(JOB), "JOBAGENTCTL_CLAIM_ID": str(CLAIM)}
     result = cli("heartbeat", other, "--claim-id", other, "--lease-seconds", "300", env=env)
     assert result.exit_code == 0
@@ -265,8 +271,8 @@ def test_heartbeat_needs_a_job(cli: Cli) -> None:
     assert "JOBAGENTCTL_JOB_ID" in result.stderr
 
 
-def test_heartbeat_claim_lost_is_6(cli: Cli, api: respx.MockRouter) -> None:
-    api.post(f"{WS}/jobs/{JOB}/heartbeat").respond(
+def test_heartbeat_claim_lost_is_6(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.post(f"{WS}/jobs/{JOB}/heartbeat").respond(
         409, json=wire.error("CLAIM_LOST", "claim expired and was reaped", {"jobStatus": "queued"})
     )
     result = cli("heartbeat", str(JOB), "--claim-id", str(CLAIM), "--json")
@@ -280,17 +286,19 @@ def test_heartbeat_claim_lost_is_6(cli: Cli, api: respx.MockRouter) -> None:
     }
 
 
-def test_heartbeat_against_v1_server(cli: Cli, api: respx.MockRouter) -> None:
-    api.post(f"{WS}/jobs/{JOB}/heartbeat").respond(404, json={"error": "Not Found"})
+def test_heartbeat_against_v1_server(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.post(f"{WS}/jobs/{JOB}/heartbeat").respond(404, json={"error": "Not Found"})
     result = cli("heartbeat", str(JOB), "--claim-id", str(CLAIM))
     assert result.exit_code == 1
     assert "server has no lease support" in result.stderr
 
 
 @pytest.mark.parametrize("claim_env", ["", None])
-def test_an_empty_claim_id_is_unset(cli: Cli, api: respx.MockRouter, claim_env: str | None) -> None:
+def test_an_empty_claim_id_is_unset(
+    cli: Cli, mock_api: respx.MockRouter, claim_env: str | None
+) -> None:
     """Empty = unset, for heartbeat as for complete: the heartbeat goes without a claim id."""
-    route = api.post(f"{WS}/jobs/{JOB}/heartbeat").respond(200, json=wire.heartbeat())
+    route = mock_api.post(f"{WS}/jobs/{JOB}/heartbeat").respond(200, json=wire.heartbeat())
     result = cli(
         "heartbeat", env={"JOBAGENTCTL_JOB_ID": str(JOB), "JOBAGENTCTL_CLAIM_ID": claim_env}
     )
@@ -304,8 +312,8 @@ def test_an_empty_claim_id_is_unset(cli: Cli, api: respx.MockRouter, claim_env: 
 # --- complete ---------------------------------------------------------------------------------
 
 
-def test_complete_exit_code_zero(cli: Cli, api: respx.MockRouter) -> None:
-    route = api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted("updated"))
+def test_complete_exit_code_zero(cli: Cli, mock_api: respx.MockRouter) -> None:
+    route = mock_api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted("updated"))
     env = {"JOBAGENTCTL_JOB_ID": str(JOB), "JOBAGENTCTL_CLAIM_ID": str(CLAIM)}
     result = cli("complete", "--exit-code", "0", env=env)
     assert result.exit_code == 0
@@ -313,8 +321,8 @@ def test_complete_exit_code_zero(cli: Cli, api: respx.MockRouter) -> None:
     assert result.stdout == f"{JOB}\tupdated\n"
 
 
-def test_complete_failure_with_links(cli: Cli, api: respx.MockRouter) -> None:
-    route = api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted())
+def test_complete_failure_with_links(cli: Cli, mock_api: respx.MockRouter) -> None:
+    route = mock_api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted())
     result = cli(
         "complete",
         str(JOB),
@@ -341,8 +349,8 @@ def test_complete_failure_with_links(cli: Cli, api: respx.MockRouter) -> None:
     }
 
 
-def test_complete_on_a_tty_confirms_on_stderr(cli: Cli, api: respx.MockRouter) -> None:
-    api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted("Job status updated"))
+def test_complete_on_a_tty_confirms_on_stderr(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted("Job status updated"))
     result = cli("complete", str(JOB), "--status", "skipped", "-m", "nothing to do", tty=True)
     assert result.exit_code == 0
     assert result.stdout == ""
@@ -351,21 +359,21 @@ def test_complete_on_a_tty_confirms_on_stderr(cli: Cli, api: respx.MockRouter) -
     assert (quiet.stdout, quiet.stderr) == ("", "")
 
 
-def test_complete_json_is_the_accepted_object(cli: Cli, api: respx.MockRouter) -> None:
-    api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted("ok"))
+def test_complete_json_is_the_accepted_object(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted("ok"))
     result = cli("complete", str(JOB), "--status", "successful", "--json")
     assert json.loads(result.stdout) == {"id": str(JOB), "message": "ok"}
 
 
-def test_complete_v1_claim_reports_without_fencing(cli: Cli, api: respx.MockRouter) -> None:
-    route = api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted())
+def test_complete_v1_claim_reports_without_fencing(cli: Cli, mock_api: respx.MockRouter) -> None:
+    route = mock_api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted())
     env = {"JOBAGENTCTL_JOB_ID": str(JOB), "JOBAGENTCTL_CLAIM_ID": ""}
     assert cli("complete", "--status", "successful", env=env).exit_code == 0
     assert body(route) == {"status": "successful"}
 
 
-def test_complete_claim_mismatch_is_6(cli: Cli, api: respx.MockRouter) -> None:
-    api.put(f"{WS}/jobs/{JOB}/status").respond(
+def test_complete_claim_mismatch_is_6(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.put(f"{WS}/jobs/{JOB}/status").respond(
         409, json=wire.error("CLAIM_MISMATCH", "another attempt holds the claim")
     )
     result = cli("complete", str(JOB), "--exit-code", "0", "--claim-id", str(CLAIM))

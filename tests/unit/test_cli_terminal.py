@@ -31,10 +31,10 @@ LIST_COMMANDS = {
 
 @pytest.mark.parametrize("name", list(LIST_COMMANDS))
 def test_list_commands_on_a_tty_show_controls_visibly(
-    cli: Cli, api: respx.MockRouter, name: str
+    cli: Cli, mock_api: respx.MockRouter, name: str
 ) -> None:
     args, url, payload = LIST_COMMANDS[name]
-    api.get(url).respond(200, json=payload)
+    mock_api.get(url).respond(200, json=payload)
     result = cli(*args, tty=True)
     assert result.exit_code == 0, result.stderr
     assert not any(c in result.stdout for c in RAW), repr(result.stdout)
@@ -43,10 +43,10 @@ def test_list_commands_on_a_tty_show_controls_visibly(
 
 @pytest.mark.parametrize("name", list(LIST_COMMANDS))
 def test_list_commands_piped_escape_controls_in_tsv(
-    cli: Cli, api: respx.MockRouter, name: str
+    cli: Cli, mock_api: respx.MockRouter, name: str
 ) -> None:
     args, url, payload = LIST_COMMANDS[name]
-    api.get(url).respond(200, json=payload)
+    mock_api.get(url).respond(200, json=payload)
     result = cli(*args)
     assert result.exit_code == 0, result.stderr
     assert not any(c in result.stdout for c in RAW), repr(result.stdout)
@@ -54,26 +54,30 @@ def test_list_commands_piped_escape_controls_in_tsv(
     assert "\\x1b[2J\\x1b]0;pwned\\x07\\x1b[31mred\\rover\\x9b1mdel\\x7f" in line.split("\t")
 
 
-def test_json_keeps_the_text_exactly(cli: Cli, api: respx.MockRouter) -> None:
-    api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job(message=EVIL))
+def test_json_keeps_the_text_exactly(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job(message=EVIL))
     result = cli("jobs", "get", str(JOB), "--json")
     assert json.loads(result.stdout)["message"] == EVIL
     assert "\x1b" not in result.stdout  # JSON's own \\u001b escape
 
 
-def test_jobs_get_on_a_tty_keeps_lines_and_shows_controls(cli: Cli, api: respx.MockRouter) -> None:
+def test_jobs_get_on_a_tty_keeps_lines_and_shows_controls(
+    cli: Cli, mock_api: respx.MockRouter
+) -> None:
     message = "exit code 2\nfirst line\n\x1b]8;;http://evil\x1b\\link\x1b]8;;\x1b\\\nlast line"
-    api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job(message=message, metadata={"k": EVIL}))
+    mock_api.get(f"{WS}/jobs/{JOB}").respond(
+        200, json=wire.job(message=message, metadata={"k": EVIL})
+    )
     result = cli("jobs", "get", str(JOB), tty=True)
     assert result.exit_code == 0, result.stderr
     assert not any(c in result.stdout for c in RAW), repr(result.stdout)
     assert "last line" in result.stdout and "first line" in result.stdout
 
 
-def test_list_table_shows_the_last_lines_of_a_message(cli: Cli, api: respx.MockRouter) -> None:
+def test_list_table_shows_the_last_lines_of_a_message(cli: Cli, mock_api: respx.MockRouter) -> None:
     tail = "\n".join(f"compiling unit {n}" for n in range(40))
     message = f"exit code 2\n{tail}\nerror: linker failed\n\n"
-    api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(
+    mock_api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(
         200, json=wire.page([wire.job(status="failure", message=message)])
     )
     result = cli("list", "--status", "failure", tty=True)
@@ -85,9 +89,9 @@ def test_list_table_shows_the_last_lines_of_a_message(cli: Cli, api: respx.MockR
     assert "compiling unit 0\\n" in piped.stdout
 
 
-def test_truncation_never_cuts_an_escape(cli: Cli, api: respx.MockRouter) -> None:
+def test_truncation_never_cuts_an_escape(cli: Cli, mock_api: respx.MockRouter) -> None:
     agent_name = "a" * 76 + "\x1b]0;title\x07"
-    api.get(f"{WS}/job-agents").respond(200, json=wire.page([wire.agent(name=agent_name)]))
+    mock_api.get(f"{WS}/job-agents").respond(200, json=wire.page([wire.agent(name=agent_name)]))
     result = cli("agents", "list", tty=True)
     assert result.exit_code == 0, result.stderr
     cell = next(line for line in result.stdout.splitlines() if "aaaa" in line)
@@ -96,8 +100,8 @@ def test_truncation_never_cuts_an_escape(cli: Cli, api: respx.MockRouter) -> Non
     assert "\\x1" not in cell
 
 
-def test_error_messages_show_controls_visibly(cli: Cli, api: respx.MockRouter) -> None:
-    api.get(f"{WS}/jobs/{JOB}").respond(404, json=wire.error("NOT_FOUND", f"no job {EVIL}"))
+def test_error_messages_show_controls_visibly(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.get(f"{WS}/jobs/{JOB}").respond(404, json=wire.error("NOT_FOUND", f"no job {EVIL}"))
     result = cli("jobs", "get", str(JOB), "--json")
     assert result.exit_code == 5
     human, line = result.stderr.splitlines()
@@ -105,8 +109,8 @@ def test_error_messages_show_controls_visibly(cli: Cli, api: respx.MockRouter) -
     assert json.loads(line)["error"]["message"] == f"no job {EVIL}"
 
 
-def test_attempts_in_both_forms(cli: Cli, api: respx.MockRouter) -> None:
-    api.get(f"{WS}/jobs/{JOB}/attempts").respond(
+def test_attempts_in_both_forms(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.get(f"{WS}/jobs/{JOB}/attempts").respond(
         200, json=[wire.attempt(1, "expired"), wire.attempt(2, None)]
     )
     table = cli("jobs", "attempts", str(JOB), tty=True)
@@ -125,10 +129,10 @@ def test_attempts_in_both_forms(cli: Cli, api: respx.MockRouter) -> None:
     [("\r", "\\x0d"), ("\x0b", "\\x0b"), ("\x0c", "\\x0c"), ("\x85", "\\x85"), ("\x1e", "\\x1e")],
 )
 def test_list_table_shows_a_lone_line_control_as_its_escape(
-    cli: Cli, api: respx.MockRouter, char: str, shown: str
+    cli: Cli, mock_api: respx.MockRouter, char: str, shown: str
 ) -> None:
     message = f"exit code 1\nbefore{char}after"
-    api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(
+    mock_api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(
         200, json=wire.page([wire.job(status="failure", message=message)])
     )
     result = cli("list", "--status", "failure", tty=True)
@@ -139,8 +143,8 @@ def test_list_table_shows_a_lone_line_control_as_its_escape(
     assert "exit code 1 ⏎ before" in result.stdout
 
 
-def test_list_table_takes_crlf_for_a_line_end(cli: Cli, api: respx.MockRouter) -> None:
-    api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(
+def test_list_table_takes_crlf_for_a_line_end(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(
         200, json=wire.page([wire.job(status="failure", message="exit code 1\r\nlast line\r\n")])
     )
     result = cli("list", "--status", "failure", tty=True)
@@ -154,7 +158,7 @@ BIDI = "".join(map(chr, [*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028,
 
 @pytest.mark.parametrize("name", list(LIST_COMMANDS))
 def test_bidi_controls_are_escaped_in_tables_and_tsv(
-    cli: Cli, api: respx.MockRouter, name: str
+    cli: Cli, mock_api: respx.MockRouter, name: str
 ) -> None:
     args, url, _ = LIST_COMMANDS[name]
     text = f"ok {BIDI} done"
@@ -163,7 +167,7 @@ def test_bidi_controls_are_escaped_in_tables_and_tsv(
         if name == "agents list"
         else wire.page([wire.job(message=text)])
     )
-    api.get(url).respond(200, json=payload)
+    mock_api.get(url).respond(200, json=payload)
     escaped = "".join(f"\\u{ord(c):04x}" for c in BIDI)
     for tty in (True, False):
         result = cli(*args, tty=tty)
@@ -175,12 +179,12 @@ def test_bidi_controls_are_escaped_in_tables_and_tsv(
 
 
 def test_bidi_controls_are_kept_exactly_in_json_and_escaped_in_errors(
-    cli: Cli, api: respx.MockRouter
+    cli: Cli, mock_api: respx.MockRouter
 ) -> None:
-    api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job(message=BIDI))
+    mock_api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job(message=BIDI))
     assert json.loads(cli("jobs", "get", str(JOB), "--json").stdout)["message"] == BIDI
     detail = cli("jobs", "get", str(JOB), tty=True)
     assert not any(c in detail.stdout for c in BIDI)
-    api.get(f"{WS}/jobs/{JOB}").respond(404, json=wire.error("NOT_FOUND", f"no job {BIDI}"))
+    mock_api.get(f"{WS}/jobs/{JOB}").respond(404, json=wire.error("NOT_FOUND", f"no job {BIDI}"))
     human = cli("jobs", "get", str(JOB)).stderr
     assert "\\u202e" in human and not any(c in human for c in BIDI)

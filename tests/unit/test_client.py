@@ -16,7 +16,7 @@ from jobagentctl.models import ClaimedJob, JobStatus
 from . import wire
 from .wire import AGENT, API_KEY, BASE, CLAIM, JOB, WORKSPACE, WS
 
-# Every route mocked here must be called (the shared `api` fixture reads this).
+# Every route mocked here must be called (the shared `mock_api` fixture reads this).
 RESPX_ASSERT_ALL_CALLED = True
 
 
@@ -28,8 +28,8 @@ def sent(route: respx.Route) -> dict[str, Any]:
 # --- every method: path, body, typed result -------------------------------------------------
 
 
-def test_headers_and_base_url(api: respx.MockRouter, client: Client) -> None:
-    route = api.get(f"{WS}/job-agents/{AGENT}").respond(200, json=wire.agent())
+def test_headers_and_base_url(mock_api: respx.MockRouter, client: Client) -> None:
+    route = mock_api.get(f"{WS}/job-agents/{AGENT}").respond(200, json=wire.agent())
     found = client.get_agent(AGENT)
     assert found.name == "builder"
     request = route.calls.last.request
@@ -38,15 +38,15 @@ def test_headers_and_base_url(api: respx.MockRouter, client: Client) -> None:
     assert client.url == BASE
 
 
-def test_upsert_agent(api: respx.MockRouter, client: Client) -> None:
-    route = api.put(f"{WS}/job-agents/{AGENT}").respond(202, json=wire.accepted("ok"))
+def test_upsert_agent(mock_api: respx.MockRouter, client: Client) -> None:
+    route = mock_api.put(f"{WS}/job-agents/{AGENT}").respond(202, json=wire.accepted("ok"))
     result = client.upsert_agent(AGENT, "builder", "shell", {"leaseSeconds": 30})
     assert result.message == "ok"
     assert sent(route) == {"name": "builder", "type": "shell", "config": {"leaseSeconds": 30}}
 
 
-def test_list_agents(api: respx.MockRouter, client: Client) -> None:
-    route = api.get(f"{WS}/job-agents", params={"limit": "10", "offset": "5"}).respond(
+def test_list_agents(mock_api: respx.MockRouter, client: Client) -> None:
+    route = mock_api.get(f"{WS}/job-agents", params={"limit": "10", "offset": "5"}).respond(
         200, json=wire.page([wire.agent()], total=6, limit=10, offset=5)
     )
     page = client.list_agents(limit=10, offset=5)
@@ -55,13 +55,13 @@ def test_list_agents(api: respx.MockRouter, client: Client) -> None:
     assert route.called
 
 
-def test_delete_agent(api: respx.MockRouter, client: Client) -> None:
-    api.delete(f"{WS}/job-agents/{AGENT}").respond(202, json=wire.accepted("deleted"))
+def test_delete_agent(mock_api: respx.MockRouter, client: Client) -> None:
+    mock_api.delete(f"{WS}/job-agents/{AGENT}").respond(202, json=wire.accepted("deleted"))
     assert client.delete_agent(AGENT).message == "deleted"
 
 
-def test_list_agent_jobs(api: respx.MockRouter, client: Client) -> None:
-    route = api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(200, json=wire.page([wire.job()]))
+def test_list_agent_jobs(mock_api: respx.MockRouter, client: Client) -> None:
+    route = mock_api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(200, json=wire.page([wire.job()]))
     page = client.list_agent_jobs(AGENT, include_dispatch_context=True)
     assert page.items[0].status is JobStatus.QUEUED
     params = route.calls.last.request.url.params
@@ -71,21 +71,23 @@ def test_list_agent_jobs(api: respx.MockRouter, client: Client) -> None:
     assert "status" not in route.calls.last.request.url.params
 
 
-def test_list_jobs_and_get_job(api: respx.MockRouter, client: Client) -> None:
-    api.get(f"{WS}/jobs", params={"status": "failure"}).respond(200, json=wire.page([]))
-    api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job(dispatchContext={"a": 1}))
+def test_list_jobs_and_get_job(mock_api: respx.MockRouter, client: Client) -> None:
+    mock_api.get(f"{WS}/jobs", params={"status": "failure"}).respond(200, json=wire.page([]))
+    mock_api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job(dispatchContext={"a": 1}))
     assert client.list_jobs(status="failure").items == []
     assert client.get_job(JOB).dispatch_context == {"a": 1}
 
 
-def test_create_job(api: respx.MockRouter, client: Client) -> None:
-    route = api.post(f"{WS}/job-agents/{AGENT}/jobs").respond(201, json=wire.job())
+def test_create_job(mock_api: respx.MockRouter, client: Client) -> None:
+    route = mock_api.post(f"{WS}/job-agents/{AGENT}/jobs").respond(201, json=wire.job())
     client.create_job(AGENT, job_agent_config={"x": 1}, metadata={"k": "v"})
     assert sent(route) == {"jobAgentConfig": {"x": 1}, "metadata": {"k": "v"}}
 
 
-def test_claim_job_sends_lease_or_no_body(api: respx.MockRouter, client: Client) -> None:
-    route = api.post(f"{WS}/job-agents/{AGENT}/jobs/{JOB}/claim").respond(200, json=wire.claimed())
+def test_claim_job_sends_lease_or_no_body(mock_api: respx.MockRouter, client: Client) -> None:
+    route = mock_api.post(f"{WS}/job-agents/{AGENT}/jobs/{JOB}/claim").respond(
+        200, json=wire.claimed()
+    )
     claimed = client.claim_job(AGENT, JOB, lease_seconds=90)
     assert isinstance(claimed, ClaimedJob)
     assert (claimed.claim_id, claimed.attempt) == (CLAIM, 1)
@@ -95,9 +97,9 @@ def test_claim_job_sends_lease_or_no_body(api: respx.MockRouter, client: Client)
 
 
 def test_claim_next_long_poll_read_timeout_outlasts_wait(
-    api: respx.MockRouter, client: Client
+    mock_api: respx.MockRouter, client: Client
 ) -> None:
-    route = api.post(f"{WS}/job-agents/{AGENT}/claim").respond(200, json=wire.claimed())
+    route = mock_api.post(f"{WS}/job-agents/{AGENT}/claim").respond(200, json=wire.claimed())
     client.claim_next(AGENT, lease_seconds=60, wait_seconds=25)
     assert sent(route) == {"leaseSeconds": 60, "waitSeconds": 25}
     timeout = route.calls.last.request.extensions["timeout"]
@@ -105,15 +107,15 @@ def test_claim_next_long_poll_read_timeout_outlasts_wait(
     assert timeout["connect"] == 5.0
 
 
-def test_claim_next_204_is_no_job(api: respx.MockRouter, client: Client) -> None:
-    api.post(f"{WS}/job-agents/{AGENT}/claim").respond(204)
+def test_claim_next_204_is_no_job(mock_api: respx.MockRouter, client: Client) -> None:
+    mock_api.post(f"{WS}/job-agents/{AGENT}/claim").respond(204)
     with pytest.raises(errors.NoJob) as caught:
         client.claim_next(AGENT, lease_seconds=None, wait_seconds=None)
     assert caught.value.status == 204
     assert errors.exit_code_for(caught.value) == 7
 
 
-def test_wait_for_job_polls_until_deadline(api: respx.MockRouter, client: Client) -> None:
+def test_wait_for_job_polls_until_deadline(mock_api: respx.MockRouter, client: Client) -> None:
     now = [0.0]
     waits: list[float] = []
     answers = iter([204, 204, 200])
@@ -124,7 +126,7 @@ def test_wait_for_job_polls_until_deadline(api: respx.MockRouter, client: Client
         status = next(answers)
         return httpx.Response(status, json=wire.claimed() if status == 200 else None)
 
-    api.post(f"{WS}/job-agents/{AGENT}/claim").mock(side_effect=server)
+    mock_api.post(f"{WS}/job-agents/{AGENT}/claim").mock(side_effect=server)
     claimed = client.wait_for_job(
         AGENT, lease_seconds=60, wait_seconds=100, clock=lambda: now[0], sleep=pytest.fail
     )
@@ -132,8 +134,8 @@ def test_wait_for_job_polls_until_deadline(api: respx.MockRouter, client: Client
     assert waits == [100, 70, 40]
 
 
-def test_wait_for_job_gives_up_with_no_job(api: respx.MockRouter, client: Client) -> None:
-    api.post(f"{WS}/job-agents/{AGENT}/claim").respond(204)
+def test_wait_for_job_gives_up_with_no_job(mock_api: respx.MockRouter, client: Client) -> None:
+    mock_api.post(f"{WS}/job-agents/{AGENT}/claim").respond(204)
     now = [0.0]
     slept: list[float] = []
 
@@ -149,8 +151,8 @@ def test_wait_for_job_gives_up_with_no_job(api: respx.MockRouter, client: Client
     assert slept == [1.0, 1.0, 0.5]
 
 
-def test_heartbeat(api: respx.MockRouter, client: Client) -> None:
-    route = api.post(f"{WS}/jobs/{JOB}/heartbeat").respond(200, json=wire.heartbeat())
+def test_heartbeat(mock_api: respx.MockRouter, client: Client) -> None:
+    route = mock_api.post(f"{WS}/jobs/{JOB}/heartbeat").respond(200, json=wire.heartbeat())
     beat = client.heartbeat(JOB, claim_id=CLAIM)
     assert beat.lease_seconds == 60
     assert sent(route) == {"claimId": str(CLAIM)}
@@ -158,8 +160,8 @@ def test_heartbeat(api: respx.MockRouter, client: Client) -> None:
     assert sent(route) == {"leaseSeconds": 120}
 
 
-def test_update_status_and_release(api: respx.MockRouter, client: Client) -> None:
-    route = api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted())
+def test_update_status_and_release(mock_api: respx.MockRouter, client: Client) -> None:
+    route = mock_api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted())
     client.update_status(
         JOB, "successful", claim_id=CLAIM, message="done", external_id="run-1", metadata={"a": "b"}
     )
@@ -179,8 +181,8 @@ def test_update_status_rejects_unknown_status_locally(client: Client) -> None:
         client.update_status(JOB, "done")
 
 
-def test_list_claims(api: respx.MockRouter, client: Client) -> None:
-    route = api.get(f"{WS}/job-claims").respond(
+def test_list_claims(mock_api: respx.MockRouter, client: Client) -> None:
+    route = mock_api.get(f"{WS}/job-claims").respond(
         200, json=wire.page([wire.claim_row("expired"), wire.claim_row("unleased")])
     )
     page = client.list_claims(agent_id=AGENT, state="expired")
@@ -190,8 +192,10 @@ def test_list_claims(api: respx.MockRouter, client: Client) -> None:
     assert (params["jobAgentId"], params["state"]) == (str(AGENT), "expired")
 
 
-def test_list_attempts(api: respx.MockRouter, client: Client) -> None:
-    api.get(f"{WS}/jobs/{JOB}/attempts").respond(200, json=[wire.attempt(1), wire.attempt(2, None)])
+def test_list_attempts(mock_api: respx.MockRouter, client: Client) -> None:
+    mock_api.get(f"{WS}/jobs/{JOB}/attempts").respond(
+        200, json=[wire.attempt(1), wire.attempt(2, None)]
+    )
     attempts = client.list_attempts(JOB)
     assert [(a.attempt, a.outcome) for a in attempts] == [(1, "expired"), (2, None)]
 
@@ -213,18 +217,18 @@ def test_iter_pages_follows_total() -> None:
 # --- ctrlplane V1 shapes ----------------------------------------------------------------------
 
 
-def test_v1_claim_without_lease_fields(api: respx.MockRouter, client: Client) -> None:
-    api.post(f"{WS}/job-agents/{AGENT}/jobs/{JOB}/claim").respond(
+def test_v1_claim_without_lease_fields(mock_api: respx.MockRouter, client: Client) -> None:
+    mock_api.post(f"{WS}/job-agents/{AGENT}/jobs/{JOB}/claim").respond(
         200, json=wire.job(status="inProgress", startedAt=wire.T0, somethingNew=True)
     )
     claimed = client.claim_job(AGENT, JOB, lease_seconds=60)
     assert claimed.claim_id is None and claimed.lease_seconds is None and claimed.attempt is None
 
 
-def test_v1_list_without_v2_fields(api: respx.MockRouter, client: Client) -> None:
+def test_v1_list_without_v2_fields(mock_api: respx.MockRouter, client: Client) -> None:
     v1_job = wire.job()
     del v1_job["metadata"]  # be lenient with older servers
-    api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(200, json=wire.page([v1_job]))
+    mock_api.get(f"{WS}/job-agents/{AGENT}/jobs").respond(200, json=wire.page([v1_job]))
     assert client.list_agent_jobs(AGENT).items[0].metadata == {}
 
 
@@ -246,20 +250,20 @@ def test_v1_list_without_v2_fields(api: respx.MockRouter, client: Client) -> Non
     ],
 )
 def test_v1_server_has_no_lease_routes(
-    api: respx.MockRouter,
+    mock_api: respx.MockRouter,
     client: Client,
     method: str,
     path: str,
     call: Any,
     response: httpx.Response,
 ) -> None:
-    api.route(method=method, url=f"{WS}{path}").mock(return_value=response)
+    mock_api.route(method=method, url=f"{WS}{path}").mock(return_value=response)
     with pytest.raises(errors.LeaseUnsupported, match="server has no lease support"):
         call(client)
 
 
-def test_our_404_on_a_v2_route_is_not_found(api: respx.MockRouter, client: Client) -> None:
-    api.post(f"{WS}/jobs/{JOB}/heartbeat").respond(404, json=wire.error("NOT_FOUND", "no job"))
+def test_our_404_on_a_v2_route_is_not_found(mock_api: respx.MockRouter, client: Client) -> None:
+    mock_api.post(f"{WS}/jobs/{JOB}/heartbeat").respond(404, json=wire.error("NOT_FOUND", "no job"))
     with pytest.raises(errors.NotFound, match="no job"):
         client.heartbeat(JOB, claim_id=CLAIM)
 
@@ -300,9 +304,9 @@ def test_our_404_on_a_v2_route_is_not_found(api: respx.MockRouter, client: Clien
     ],
 )
 def test_status_translation(
-    api: respx.MockRouter, client: Client, response: httpx.Response, cls: type, status: int
+    mock_api: respx.MockRouter, client: Client, response: httpx.Response, cls: type, status: int
 ) -> None:
-    api.get(f"{WS}/jobs/{JOB}").mock(return_value=response)
+    mock_api.get(f"{WS}/jobs/{JOB}").mock(return_value=response)
     with pytest.raises(errors.JobAgentError) as caught:
         client.get_job(JOB)
     assert type(caught.value) is cls
@@ -311,8 +315,8 @@ def test_status_translation(
     assert API_KEY not in str(caught.value)
 
 
-def test_conflict_keeps_details(api: respx.MockRouter, client: Client) -> None:
-    api.post(f"{WS}/jobs/{JOB}/heartbeat").respond(
+def test_conflict_keeps_details(mock_api: respx.MockRouter, client: Client) -> None:
+    mock_api.post(f"{WS}/jobs/{JOB}/heartbeat").respond(
         409, json=wire.error("CLAIM_LOST", "claim gone", {"jobStatus": "cancelled"})
     )
     with pytest.raises(errors.ClaimLost) as caught:
@@ -333,9 +337,9 @@ def test_conflict_keeps_details(api: respx.MockRouter, client: Client) -> None:
     ],
 )
 def test_transport_errors_are_server_unavailable(
-    api: respx.MockRouter, client: Client, exc: Exception
+    mock_api: respx.MockRouter, client: Client, exc: Exception
 ) -> None:
-    api.get(f"{WS}/jobs/{JOB}").mock(side_effect=exc)
+    mock_api.get(f"{WS}/jobs/{JOB}").mock(side_effect=exc)
     with pytest.raises(errors.ServerUnavailable) as caught:
         client.get_job(JOB)
     assert caught.value.__cause__ is not None
@@ -369,17 +373,17 @@ def test_real_connection_refused_is_server_unavailable() -> None:
     ],
 )
 def test_malformed_or_unexpected_body_is_protocol_error(
-    api: respx.MockRouter, client: Client, response: httpx.Response
+    mock_api: respx.MockRouter, client: Client, response: httpx.Response
 ) -> None:
-    api.get(f"{WS}/jobs/{JOB}").mock(return_value=response)
+    mock_api.get(f"{WS}/jobs/{JOB}").mock(return_value=response)
     with pytest.raises(errors.ProtocolError) as caught:
         client.get_job(JOB)
     assert caught.value.__cause__ is not None
 
 
-def test_missing_key_fails_before_any_request(api: respx.MockRouter) -> None:
-    route = api.get(f"{WS}/jobs/{JOB}")
-    api._assert_all_called = False
+def test_missing_key_fails_before_any_request(mock_api: respx.MockRouter) -> None:
+    route = mock_api.get(f"{WS}/jobs/{JOB}")
+    mock_api._assert_all_called = False
     for key in (None, "", "   "):
         with Client(BASE, key, WORKSPACE) as c, pytest.raises(errors.AuthError, match="no API key"):
             c.get_job(JOB)
@@ -403,8 +407,8 @@ def test_key_not_in_repr() -> None:
         assert API_KEY not in repr(vars(c))
 
 
-def test_debug_trace_redacts_key(api: respx.MockRouter) -> None:
-    api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job())
+def test_debug_trace_redacts_key(mock_api: respx.MockRouter) -> None:
+    mock_api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job())
     lines: list[str] = []
     with Client(BASE, API_KEY, WORKSPACE, trace=lines.append) as c:
         c.get_job(JOB)

@@ -25,9 +25,9 @@ def answer(*, held: bool, status: str = "inProgress") -> dict[str, Any]:
 
 
 def test_sends_the_claim_and_the_wait_and_reads_past_the_wait(
-    api: respx.MockRouter, client: Client
+    mock_api: respx.MockRouter, client: Client
 ) -> None:
-    route = api.post(WAIT).respond(200, json=answer(held=True))
+    route = mock_api.post(WAIT).respond(200, json=answer(held=True))
     got = client.wait_claim(JOB, claim_id=CLAIM, wait_seconds=30)
     assert (got.job_id, got.status, got.claim_held) == (JOB, JobStatus.IN_PROGRESS, True)
     request = route.calls.last.request
@@ -38,8 +38,8 @@ def test_sends_the_claim_and_the_wait_and_reads_past_the_wait(
     assert timeout["connect"] == 5.0
 
 
-def test_a_cancelled_claim_is_not_held(api: respx.MockRouter, client: Client) -> None:
-    api.post(WAIT).respond(200, json=answer(held=False, status="cancelled"))
+def test_a_cancelled_claim_is_not_held(mock_api: respx.MockRouter, client: Client) -> None:
+    mock_api.post(WAIT).respond(200, json=answer(held=False, status="cancelled"))
     got = client.wait_claim(JOB, claim_id=CLAIM, wait_seconds=5)
     assert (got.status, got.claim_held) == (JobStatus.CANCELLED, False)
 
@@ -53,9 +53,9 @@ def test_a_cancelled_claim_is_not_held(api: respx.MockRouter, client: Client) ->
     ],
 )
 def test_a_server_without_the_endpoint_is_unsupported_once(
-    api: respx.MockRouter, client: Client, status: int, body: dict[str, Any]
+    mock_api: respx.MockRouter, client: Client, status: int, body: dict[str, Any]
 ) -> None:
-    route = api.post(WAIT).respond(status, json=body)
+    route = mock_api.post(WAIT).respond(status, json=body)
     with pytest.raises(errors.LeaseUnsupported) as caught:
         client.wait_claim(JOB, claim_id=CLAIM, wait_seconds=5)
     assert "no claim long-poll" in caught.value.message
@@ -66,9 +66,11 @@ def test_a_server_without_the_endpoint_is_unsupported_once(
     assert route.call_count == 1
 
 
-def test_an_unknown_job_is_not_found_not_unsupported(api: respx.MockRouter, client: Client) -> None:
+def test_an_unknown_job_is_not_found_not_unsupported(
+    mock_api: respx.MockRouter, client: Client
+) -> None:
     body = {"message": "job not found", "code": "NOT_FOUND", "details": {"jobId": str(JOB)}}
-    route = api.post(WAIT).respond(404, json=body)
+    route = mock_api.post(WAIT).respond(404, json=body)
     for _ in range(2):
         with pytest.raises(errors.NotFound):
             client.wait_claim(JOB, claim_id=CLAIM, wait_seconds=5)
@@ -84,15 +86,15 @@ def test_an_unknown_job_is_not_found_not_unsupported(api: respx.MockRouter, clie
     ],
 )
 def test_errors_are_project_errors(
-    api: respx.MockRouter, client: Client, response: httpx.Response, error: str
+    mock_api: respx.MockRouter, client: Client, response: httpx.Response, error: str
 ) -> None:
-    api.post(WAIT).mock(return_value=response)
+    mock_api.post(WAIT).mock(return_value=response)
     with pytest.raises(errors.JobAgentError) as caught:
         client.wait_claim(JOB, claim_id=CLAIM, wait_seconds=5)
     assert type(caught.value).__name__ == error
 
 
-def test_a_read_timeout_is_transient(api: respx.MockRouter, client: Client) -> None:
-    api.post(WAIT).mock(side_effect=httpx.ReadTimeout("slow"))
+def test_a_read_timeout_is_transient(mock_api: respx.MockRouter, client: Client) -> None:
+    mock_api.post(WAIT).mock(side_effect=httpx.ReadTimeout("slow"))
     with pytest.raises(errors.ServerUnavailable):
         client.wait_claim(JOB, claim_id=CLAIM, wait_seconds=5)
