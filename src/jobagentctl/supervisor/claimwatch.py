@@ -112,7 +112,7 @@ class ClaimWatcher(ClaimThread):
             # The job is there and the claim ours: the 404 was the route's (an older server).
             self.log.debug(f"the server has no claim long-poll ({what}): {_LATER}")
             return True
-        self.log.debug(f"{what}, but a heartbeat then answered {beat.value}: watching on")
+        self.log.debug(f"{what}, but a heartbeat then answered {beat}: watching on")
         delay = retry.failed() if beat is Beat.RETRY else MIN_REOPEN_SECONDS
         return delay is None or self._stop.wait(delay)
 

@@ -60,11 +60,15 @@ class Lease:
 class Beat(enum.Enum):
     """What one heartbeat (or the claim long-poll) learnt about the claim: the lease's verdicts."""
 
-    OK = "ok"
-    RETRY = "retry"  # failed in a way worth retrying: server down, 5xx, timeout, …
-    LEASE_LOST = "lease_lost"  # the claim is gone: reaped, released, or another attempt's
-    CANCELLED = "cancelled"  # an operator cancelled the job
-    JOB_GONE = "job_gone"  # the job itself is gone (deleted: 404)
+    OK = enum.auto()
+    RETRY = enum.auto()  # failed in a way worth retrying: server down, 5xx, timeout, …
+    LEASE_LOST = enum.auto()  # the claim is gone: reaped, released, or another attempt's
+    CANCELLED = enum.auto()  # an operator cancelled the job
+    JOB_GONE = enum.auto()  # the job itself is gone (deleted: 404)
+
+    def __str__(self) -> str:
+        """As the debug log spells it: ``lease_lost``."""
+        return self.name.lower()
 
     @property
     def ends_claim(self) -> bool:

@@ -178,7 +178,7 @@ class Supervisor:
         """News from a thread while no child runs (a heartbeat verdict while reporting)."""
         lease = self._lease
         if lease is not None and (beat := lease.note(news)) is not None:
-            self._log.debug(f"heartbeat verdict: {beat.value} ({lease.why})")
+            self._log.debug(f"heartbeat verdict: {beat} ({lease.why})")
 
     def _suspend(self, child: Child | None) -> None:
         """Ctrl-Z (SIGTSTP): stop the command's group, then ourselves; on resume, the group.

@@ -168,7 +168,7 @@ class Watch:
             verdict = self.lease.note(event)
             if verdict is None:
                 continue
-            self.log.debug(f"heartbeat verdict: {verdict.value} ({self.lease.why})")
+            self.log.debug(f"heartbeat verdict: {verdict} ({self.lease.why})")
             if verdict.stop_reason is StopReason.LEASE_LOST:
                 self._lease_lost()  # the verdict (job_gone or not) tells the report more
             else:
