@@ -20,11 +20,10 @@ import pytest
 
 from jobagentctl.errors import ServerUnavailable
 from jobagentctl.server.reaper import Reaper
-from jobagentctl.server.store import open_store, sqlite_path
-from jobagentctl.server.store._sql import Waiters
+from jobagentctl.server.store import SqlStore, open_store, sqlite_path
 from jobagentctl.server.store.postgres import PostgresConnector
-from jobagentctl.server.store.sql_store import SqlStore
 from jobagentctl.server.store.sqlite import SqliteConnector
+from jobagentctl.server.store.waiters import Waiters
 from tests.fixtures.databases import sql
 from tests.fixtures.waiting import await_until
 from tests.store.conftest import Env

@@ -22,9 +22,8 @@ from psycopg.pq import Trace
 
 from jobagentctl.errors import ValidationError
 from jobagentctl.models import JobStatus
-from jobagentctl.server.store import open_store
+from jobagentctl.server.store import SqlStore, open_store
 from jobagentctl.server.store.postgres import PostgresConnector
-from jobagentctl.server.store.sql_store import SqlStore
 from tests.fixtures.databases import sql
 
 pytestmark = [

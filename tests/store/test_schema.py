@@ -15,7 +15,7 @@ import pytest
 from jobagentctl.errors import ServerUnavailable
 from jobagentctl.models import JobStatus
 from jobagentctl.server.store import open_store
-from jobagentctl.server.store._sql import migrations
+from jobagentctl.server.store.queries import migrations
 from tests.fixtures.databases import (
     _create,
     _drop,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import re
 import sqlite3
 from pathlib import Path
@@ -25,20 +24,15 @@ from jobagentctl.errors import (
     ValidationError,
 )
 from jobagentctl.models import JobStatus
-from jobagentctl.server.store import open_store, sqlite_path
-from jobagentctl.server.store._sql import (
-    NOTIFY_CHANNEL,
+from jobagentctl.server.store import SqlStore, open_store, queries, sqlite_path
+from jobagentctl.server.store.fencing import (
     StatusContext,
     attempt_outcome_for,
     decide_status_change,
-    dump_json,
-    load_queries,
-    merge_metadata,
-    migrations,
 )
-from jobagentctl.server.store.base import Store
 from jobagentctl.server.store.postgres import PostgresConnector, translate_error
-from jobagentctl.server.store.sql_store import SqlStore
+from jobagentctl.server.store.queries import NOTIFY_CHANNEL, load_queries, migrations
+from jobagentctl.server.store.rows import dump_json, merge_metadata
 from jobagentctl.server.store.sqlite import SqliteConnector, _translated
 
 # LISTEN/ping exist only for the PostgreSQL listener connection, the statement timeout only on
@@ -105,24 +99,6 @@ def test_no_index_on_claim_expiry_in_postgres() -> None:
     script = "\n".join(s for _, s in migrations("postgres"))
     assert not re.search(r"CREATE INDEX[^;]*ON job_claim", script)
     assert "fillfactor = 70" in script
-
-
-def test_stores_implement_every_protocol_method_with_its_signature() -> None:
-    members = [
-        name
-        for name, value in inspect.getmembers(Store)
-        if inspect.iscoroutinefunction(value) or (callable(value) and not name.startswith("_"))
-    ]
-    assert "claim_next" in members
-    for cls in (SqlStore,):
-        for name in members:
-            expected = inspect.signature(getattr(Store, name))
-            actual = inspect.signature(getattr(cls, name))
-            assert list(actual.parameters) == list(expected.parameters), (cls, name)
-            assert [p.default for p in actual.parameters.values()] == [
-                p.default for p in expected.parameters.values()
-            ], (cls, name)
-            assert inspect.iscoroutinefunction(getattr(cls, name)), (cls, name)
 
 
 @pytest.mark.parametrize(
@@ -344,13 +320,11 @@ def test_both_claims_share_one_written_tail(dialect: str) -> None:
 def test_an_include_of_an_unknown_fragment_is_refused(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from jobagentctl.server.store import _sql
-
     (tmp_path / "queries.sql").write_text("-- name: a\nSELECT 1,\n-- include: nowhere\n")
-    monkeypatch.setattr(_sql, "_sql_dir", lambda dialect: tmp_path)
-    _sql.load_queries.cache_clear()
+    monkeypatch.setattr(queries, "_sql_dir", lambda dialect: tmp_path)
+    load_queries.cache_clear()
     try:
         with pytest.raises(RuntimeError, match="nowhere"):
-            _sql.load_queries("sqlite")
+            load_queries("sqlite")
     finally:
-        _sql.load_queries.cache_clear()
+        load_queries.cache_clear()

@@ -17,7 +17,8 @@ import pytest
 from jobagentctl.errors import ClaimLost, ClaimMismatch, Conflict, NotFound, ValidationError
 from jobagentctl.models import AttemptOutcome, ClaimState, Job, JobStatus
 from jobagentctl.server.store import Store, open_store, sqlite_path
-from jobagentctl.server.store._sql import migrations, slugify
+from jobagentctl.server.store.queries import migrations
+from jobagentctl.server.store.validation import slugify
 from tests.fixtures.databases import (
     _create,
     _drop,

@@ -17,9 +17,8 @@ from uuid import UUID
 import pytest
 
 from jobagentctl.models import JobStatus
-from jobagentctl.server.store import Store, open_store
+from jobagentctl.server.store import SqlStore, Store, open_store
 from jobagentctl.server.store.postgres import PostgresConnector
-from jobagentctl.server.store.sql_store import SqlStore
 from tests.fixtures.databases import expire_claims, sql
 from tests.fixtures.waiting import await_until
 from tests.store.conftest import Env

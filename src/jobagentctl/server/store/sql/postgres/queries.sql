@@ -365,15 +365,16 @@ SELECT u.*, (SELECT count(*) FROM woken) AS woken FROM updated AS u
 -- by a set_status (which locks job, then claim) is left for the next pass instead of
 -- deadlocking. The N-th expiry with N >= max_reclaims fails the job instead of requeueing it.
 -- Outage grace (reaper.py): a lease that ran out since the outage began is spared until one
--- heartbeat interval (as `run` computes it: lease/3 within [1 s, 60 s]) after the store came
--- back.
+-- heartbeat interval after the store came back: a third of the lease within
+-- [heartbeat_min, heartbeat_max] seconds, as models.heartbeat_interval says.
 WITH expiring AS (
     SELECT c.job_id
     FROM job_claim AS c
     WHERE c.claim_expires_at < now()
       AND NOT (c.claim_expires_at >= now() - make_interval(secs => %(outage_began_ago)s::float8)
                AND %(outage_ended_ago)s::float8
-                   < LEAST(60, GREATEST(1, c.lease_seconds / 3.0)))
+                   < LEAST(%(heartbeat_max)s::float8,
+                           GREATEST(%(heartbeat_min)s::float8, c.lease_seconds / 3.0)))
     LIMIT %(batch_size)s
     FOR UPDATE OF c SKIP LOCKED
 ),
