@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from pathlib import Path
+from typing import Any
 from uuid import uuid4
 
 import psycopg
@@ -190,35 +191,12 @@ def test_fencing_decisions() -> None:
     # V1 parity: without a claim id a finished job takes any other status (operator requeue).
     assert decide(_ctx(done), JobStatus.QUEUED, claim_id=None, **kw) == "apply"
     assert decide(_ctx(JobStatus.CANCELLED), JobStatus.FAILURE, claim_id=None, **kw) == "apply"
-    with pytest.raises(ValidationError):
-        decide(
-            _ctx(JobStatus.IN_PROGRESS, mine, 1),
-            done,
-            claim_id=None,
-            agent_scope=uuid4(),
-            require_claim_id=True,
-        )
     # require_claim_id binds agent keys only, and only leased jobs.
-    assert (
-        decide(
-            _ctx(JobStatus.IN_PROGRESS, mine, 1),
-            done,
-            claim_id=None,
-            agent_scope=None,
-            require_claim_id=True,
-        )
-        == "apply"
-    )
-    assert (
-        decide(
-            _ctx(JobStatus.IN_PROGRESS),
-            done,
-            claim_id=None,
-            agent_scope=uuid4(),
-            require_claim_id=True,
-        )
-        == "apply"
-    )
+    strict: dict[str, Any] = {"claim_id": None, "require_claim_id": True}
+    with pytest.raises(ValidationError):
+        decide(_ctx(JobStatus.IN_PROGRESS, mine, 1), done, agent_scope=uuid4(), **strict)
+    assert decide(_ctx(JobStatus.IN_PROGRESS, mine, 1), done, agent_scope=None, **strict) == "apply"
+    assert decide(_ctx(JobStatus.IN_PROGRESS), done, agent_scope=uuid4(), **strict) == "apply"
 
 
 def test_attempt_outcomes() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -32,6 +33,7 @@ from jobagentctl.server.store import rows
 from jobagentctl.server.store.connector import Connector, Params, Row
 from jobagentctl.server.store.entities import Entities
 from jobagentctl.server.store.fencing import (
+    StatusContext,
     attempt_outcome_for,
     decide_status_change,
     heartbeat_failure,
@@ -216,42 +218,29 @@ class SqlStore(Entities):
         """Set a status, fenced by ``claim_id``, atomically; answers the job's status and agent
         (the wire's ``{id, message}`` needs no job: read it with ``get_job``).
 
-        - ``claim_id`` given and equal to the current claim → apply. The claim's holder ending
-          its attempt (``claim_id``, any status but ``inProgress``) is one statement, one round
-          trip; the reason of a refusal is read only when that statement changed nothing.
-        - ``claim_id`` given, no claim row, the attempt with that ``claim_id`` ended
-          ``completed``/``cancelled`` and the job already has ``status`` → idempotent success,
-          nothing changes.
+        - ``claim_id`` of the current claim → apply; its holder ending the attempt (any status
+          but ``inProgress``) is one statement, and why it was refused is read only when that
+          statement changed nothing.
+        - ``claim_id`` given, no claim row, the attempt of that ``claim_id`` ended
+          ``completed``/``cancelled`` and the job already has ``status`` → idempotent success.
         - ``claim_id`` given, another attempt holds the claim → ``ClaimMismatch``; no claim row
           otherwise → ``ClaimLost`` (``details.jobStatus``). Nothing changes.
-        - no ``claim_id`` (V1, as ctrlplane): any transition is applied — a failed or cancelled
-          job can be queued again, its next claim is attempt N+1 — except the same terminal
-          status again (idempotent success, nothing changes) and ``require_claim_id`` with
-          ``agent_scope`` on a job with a claim row (``ValidationError``).
-        Effects: leaving ``inProgress`` deletes the claim row and ends the attempt (its row is
-        written then, from the claim row; an unleased attempt's open row is closed):
-        ``completed`` for a terminal status, ``cancelled`` for ``cancelled``, ``released`` for
-        ``queued`` or any other non-terminal status; ``queued`` wakes long-polls;
-        ``inProgress`` sets ``started_at`` (a claim sets it too: it is the latest attempt's); a
-        terminal status sets ``completed_at``, any other clears it. ``message`` and
+        - no ``claim_id`` (V1, as ctrlplane): any transition — a failed or cancelled job can be
+          queued again, its next claim is attempt N+1 — except the same terminal status again
+          (idempotent success) and ``require_claim_id`` with ``agent_scope`` on a job with a
+          claim row (``ValidationError``).
+
+        Leaving ``inProgress`` deletes the claim row and ends the attempt (its row written
+        then, from the claim row; an unleased attempt's open row closed): ``completed`` for a
+        terminal status, ``cancelled`` for ``cancelled``, else ``released``. ``queued`` wakes
+        long-polls; ``inProgress`` sets ``started_at`` (as a claim does: the latest attempt's);
+        a terminal status sets ``completed_at``, any other clears it. ``message`` and
         ``external_id`` replace when given; ``metadata`` is merged key by key.
         """
-        fence = {
-            "job_id": job_id,
-            "workspace_id": workspace_id,
-            "claim_id": claim_id,
-            "agent_scope": agent_scope,
-        }
-        write = {
-            "job_id": job_id,
-            "status": status.value,
-            "message": message,
-            "external_id": external_id,
-            "metadata": None if metadata is None else rows.dump_json(metadata),
-            "merged_metadata": None,  # where the database cannot merge: see _set_status_locked
-            "terminal": status in TERMINAL_STATUSES,
-            "outcome": attempt_outcome_for(status).value,
-        }
+        fence = dict(
+            job_id=job_id, workspace_id=workspace_id, claim_id=claim_id, agent_scope=agent_scope
+        )
+        write = _status_write(job_id, status, message, external_id, metadata)
         if (
             claim_id is not None
             and status != JobStatus.IN_PROGRESS
@@ -262,24 +251,21 @@ class SqlStore(Entities):
             done = await self._db.one("finish_claimed", {**fence, **write})
             if done is not None:
                 return self._changed(done)
-
-        def verdict(row: Row) -> str:
-            return decide_status_change(
-                rows.status_context_from_row(row),
-                status,
-                claim_id=claim_id,
-                agent_scope=agent_scope,
-                require_claim_id=require_claim_id,
-            )
-
-        return await self._set_status_locked(fence, write, metadata, verdict)
+        rules = partial(
+            decide_status_change,
+            status=status,
+            claim_id=claim_id,
+            agent_scope=agent_scope,
+            require_claim_id=require_claim_id,
+        )
+        return await self._set_status_locked(fence, write, metadata, rules)
 
     async def _set_status_locked(
         self,
         fence: Params,
         write: Params,
         metadata: dict[str, Any] | None,
-        verdict: Callable[[Row], str],
+        rules: Callable[[StatusContext], str],
     ) -> StatusChange:
         """``set_status`` in one transaction holding the job's lock: read, decide, write."""
         wrote = False
@@ -288,7 +274,7 @@ class SqlStore(Entities):
             nonlocal wrote
             if row is None:
                 raise NotFound("job not found")
-            if verdict(row) == "noop":
+            if rules(rows.status_context_from_row(row)) == "noop":
                 return None
             if metadata is not None:
                 # The object merged here from the row read under the lock, written whole
@@ -383,6 +369,26 @@ class SqlStore(Entities):
         """For ``/metrics``: ``active``, ``expired`` claim counts and ``oldest_age_seconds``."""
         row = await self._db.one("claim_stats")
         return {key: float(value or 0) for key, value in (row or {}).items()}
+
+
+def _status_write(
+    job_id: UUID,
+    status: JobStatus,
+    message: str | None,
+    external_id: str | None,
+    metadata: dict[str, Any] | None,
+) -> Params:
+    """The parameters of the status writes (``finish_claimed``, ``apply_status``)."""
+    return {
+        "job_id": job_id,
+        "status": status.value,
+        "message": message,
+        "external_id": external_id,
+        "metadata": None if metadata is None else rows.dump_json(metadata),
+        "merged_metadata": None,  # where the database cannot merge: see _set_status_locked
+        "terminal": status in TERMINAL_STATUSES,
+        "outcome": attempt_outcome_for(status).value,
+    }
 
 
 # The name the server's modules annotate with: there is one store, over either connector.
