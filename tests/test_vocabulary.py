@@ -58,6 +58,14 @@ def module_name(path: Path, src: Path) -> str:
     return ".".join(parts)
 
 
+def source_tree(tmp_path: Path, module: str, source: str) -> Path:
+    """A tree like ``src/jobagentctl`` with one module, ``source`` at ``module``: its root."""
+    root = tmp_path / "src" / "jobagentctl"
+    (root / module).parent.mkdir(parents=True, exist_ok=True)
+    (root / module).write_text(source, encoding="utf-8")
+    return root
+
+
 def _docstrings(tree: ast.Module) -> set[int]:
     found = set()
     for node in ast.walk(tree):
@@ -123,10 +131,7 @@ def test_every_allowance_names_an_existing_part() -> None:
 )
 def test_the_check_catches(tmp_path: Path, module: str, source: str, caught: list[str]) -> None:
     """The check can fail: one file, placed as a module of a tree like src/jobagentctl."""
-    root = tmp_path / "src" / "jobagentctl"
-    (root / module).parent.mkdir(parents=True)
-    (root / module).write_text(source, encoding="utf-8")
-    found = list(spellings(root))
+    found = list(spellings(source_tree(tmp_path, module, source)))
     assert [line.split(": ")[1].split(" ")[0] for line in found] == caught, found
 
 
@@ -198,10 +203,7 @@ def test_the_job_context_names_are_shared() -> None:
 def test_the_environment_check_catches(
     tmp_path: Path, module: str, source: str, caught: list[str]
 ) -> None:
-    root = tmp_path / "src" / "jobagentctl"
-    (root / module).parent.mkdir(parents=True)
-    (root / module).write_text(source, encoding="utf-8")
-    found = list(env_spellings(root))
+    found = list(env_spellings(source_tree(tmp_path, module, source)))
     assert [line.split(": ")[1].split(" ")[0] for line in found] == caught, found
 
 
@@ -299,8 +301,5 @@ def test_no_path_of_the_api_is_written_by_hand() -> None:
     ],
 )
 def test_the_route_check_catches(tmp_path: Path, module: str, source: str, caught: int) -> None:
-    root = tmp_path / "src" / "jobagentctl"
-    (root / module).parent.mkdir(parents=True, exist_ok=True)
-    (root / module).write_text(source, encoding="utf-8")
-    found = list(route_literals(root))
+    found = list(route_literals(source_tree(tmp_path, module, source)))
     assert len(found) == caught, found

@@ -22,24 +22,7 @@ from jobagentctl import models
 from jobagentctl.client._connection import Connection, parse
 from jobagentctl.client._ctrlplane import MEMORY, V1_POLL_INTERVAL, V1Fallback
 from jobagentctl.errors import ConfigError, NoJob, NotFound
-from jobagentctl.models import (
-    MAX_CLAIM_BATCH,
-    AcceptedResponse,
-    ClaimedJob,
-    ClaimedJobs,
-    ClaimNext,
-    ClaimState,
-    Heartbeat,
-    Job,
-    JobAgent,
-    JobAttempt,
-    JobClaim,
-    JobStatus,
-    JobWait,
-    Page,
-    Workspace,
-    keep_wire,
-)
+from jobagentctl.models import MAX_CLAIM_BATCH, ClaimState, JobStatus, keep_wire
 from jobagentctl.routes import Routes
 
 if TYPE_CHECKING:
@@ -54,19 +37,19 @@ NO_WORKSPACE = (
     "no workspace: use --workspace, JOBAGENTCTL_WORKSPACE, CTRLPLANE_WORKSPACE or a config profile"
 )
 
-_ATTEMPTS = TypeAdapter(list[JobAttempt])
+_ATTEMPTS = TypeAdapter(list[models.JobAttempt])
 _log = logging.getLogger("jobagentctl.client")
 
 
-def _claimed_jobs(data: Any) -> list[ClaimedJob]:
+def _claimed_jobs(data: Any) -> list[models.ClaimedJob]:
     """Claim-next's answer: ``{"items": [...]}`` to a ``limit``; one claimed job without one,
     or from a server that does not batch (it ignored the ``limit``)."""
     if isinstance(data, dict) and "items" in data and "id" not in data:
-        return ClaimedJobs.from_wire(data).items
-    return [ClaimedJob.from_wire(data)]
+        return models.ClaimedJobs.from_wire(data).items
+    return [models.ClaimedJob.from_wire(data)]
 
 
-def _attempts(data: Any) -> list[JobAttempt]:
+def _attempts(data: Any) -> list[models.JobAttempt]:
     return keep_wire(_ATTEMPTS.validate_python(data), data)
 
 
@@ -99,7 +82,7 @@ class Client:
         """
         self._conn = Connection(url, api_key, timeout=timeout, transport=transport, trace=trace)
         self.url = self._conn.url
-        self.workspace: UUID | str | None = Workspace.reference(workspace)
+        self.workspace: UUID | str | None = models.Workspace.reference(workspace)
         self.timeout = timeout
         warn = warn if warn is not None else _log.warning  # not `or`: a sink may be falsy
         self._v1 = V1Fallback(self, warn, v1_poll_interval, clock, sleep)
@@ -140,11 +123,11 @@ class Client:
             slugs[workspace] = self.workspace_by_slug(workspace).id
         return slugs[workspace]
 
-    def workspace_by_slug(self, slug: str) -> Workspace:
+    def workspace_by_slug(self, slug: str) -> models.Workspace:
         """The workspace of that slug; :class:`NotFound` (exit 5) when there is none."""
         try:
             return self._conn.call(
-                "GET", Routes.path(Routes.WORKSPACE_BY_SLUG, slug=slug), Workspace.from_wire
+                "GET", Routes.path(Routes.WORKSPACE_BY_SLUG, slug=slug), models.Workspace.from_wire
             )
         except NotFound:
             raise NotFound(
@@ -164,27 +147,29 @@ class Client:
         type: str,
         config: dict[str, Any],
         metadata: dict[str, Any] | None = None,
-    ) -> AcceptedResponse:
+    ) -> models.AcceptedResponse:
         """Create the agent, or replace its name, type, config and metadata."""
         body = models.UpsertJobAgentRequest(name=name, type=type, config=config, metadata=metadata)
         path = self._at(Routes.AGENT, agentId=agent_id)
-        return self._conn.call("PUT", path, AcceptedResponse.from_wire, body=body)
+        return self._conn.call("PUT", path, models.AcceptedResponse.from_wire, body=body)
 
-    def list_agents(self, limit: int = 50, offset: int = 0) -> Page[JobAgent]:
+    def list_agents(self, limit: int = 50, offset: int = 0) -> models.Page[models.JobAgent]:
         """A page of the workspace's agents."""
         params = {"limit": limit, "offset": offset}
         return self._conn.call(
-            "GET", self._at(Routes.AGENTS), Page[JobAgent].from_wire, params=params
+            "GET", self._at(Routes.AGENTS), models.Page[models.JobAgent].from_wire, params=params
         )
 
-    def get_agent(self, agent_id: UUID) -> JobAgent:
+    def get_agent(self, agent_id: UUID) -> models.JobAgent:
         """One agent; :class:`NotFound` when it does not exist."""
-        return self._conn.call("GET", self._at(Routes.AGENT, agentId=agent_id), JobAgent.from_wire)
+        return self._conn.call(
+            "GET", self._at(Routes.AGENT, agentId=agent_id), models.JobAgent.from_wire
+        )
 
-    def delete_agent(self, agent_id: UUID) -> AcceptedResponse:
+    def delete_agent(self, agent_id: UUID) -> models.AcceptedResponse:
         """Delete the agent (its jobs stay, without an agent)."""
         path = self._at(Routes.AGENT, agentId=agent_id)
-        return self._conn.call("DELETE", path, AcceptedResponse.from_wire)
+        return self._conn.call("DELETE", path, models.AcceptedResponse.from_wire)
 
     # --- jobs -------------------------------------------------------------------------------
 
@@ -196,17 +181,17 @@ class Client:
         include_dispatch_context: bool = False,
         limit: int = 50,
         offset: int = 0,
-    ) -> Page[Job]:
+    ) -> models.Page[models.Job]:
         """A page of the agent's jobs of one status (any status for None), newest first."""
         params: dict[str, Any] = {"status": status, "limit": limit, "offset": offset}
         if include_dispatch_context:
             params["includeDispatchContext"] = "true"
         path = self._at(Routes.AGENT_JOBS, agentId=agent_id)
-        return self._conn.call("GET", path, Page[Job].from_wire, params=params)
+        return self._conn.call("GET", path, models.Page[models.Job].from_wire, params=params)
 
     def list_jobs(
         self, *, status: str | None = None, limit: int = 50, offset: int = 0
-    ) -> Page[Job]:
+    ) -> models.Page[models.Job]:
         """A page of the workspace's jobs, newest first, optionally of one status (filtered
         here when the server cannot: :meth:`V1Fallback.jobs_of_status`)."""
         if status is None:
@@ -215,15 +200,17 @@ class Client:
 
     def jobs_page(
         self, *, status: str | None = None, limit: int = 50, offset: int = 0
-    ) -> Page[Job]:
+    ) -> models.Page[models.Job]:
         """``GET /jobs`` as the server answers it (a server without the ``status`` filter
         refuses it: :class:`ValidationError`)."""
         params = {"status": status, "limit": limit, "offset": offset}
-        return self._conn.call("GET", self._at(Routes.JOBS), Page[Job].from_wire, params=params)
+        return self._conn.call(
+            "GET", self._at(Routes.JOBS), models.Page[models.Job].from_wire, params=params
+        )
 
-    def get_job(self, job_id: UUID) -> Job:
+    def get_job(self, job_id: UUID) -> models.Job:
         """One job; :class:`NotFound` when it does not exist."""
-        return self._conn.call("GET", self._at(Routes.JOB, jobId=job_id), Job.from_wire)
+        return self._conn.call("GET", self._at(Routes.JOB, jobId=job_id), models.Job.from_wire)
 
     def create_job(
         self,
@@ -232,29 +219,31 @@ class Client:
         job_agent_config: dict[str, Any] | None = None,
         dispatch_context: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
-    ) -> Job:
+    ) -> models.Job:
         """Queue a new job for the agent (a jobagentctl server's addition to the API)."""
         body = models.CreateJobRequest(
             job_agent_config=job_agent_config, dispatch_context=dispatch_context, metadata=metadata
         )
         path = self._at(Routes.AGENT_JOBS, agentId=agent_id)
-        return self._conn.call("POST", path, Job.from_wire, body=body, v2_route=True)
+        return self._conn.call("POST", path, models.Job.from_wire, body=body, v2_route=True)
 
     # --- claims and leases ------------------------------------------------------------------
 
-    def claim_job(self, agent_id: UUID, job_id: UUID, *, lease_seconds: int | None) -> ClaimedJob:
+    def claim_job(
+        self, agent_id: UUID, job_id: UUID, *, lease_seconds: int | None
+    ) -> models.ClaimedJob:
         """Claim one job by id (V1 route). ``lease_seconds=None`` sends no body, as V1 agents do;
         :class:`NotClaimable` when the job is not queued for this agent."""
         body = None if lease_seconds is None else models.ClaimRequest(lease_seconds=lease_seconds)
         path = self._at(Routes.CLAIM, agentId=agent_id, jobId=job_id)
         with self._v1.claim_by_id_answer():
-            claimed = self._conn.call("POST", path, ClaimedJob.from_wire, body=body)
+            claimed = self._conn.call("POST", path, models.ClaimedJob.from_wire, body=body)
         self._v1.check_lease(claimed, lease_seconds)
         return claimed
 
     def claim_next(
         self, agent_id: UUID, *, lease_seconds: int | None, wait_seconds: float | None
-    ) -> ClaimedJob:
+    ) -> models.ClaimedJob:
         """Claim the agent's oldest queued job; :class:`NoJob` when none came within the wait.
 
         On a server without claim-next (a V1-only server such as ctrlplane; learned once per
@@ -271,7 +260,7 @@ class Client:
         lease_seconds: int | None,
         wait_seconds: float | None,
         limit: int,
-    ) -> list[ClaimedJob]:
+    ) -> list[models.ClaimedJob]:
         """Claim up to ``limit`` of the agent's oldest queued jobs in one request (claim-next's
         ``limit``), each with its own claim; :class:`NoJob` when none came within the wait.
 
@@ -292,7 +281,7 @@ class Client:
         lease_seconds: int | None,
         wait_seconds: float | None,
         limit: int | None,
-    ) -> list[ClaimedJob]:
+    ) -> list[models.ClaimedJob]:
         """Claim-next itself, once: the claimed jobs (one without a ``limit``); :class:`NoJob`
         on 204, :class:`LeaseUnsupported` when the server has no such route."""
         body = models.ClaimNextRequest(
@@ -317,7 +306,7 @@ class Client:
         wait_seconds: float,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-    ) -> ClaimedJob:
+    ) -> models.ClaimedJob:
         """Long-poll :meth:`claim_next` until a job comes or ``wait_seconds`` (may be inf) pass.
 
         The server caps each long-poll (``maxWaitSeconds``), so a longer wait is several polls.
@@ -340,7 +329,7 @@ class Client:
         limit: int | None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-    ) -> list[ClaimedJob]:
+    ) -> list[models.ClaimedJob]:
         """As :meth:`wait_for_job`; ``limit`` given: up to that many (:meth:`claim_batch`)."""
         deadline = clock() + wait_seconds
         while True:
@@ -365,16 +354,16 @@ class Client:
 
     def heartbeat(
         self, job_id: UUID, *, claim_id: UUID | None, lease_seconds: int | None = None
-    ) -> Heartbeat:
+    ) -> models.Heartbeat:
         """Renew the claim's lease (``lease_seconds``: a new length); :class:`ClaimLost` when
         the claim ended, :class:`LeaseUnsupported` on a server without leases."""
         body = models.HeartbeatRequest(claim_id=claim_id, lease_seconds=lease_seconds)
         path = self._at(Routes.HEARTBEAT, jobId=job_id)
         response = self._conn.send("POST", path, body=body, v2_route=True)
         self._v1.learned(v1_only=False)
-        return parse(response, Heartbeat.from_wire)
+        return parse(response, models.Heartbeat.from_wire)
 
-    def wait_claim(self, job_id: UUID, *, claim_id: UUID, wait_seconds: float) -> JobWait:
+    def wait_claim(self, job_id: UUID, *, claim_id: UUID, wait_seconds: float) -> models.JobWait:
         """Long-poll until the claim ``claim_id`` of the job is no longer held (cancelled,
         released, reaped, completed: ``claim_held`` False) or the wait runs out (True; the
         server caps it at its ``maxWaitSeconds``). The read timeout outlasts the wait.
@@ -386,7 +375,12 @@ class Client:
         path = self._at(Routes.JOB_WAIT, jobId=job_id)
         with self._v1.claim_wait_route():
             return self._conn.call(
-                "POST", path, JobWait.from_wire, body=body, wait_seconds=wait_seconds, v2_route=True
+                "POST",
+                path,
+                models.JobWait.from_wire,
+                body=body,
+                wait_seconds=wait_seconds,
+                v2_route=True,
             )
 
     def update_status(
@@ -398,8 +392,8 @@ class Client:
         message: str | None = None,
         external_id: str | None = None,
         metadata: dict[str, Any] | None = None,
-        claim_next: ClaimNext | None = None,
-    ) -> AcceptedResponse:
+        claim_next: models.ClaimNext | None = None,
+    ) -> models.AcceptedResponse:
         """Set the job's status. ``claim_next`` (with ``claim_id``, ending the attempt): the
         same request claims the agent's next jobs, listed in the answer's ``claimed`` — which
         stays None from a server that does not do this (ctrlplane, an older jobagentctl), where
@@ -419,11 +413,11 @@ class Client:
         except (ValueError, PydanticValidationError) as exc:
             raise ConfigError(f"invalid status update: {exc}") from None
         path = self._at(Routes.JOB_STATUS, jobId=job_id)
-        accepted = self._conn.call("PUT", path, AcceptedResponse.from_wire, body=body)
+        accepted = self._conn.call("PUT", path, models.AcceptedResponse.from_wire, body=body)
         self._v1.check_stored(job_id, message, external_id, metadata)
         return accepted
 
-    def release(self, job_id: UUID, *, claim_id: UUID | None) -> AcceptedResponse:
+    def release(self, job_id: UUID, *, claim_id: UUID | None) -> models.AcceptedResponse:
         """Give the job back to the queue (status ``queued``), ending this attempt."""
         return self.update_status(job_id, JobStatus.QUEUED, claim_id=claim_id)
 
@@ -434,14 +428,16 @@ class Client:
         state: ClaimState | str = ClaimState.ALL,
         limit: int = 50,
         offset: int = 0,
-    ) -> Page[JobClaim]:
+    ) -> models.Page[models.JobClaim]:
         """A page of the workspace's claims (of one agent, in one state)."""
         wanted = ClaimState(state).value
         params = {"jobAgentId": agent_id, "state": wanted, "limit": limit, "offset": offset}
         path = self._at(Routes.CLAIMS)
-        return self._conn.call("GET", path, Page[JobClaim].from_wire, params=params, v2_route=True)
+        return self._conn.call(
+            "GET", path, models.Page[models.JobClaim].from_wire, params=params, v2_route=True
+        )
 
-    def list_attempts(self, job_id: UUID) -> list[JobAttempt]:
+    def list_attempts(self, job_id: UUID) -> list[models.JobAttempt]:
         """Every attempt (claim) of the job, oldest first."""
         path = self._at(Routes.ATTEMPTS, jobId=job_id)
         return self._conn.call("GET", path, _attempts, v2_route=True)

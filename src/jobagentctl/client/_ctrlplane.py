@@ -103,38 +103,32 @@ class ProcessMemory:
 MEMORY = ProcessMemory()
 
 
+@dataclass
 class V1Fallback:
     """The operations of one :class:`Client` that differ on a V1-only server.
 
     Each tries the V2 way first unless the server is known to lack it, learns from the answer,
     and otherwise does what ctrlplane's own agents do; ``warn`` hears each lack once per process.
+    ``poll_interval``, ``clock`` and ``sleep`` pace a V1 claim's polling.
     """
 
-    def __init__(
-        self,
-        client: Client,
-        warn: Callable[[str], None],
-        poll_interval: float,
-        clock: Callable[[], float],
-        sleep: Callable[[float], None],
-    ) -> None:
-        self._client = client
-        self._warn = warn
-        self._poll_interval = poll_interval
-        self._clock = clock
-        self._sleep = sleep
-        # status → every job of that status, read once by this client when the server cannot
-        # filter: the later pages of one listing come from here, not from a new full read.
-        self._filtered: dict[str, list[Job]] = {}
+    client: Client
+    warn: Callable[[str], None]
+    poll_interval: float
+    clock: Callable[[], float]
+    sleep: Callable[[float], None]
+    # status → every job of that status, read once by this client when the server cannot
+    # filter: the later pages of one listing come from here, not from a new full read.
+    _filtered: dict[str, list[Job]] = field(default_factory=dict)
 
     @property
     def _facts(self) -> ServerFacts:
-        return MEMORY.of(self._client.url)
+        return MEMORY.of(self.client.url)
 
     def warn_once(self, topic: str, message: str) -> None:
         """Say ``message`` unless this process already said ``topic`` about this server."""
-        if MEMORY.first_time(self._client.url, topic):
-            self._warn(message)
+        if MEMORY.first_time(self.client.url, topic):
+            self.warn(message)
 
     def learned(self, *, v1_only: bool) -> None:
         """Remember what a V2 route's answer (or its absence) showed about the server."""
@@ -156,7 +150,7 @@ class V1Fallback:
         if self._facts.v1_only:
             return self._claim_by_id(agent_id, wait_seconds, limit or 1)
         try:
-            claimed = self._client.claim_next_request(
+            claimed = self.client.claim_next_request(
                 agent_id, lease_seconds=lease_seconds, wait_seconds=wait_seconds, limit=limit
             )
         except LeaseUnsupported as exc:
@@ -173,21 +167,21 @@ class V1Fallback:
     def _claim_by_id(
         self, agent_id: UUID, wait_seconds: float | None, limit: int
     ) -> list[ClaimedJob]:
-        deadline = self._clock() + (wait_seconds or 0.0)
+        deadline = self.clock() + (wait_seconds or 0.0)
         while True:
             claimed = self._claim_queued(agent_id, limit)
             if claimed:
                 return claimed
-            left = deadline - self._clock()
+            left = deadline - self.clock()
             if left <= 0:
                 raise NoJob("no job queued for this agent")
-            self._sleep(min(left, self._poll_interval * random.uniform(0.5, 1.5)))
+            self.sleep(min(left, self.poll_interval * random.uniform(0.5, 1.5)))
 
     def _claim_queued(self, agent_id: UUID, limit: int) -> list[ClaimedJob]:
         """Up to ``limit`` of the agent's queued jobs, claimed oldest first (ctrlplane lists
         them newest first); a job another agent took meanwhile (409) or that went away is
         passed over."""
-        client = self._client
+        client = self.client
         queued = iter_pages(
             lambda n, off: client.list_agent_jobs(
                 agent_id, status=JobStatus.QUEUED, limit=n, offset=off
@@ -256,7 +250,7 @@ class V1Fallback:
         the page is a page of the matching ones."""
         if not self._facts.no_status_filter:
             try:
-                return self._client.jobs_page(status=status, limit=limit, offset=offset)
+                return self.client.jobs_page(status=status, limit=limit, offset=offset)
             except ValidationError as exc:
                 if "status" not in exc.message:
                     raise
@@ -264,7 +258,7 @@ class V1Fallback:
         matching = self._filtered.get(status)
         if matching is None:
             every = iter_pages(
-                lambda n, off: self._client.jobs_page(limit=n, offset=off), limit=V1_PAGE
+                lambda n, off: self.client.jobs_page(limit=n, offset=off), limit=V1_PAGE
             )
             matching = self._filtered[status] = [job for job in every if job.status == status]
         items = matching[offset : offset + limit]
@@ -295,7 +289,7 @@ class V1Fallback:
             return
         if v1_only is None:
             try:
-                job = self._client.get_job(job_id)
+                job = self.client.get_job(job_id)
             except Exception:  # best effort: the check never fails an accepted update
                 return
             kept = {
