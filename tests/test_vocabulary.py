@@ -1,27 +1,28 @@
-"""One vocabulary (issue 9 §5): job statuses, claim states and attempt outcomes are spelled once,
-in ``models.py``, and everywhere else named through ``JobStatus``, ``ClaimState`` and
-``AttemptOutcome``.
+"""One vocabulary on both sides of the wire: each of these is written once, and everywhere
+else named through what defines it.
 
-An ``ast`` walk over ``src/jobagentctl`` (as tests/test_layering.py does for imports) fails on
-any string constant equal to one of their wire values outside ``models.py``. Not flagged:
-
-- docstrings and text that merely mentions a value (only a whole constant equal to a value is a
-  spelling: ``"the job is queued"`` is prose);
-- ``ClaimState.ALL``'s ``"all"``: a filter word, not a state any row or job is in, and an
-  ordinary word elsewhere (``cli/status.py`` spells the job-status filter ``"all"`` once);
-- the SQL files (SQL spells the values in its own statements; the store's tests hold them to
-  the enums on both databases);
-- ``ALLOWED`` below: another vocabulary whose words happen to be spelled like one of ours.
-
-The environment's names likewise: a ``JOBAGENTCTL_*`` or ``CTRLPLANE_*`` name written as a whole
-string is written once (where it is defined), and the ones ``models.py`` defines (the job
-context and the rest of ``run``'s child environment, which the client settings read too) only
-there (issue 9 §5).
+- Job statuses, claim states and attempt outcomes: spelled in ``models.py``, named elsewhere
+  through ``JobStatus``, ``ClaimState`` and ``AttemptOutcome``. An ``ast`` walk over
+  ``src/jobagentctl`` (as tests/test_layering.py does for imports) fails on any string constant
+  equal to one of their wire values outside ``models.py``. Not flagged: docstrings and text that
+  merely mentions a value (only a whole constant equal to a value is a spelling: ``"the job is
+  queued"`` is prose); ``ClaimState.ALL``'s ``"all"``, a filter word, not a state any row or job
+  is in, and an ordinary word elsewhere (``cli/status.py`` spells the job-status filter
+  ``"all"`` once); the SQL files (SQL spells the values in its own statements; the store's
+  tests hold them to the enums on both databases); ``ALLOWED`` below, another vocabulary whose
+  words happen to be spelled like one of ours.
+- The environment's names: a ``JOBAGENTCTL_*`` or ``CTRLPLANE_*`` name written as a whole string
+  is written once (where it is defined), and the ones ``models.py`` defines (the job context and
+  the rest of ``run``'s child environment, which the client settings read too) only there: a
+  name read on one side and set on the other cannot drift apart.
+- The API's paths: written in ``routes.py`` (``Routes``) only, which the server routes and the
+  client fills (``Routes.path``); see :func:`route_literals`.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,7 @@ import pytest
 
 from jobagentctl import models
 from jobagentctl.models import CLAIM_ROW_STATES, AttemptOutcome, JobStatus
+from jobagentctl.routes import Routes
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "jobagentctl"
 
@@ -54,6 +56,14 @@ def module_name(path: Path, src: Path) -> str:
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
+
+
+def source_tree(tmp_path: Path, module: str, source: str) -> Path:
+    """A tree like ``src/jobagentctl`` with one module, ``source`` at ``module``: its root."""
+    root = tmp_path / "src" / "jobagentctl"
+    (root / module).parent.mkdir(parents=True, exist_ok=True)
+    (root / module).write_text(source, encoding="utf-8")
+    return root
 
 
 def _docstrings(tree: ast.Module) -> set[int]:
@@ -121,10 +131,7 @@ def test_every_allowance_names_an_existing_part() -> None:
 )
 def test_the_check_catches(tmp_path: Path, module: str, source: str, caught: list[str]) -> None:
     """The check can fail: one file, placed as a module of a tree like src/jobagentctl."""
-    root = tmp_path / "src" / "jobagentctl"
-    (root / module).parent.mkdir(parents=True)
-    (root / module).write_text(source, encoding="utf-8")
-    found = list(spellings(root))
+    found = list(spellings(source_tree(tmp_path, module, source)))
     assert [line.split(": ")[1].split(" ")[0] for line in found] == caught, found
 
 
@@ -196,8 +203,103 @@ def test_the_job_context_names_are_shared() -> None:
 def test_the_environment_check_catches(
     tmp_path: Path, module: str, source: str, caught: list[str]
 ) -> None:
-    root = tmp_path / "src" / "jobagentctl"
-    (root / module).parent.mkdir(parents=True)
-    (root / module).write_text(source, encoding="utf-8")
-    found = list(env_spellings(root))
+    found = list(env_spellings(source_tree(tmp_path, module, source)))
     assert [line.split(": ")[1].split(" ")[0] for line in found] == caught, found
+
+
+# --- the API's paths -------------------------------------------------------------------------
+
+_PLACEHOLDER = r"\{[^{}]*\}"  # a template's {agentId}, or an f-string's {…} value
+
+
+def _route_pattern() -> re.Pattern[str]:
+    """What a path of the API written by hand looks like, learnt from ``Routes`` itself.
+
+    Two neighbouring segments of any template (``jobs/{…}``, ``{…}/heartbeat``,
+    ``v1/workspaces``), a placeholder standing for any ``{…}``; or one segment of a template
+    that no prose needs (``/job-agents``, ``/heartbeat``). The ordinary words among the
+    segments (``/jobs``, ``/status``, ``/wait`` …) count only next to another segment, so prose
+    that says "status/claim" or a base URL's "/api" is not taken for a route.
+    """
+    ordinary = {"api", "v1", "jobs", "claim", "status", "wait", "slug", "metrics"}
+    pieces: set[str] = set()
+    for name, template in vars(Routes).items():
+        if not name.isupper():
+            continue
+        segments = [
+            _PLACEHOLDER if s.startswith("{") else re.escape(s)
+            for s in template.strip("/").split("/")
+        ]
+        pieces.update(f"{a}/{b}" for a, b in itertools.pairwise(segments))
+        pieces.update(f"/{s}" for s in segments if s != _PLACEHOLDER and s not in ordinary)
+        if len(segments) == 1:  # /healthz, /readyz, /metrics: a route of one word
+            pieces.add(f"/{segments[0]}")
+    return re.compile(f"(?:{'|'.join(sorted(pieces))})(?![\\w-])")
+
+
+ROUTE = _route_pattern()
+
+
+def _literal_text(node: ast.AST) -> str | None:
+    """A string constant's text; an f-string's text with each value as ``{}``; else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str | bytes):
+        value = node.value
+        return value.decode("latin-1") if isinstance(value, bytes) else value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(
+            str(part.value) if isinstance(part, ast.Constant) else "{}" for part in node.values
+        )
+    return None
+
+
+def route_literals(src: Path = SRC) -> Iterator[str]:
+    """``path:line: 'text'`` for each path of the API written by hand outside ``routes.py``:
+    a string or f-string (``f"{ws}/jobs/{job_id}/heartbeat"``) that :data:`ROUTE` matches.
+    Docstrings are prose and pass; comments are not in the ``ast``."""
+    for path in sorted(src.rglob("*.py")):
+        if module_name(path, src) == "jobagentctl.routes":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        skip = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.JoinedStr):  # its parts are read as a whole, once
+                skip.update(id(part) for part in node.values)
+        for node in ast.walk(tree):
+            text = None if id(node) in skip else _literal_text(node)
+            if text is not None and ROUTE.search(text):
+                where = path.relative_to(src.parent.parent)
+                yield f"{where}:{getattr(node, 'lineno', 0)}: {text!r}"
+
+
+def test_no_path_of_the_api_is_written_by_hand() -> None:
+    found = list(route_literals())
+    assert not found, "paths written by hand, build them from jobagentctl.routes:\n" + "\n".join(
+        found
+    )
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "caught"),
+    [
+        ("client/_evil.py", 'P = f"{ws}/jobs/{job_id}/heartbeat"\n', 1),
+        ("client/_evil.py", 'P = "/api/v1/workspaces/" + ws + "/job-agents"\n', 2),
+        ("client/_evil.py", 'P = f"/v1/workspaces/{ws}/job-claims"\n', 1),
+        ("client/_evil.py", 'P = base + "/heartbeat"\n', 1),
+        ("client/_evil.py", 'WHY = f"POST …/jobs/{{id}}/wait answered {status}"\n', 1),
+        ("server/_evil.py", 'A = "/api/v1/workspaces/{ws}/jobs/{jobId}/attempts"\n', 1),
+        ("cli/_evil.py", 'URL = f"{url}/readyz"\n', 1),
+        ("server/_evil.py", 'B = b"/heartbeat"\n', 1),
+        # prose, docstrings, a base URL's /api and routes.py itself pass
+        (
+            "cli/_ok.py",
+            '"""Calls GET /v1/workspaces/slug/{slug}."""\nX = "a status/claim view"\n',
+            0,
+        ),
+        ("client/_ok.py", 'HELP = "Server base URL, with or without /api."\n', 0),
+        ("client/_ok.py", 'def f(u):\n    return u.removesuffix("/api")\n', 0),
+        ("routes.py", 'HEARTBEAT = "/api/v1/workspaces/{ws}/jobs/{jobId}/heartbeat"\n', 0),
+    ],
+)
+def test_the_route_check_catches(tmp_path: Path, module: str, source: str, caught: int) -> None:
+    found = list(route_literals(source_tree(tmp_path, module, source)))
+    assert len(found) == caught, found

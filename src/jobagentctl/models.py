@@ -70,6 +70,7 @@ __all__ = [
     "UpdateJobStatusRequest",
     "UpsertJobAgentRequest",
     "WireModel",
+    "Workspace",
     "heartbeat_interval",
     "keep_wire",
 ]
@@ -243,6 +244,31 @@ class Page(WireModel, Generic[T]):
     total: int
     limit: int
     offset: int
+
+
+class Workspace(WireModel):
+    """ctrlplane's ``Workspace``, as ``GET /v1/workspaces/slug/{slug}`` answers it. Only ``id``
+    is required: a client needs no more to resolve a slug, and ``name``, ``slug`` and
+    ``createdAt`` are what our server sends of ctrlplane's wider object."""
+
+    id: UUID
+    name: str | None = None
+    slug: str | None = None
+    created_at: datetime | None = None
+
+    @staticmethod
+    def reference(value: UUID | str | None) -> UUID | str | None:
+        """What a person means by ``value``: a workspace id (a UUID, also as text), else a slug
+        (any other text, stripped); ``None`` for nothing or blank text."""
+        if value is None or isinstance(value, UUID):
+            return value
+        text = value.strip()
+        if not text:
+            return None
+        try:
+            return UUID(text)
+        except ValueError:
+            return text
 
 
 class JobAgent(WireModel):

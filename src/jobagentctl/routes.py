@@ -1,12 +1,13 @@
 """The API's paths, written once: the server routes them, the client requests them.
 
 A template's ``{name}`` parts are filled by the client (``Routes.path``) and matched by the server;
-the template itself is the latency metric's ``route`` label.
+the template itself is the latency metric's ``route`` label. Nothing else in ``src/`` writes a
+path of the API by hand (tests/test_vocabulary.py holds it so).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from urllib.parse import quote
 
 __all__ = ["API_PREFIX", "V1_PREFIX", "Routes"]
 
@@ -36,7 +37,14 @@ class Routes:
     JOB_WAIT = f"{_WS}/jobs/{{jobId}}/wait"
 
     @staticmethod
-    def path(template: str, **parts: Any) -> str:
+    def path(template: str, **parts: object) -> str:
         """``template`` with its ``{name}`` parts filled, relative to ``API_PREFIX`` (the
-        client's base URL ends in ``/api``)."""
-        return template.format(**{k: str(v) for k, v in parts.items()}).removeprefix(API_PREFIX)
+        client's base URL ends in ``/api``). Each part is percent-encoded as one path segment,
+        so a slug or an id can never reach another route."""
+        filled = {name: quote(str(value), safe="") for name, value in parts.items()}
+        return template.format(**filled).removeprefix(API_PREFIX)
+
+    @staticmethod
+    def brief(method: str, template: str) -> str:
+        """How a message names a workspace route: ``POST …/jobs/{jobId}/wait``."""
+        return f"{method} …{template.removeprefix(_WS)}"

@@ -36,6 +36,7 @@ from jobagentctl.models import (
     SLUG_PATTERN,
     URL_ENV,
     WORKSPACE_ENV,
+    Workspace,
 )
 
 _SLUG = re.compile(SLUG_PATTERN)
@@ -202,10 +203,12 @@ def _load_toml(path: Path) -> dict[str, Any]:
 
 
 class ClientSettings(BaseModel):
-    """What the client needs to reach a server, merged from every source (SPEC §5).
+    """What the client needs to reach a server, merged from every source.
 
     Highest precedence first: flags, ``JOBAGENTCTL_*``, ``CTRLPLANE_*``, the profile in the
-    config file, defaults; empty variables count as unset. Build it with :meth:`load`, which
+    config file, defaults (as clig.dev asks: what is typed now beats what was set up once);
+    ctrlplane's variables come below ours so an existing ctrlplane set-up works unchanged, and
+    ours can override it. Empty variables count as unset. Build it with :meth:`load`, which
     turns any problem into a :class:`~jobagentctl.errors.ConfigError` (exit 2).
 
     A plain pydantic model with its four sources written out, not pydantic-settings'
@@ -234,19 +237,16 @@ class ClientSettings(BaseModel):
     @field_validator("workspace", mode="before")
     @classmethod
     def _workspace(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            text = value.strip()
-            if not text:
-                return None
-            try:
-                return UUID(text)
-            except ValueError:
-                if not _SLUG.fullmatch(text):
-                    raise ValueError(
-                        "a workspace is a UUID or a slug (3-50 lowercase letters, digits and '-')"
-                    ) from None
-                return text
-        return value
+        # Only slugs the server can make are accepted, so a typo fails here (exit 2), not as
+        # a "no such workspace" from the server.
+        if not isinstance(value, str):
+            return value
+        reference = Workspace.reference(value)
+        if isinstance(reference, str) and not _SLUG.fullmatch(reference):
+            raise ValueError(
+                "a workspace is a UUID or a slug (3-50 lowercase letters, digits and '-')"
+            )
+        return reference
 
     @field_validator("api_key", mode="before")
     @classmethod

@@ -49,6 +49,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from tests.fixtures.live_server import LiveServer
+
 CTRLPLANE_COMMIT = "66e0888e94016296c5e22cdc58fc62617e187a8a"
 
 # jobs.ts: dbToOapiStatus / oapiToDbStatus
@@ -528,28 +530,11 @@ class CtrlplaneStandIn:
         self.port = 0
         self._clock = now() - timedelta(hours=1)
 
-    # --- addresses (LiveServer's interface) ---------------------------------------------------
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def env(self) -> dict[str, str]:
-        return {
-            "JOBAGENTCTL_URL": self.url,
-            "JOBAGENTCTL_WORKSPACE": self.workspace_id,
-            "JOBAGENTCTL_API_KEY": self.api_key,
-        }
-
-    def base_env(self) -> dict[str, str]:
-        import os
-
-        env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("JOBAGENTCTL_", "CTRLPLANE_"))
-        }
-        env["XDG_CONFIG_HOME"] = str(self.workdir / "config")
-        env["XDG_DATA_HOME"] = str(self.workdir / "data")
-        env["PYTHONUNBUFFERED"] = "1"
-        return env
+    # --- addresses: LiveServer's own code, which reads only port, workdir, workspace_id and
+    # api_key, so the CLI helpers drive either server alike ------------------------------------
+    url = LiveServer.url
+    env = LiveServer.env
+    base_env = LiveServer.base_env
 
     # --- seeding (as the e2e spec inserts rows directly) --------------------------------------
     def add_agent(self, name: str | None = None, *, agent_id: str | None = None) -> str:

@@ -1,4 +1,4 @@
-"""Batching (issue 14 §3) against the ctrlplane stand-in: a V1-only server has neither
+"""Batching against the ctrlplane stand-in: a V1-only server has neither
 claim-next's ``limit`` nor ``claimNext``; the client claims the batch by id and never sends
 ``claimNext`` once it knows the server is V1-only."""
 

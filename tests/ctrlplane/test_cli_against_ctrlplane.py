@@ -66,7 +66,7 @@ def test_jobs_list_and_get_print_what_ctrlplane_sent(ctrlplane: CtrlplaneStandIn
 
 def _whole_milliseconds(server: CtrlplaneStandIn, job_id: str) -> None:
     """Timestamps ending ``.000Z`` and ``.120Z``: a datetime re-rendered by the client would
-    print them ``…Z`` and ``….120000Z`` (issue 10 follow-up §9)."""
+    print them ``…Z`` and ``….120000Z``."""
     with server.state.lock:
         job = server.state.jobs[job_id]
         job.created_at = job.created_at.replace(microsecond=0)

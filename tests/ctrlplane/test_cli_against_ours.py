@@ -14,15 +14,21 @@ from tests.fixtures.waiting import wait_until
 from tests.integration.cli import Ran, env_for, jac, jac_process
 
 
+def claim_and_fail(server: LiveServer, agent: str, job: str, exit_code: int) -> tuple[Ran, Ran]:
+    """``claim JOB -o json`` then ``complete JOB --exit-code N`` with its claim id; both ran."""
+    claimed = jac(server, "claim", job, "-o", "json", agent=agent)
+    assert claimed.returncode == 0, claimed.stderr
+    claim_id = json.loads(claimed.stdout)["claimId"]
+    done = jac(server, "complete", job, "--exit-code", str(exit_code), "--claim-id", claim_id)
+    assert done.returncode == 0, done.stderr
+    return claimed, done
+
+
 def test_jobs_list_status_agents_list_get_on_our_server(live_server: LiveServer) -> None:
     agent = live_server.create_agent("ours")
     failed = live_server.enqueue(agent)["id"]
     kept = live_server.enqueue(agent)["id"]
-    claimed = jac(live_server, "claim", failed, "-o", "json", agent=agent)
-    assert claimed.returncode == 0, claimed.stderr
-    claim_id = json.loads(claimed.stdout)["claimId"]
-    done = jac(live_server, "complete", failed, "--exit-code", "1", "--claim-id", claim_id)
-    assert done.returncode == 0, done.stderr
+    claimed, done = claim_and_fail(live_server, agent, failed, 1)
     assert "did not store" not in done.stderr  # our server stores the message
     assert live_server.get_job(failed)["message"] == "exit code 1"
     listed = jac(live_server, "jobs", "list", "--status", "failure", "-o", "json")
@@ -57,15 +63,12 @@ def test_workspace_slug_on_our_server(live_server: LiveServer) -> None:
 def test_requeue_of_a_failed_job_then_attempts_shows_the_next_attempt(
     live_server: LiveServer,
 ) -> None:
-    """V1 parity (SPEC §3, issue 10 §6): an operator's `requeue` of a failed job queues it
+    """As ctrlplane's V1 handlers allow: an operator's `requeue` of a failed job queues it
     again, and its next claim is attempt N+1 in `jobs attempts`, on both databases."""
     agent = live_server.create_agent("retried")
     job = live_server.enqueue(agent)["id"]
-    first = jac(live_server, "claim", job, "-o", "json", agent=agent)
-    assert first.returncode == 0, first.stderr
+    first, _ = claim_and_fail(live_server, agent, job, 3)
     claim_id = json.loads(first.stdout)["claimId"]
-    failed = jac(live_server, "complete", job, "--exit-code", "3", "--claim-id", claim_id)
-    assert failed.returncode == 0, failed.stderr
     assert live_server.get_job(job)["status"] == "failure"
     requeued = jac(live_server, "requeue", job)
     assert requeued.returncode == 0, requeued.stderr
@@ -88,8 +91,8 @@ def _server(server: LiveServer, *args: str) -> Ran:
 
 
 def test_every_slug_the_server_prints_works_as_workspace(live_server: LiveServer) -> None:
-    """Issue 10 follow-up §8: the server's slug rule was wider than the client's
-    (``--slug team.a`` was accepted, then ``--workspace team.a`` exited 2). Both follow
+    """The server's slug rule was once wider than the client's (``--slug team.a`` was
+    accepted, then ``--workspace team.a`` exited 2). Both follow
     ctrlplane's Workspace.slug now, ``^[a-z0-9-]+$``, 3-50 characters: whatever `server
     init` or `create-workspace` prints (given, derived, padded, made unique) resolves."""
     printed = []

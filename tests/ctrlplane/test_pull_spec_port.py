@@ -1,6 +1,6 @@
 """ctrlplane's ``e2e/tests/api/job-agent-pull.spec.ts`` (commit 66e0888), case by case, against
 **our** server on SQLite and PostgreSQL; then the V1 behaviours of ctrlplane's handlers that the
-spec does not cover but issue 10 §6 asks our server to share.
+spec does not cover, which our server shares so that a V1 agent sees no difference.
 
 The spec seeds jobs straight into ctrlplane's database; here they are made through the API
 (``POST …/job-agents/{id}/jobs`` for queued, a claim by id for in_progress). One server per
@@ -25,7 +25,7 @@ from tests.fixtures.databases import (
     skip_or_fail_without_postgres,
     with_database,
 )
-from tests.fixtures.live_server import FAST_SETTINGS, LiveServer
+from tests.fixtures.live_server import LiveServer, LiveServerFactory
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
@@ -42,14 +42,11 @@ def ours(
         dbname = f"jat_{uuid.uuid4().hex[:16]}"
         _create(dbname, template)
         url = with_database(postgres_url(), dbname)
-    server = LiveServer(url, workdir / "server", dict(FAST_SETTINGS))
+    servers = LiveServerFactory(url, workdir)
     try:
-        server.init()
-        server.start()
-        yield server
+        yield servers()
     finally:
-        server.stop(timeout=15)
-        server.kill()
+        servers.close()
         if dbname is not None:
             _drop(dbname)
 
@@ -218,7 +215,7 @@ def test_a_claimed_job_no_longer_appears_in_the_queued_list(ours: LiveServer) ->
     assert job not in [j["id"] for j in page["items"]]
 
 
-# ---------- V1 behaviours of ctrlplane's handlers (issue 10 §6), beyond the spec ----------
+# ---------- V1 behaviours of ctrlplane's handlers, beyond the spec ----------
 
 
 def test_v1_delete_agent_keeps_its_jobs(ours: LiveServer) -> None:

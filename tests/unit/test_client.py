@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import httpx
@@ -212,6 +213,55 @@ def test_iter_pages_follows_total() -> None:
 
     assert list(iter_pages(fetch, limit=3)) == data
     assert calls == [(3, 0), (3, 3), (3, 6)]
+
+
+# --- the workspace: a UUID, or a slug resolved once ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"id": str(WORKSPACE)},  # a server that sends only the id
+        {"id": str(WORKSPACE), "name": "Team A", "slug": "team-a", "createdAt": wire.T0},
+        {"id": str(WORKSPACE), "slug": "team-a", "settings": {"x": 1}},  # ctrlplane's wider one
+    ],
+)
+def test_a_slug_is_resolved_once_from_any_workspace_shape(
+    mock_api: respx.MockRouter, answer: dict[str, Any]
+) -> None:
+    lookup = mock_api.get(f"{BASE}/api/v1/workspaces/slug/team-a").respond(200, json=answer)
+    mock_api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job())
+    for _ in range(2):  # another client of the same process asks no more
+        with Client(BASE, API_KEY, " team-a ", timeout=5) as c:
+            assert c.workspace == "team-a"
+            assert c.workspace_id() == WORKSPACE
+            c.get_job(JOB)
+    assert lookup.call_count == 1
+
+
+def test_a_workspace_given_as_text_uuid_needs_no_look_up() -> None:
+    with Client(BASE, API_KEY, f" {WORKSPACE} ", timeout=5) as c:
+        assert c.workspace == WORKSPACE and c.workspace_id() == WORKSPACE
+    with Client(BASE, API_KEY, "   ") as c:
+        assert c.workspace is None
+
+
+def test_a_slug_is_one_path_segment(mock_api: respx.MockRouter) -> None:
+    route = mock_api.get(f"{BASE}/api/v1/workspaces/slug/a%2F..%3Fb").respond(
+        404, json=wire.error("NOT_FOUND")
+    )
+    with (
+        Client(BASE, API_KEY, "a/..?b") as c,
+        pytest.raises(errors.NotFound, match=re.escape("no workspace with slug 'a/..?b'")),
+    ):
+        c.list_agents()
+    assert route.called
+
+
+def test_a_workspace_without_an_id_is_a_protocol_error(mock_api: respx.MockRouter) -> None:
+    mock_api.get(f"{BASE}/api/v1/workspaces/slug/team-a").respond(200, json={"name": "Team A"})
+    with Client(BASE, API_KEY, "team-a") as c, pytest.raises(errors.ProtocolError, match="id"):
+        c.workspace_id()
 
 
 # --- ctrlplane V1 shapes ----------------------------------------------------------------------

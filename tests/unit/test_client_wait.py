@@ -1,4 +1,4 @@
-"""The claim long-poll (``POST …/jobs/{id}/wait``, issue 12 §6) against respx: the body, the
+"""The claim long-poll (``POST …/jobs/{id}/wait``) against respx: the body, the
 read timeout, the answers, and servers without the endpoint (learned once per process)."""
 
 from __future__ import annotations

@@ -121,11 +121,15 @@ HOT_OWN = {
     "jobagentctl.cli.status",
     "jobagentctl.client",
     "jobagentctl.client._client",
+    "jobagentctl.client._connection",
+    "jobagentctl.client._ctrlplane",
     "jobagentctl.client._errors",
+    "jobagentctl.client._pages",
     "jobagentctl.client._trace",
     "jobagentctl.durations",
     "jobagentctl.errors",
     "jobagentctl.models",
+    "jobagentctl.routes",
     "jobagentctl.settings",
 }
 HOT_THIRD_PARTY = {

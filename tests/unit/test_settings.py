@@ -1,4 +1,4 @@
-"""ClientSettings: the precedence of SPEC §5, profiles, URL normalisation, the key as a secret."""
+"""ClientSettings: flag > env > ctrlplane env > profile, profiles, URLs, the key as a secret."""
 
 from __future__ import annotations
 

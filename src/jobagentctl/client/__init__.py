@@ -1,7 +1,10 @@
 """The HTTP client for the pull-agent API (V1 and the V2 lease additions).
 
 The only package that imports httpx; every transport error and HTTP status becomes a
-:mod:`jobagentctl.errors` class inside it.
+:mod:`jobagentctl.errors` class inside it. ``_client.py`` has one method per endpoint,
+``_ctrlplane.py`` what differs on a server with only the V1 API (and what this process learned
+about each server), ``_errors.py`` the translation of errors, ``_trace.py`` the ``--debug``
+trace, ``_pages.py`` the reading of paginated lists.
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ import types
 # take its documented fallback, so client commands start fast and Rich stays unloaded.
 sys.modules.setdefault("httpx._main", types.ModuleType("httpx._main"))
 
-from jobagentctl.client._client import MEMORY, USER_AGENT, Client, iter_pages  # noqa: E402
+from jobagentctl.client._client import Client  # noqa: E402
+from jobagentctl.client._connection import USER_AGENT  # noqa: E402
+from jobagentctl.client._ctrlplane import MEMORY  # noqa: E402
 from jobagentctl.client._errors import translate  # noqa: E402
+from jobagentctl.client._pages import iter_pages  # noqa: E402
 
 __all__ = ["MEMORY", "USER_AGENT", "Client", "iter_pages", "translate"]

@@ -1,163 +1,56 @@
-"""The synchronous API client: one method per endpoint of SPEC §4, typed results.
+"""The synchronous API client: one method per endpoint of the pull-agent API, typed results.
 
-Requests go through :meth:`Client._call`, the only code that touches the network, so every
-failure is translated by :func:`jobagentctl.client._errors.translate` in one place.
+Each endpoint is one request and one parse through :class:`Connection`, on a path built from
+:class:`jobagentctl.routes.Routes`. What differs on a server that speaks only the V1 API
+(ctrlplane) is handed to :class:`V1Fallback` (``_ctrlplane.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import random
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any, TypeVar
-from urllib.parse import quote
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-import httpx
 from pydantic import SecretStr, TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
-from jobagentctl import __version__
-from jobagentctl.client._errors import translate
-from jobagentctl.client._trace import Tracer
-from jobagentctl.errors import (
-    AuthError,
-    ConfigError,
-    Conflict,
-    LeaseUnsupported,
-    NoJob,
-    NotClaimable,
-    NotFound,
-    ValidationError,
-)
-from jobagentctl.models import (
-    MAX_CLAIM_BATCH,
-    AcceptedResponse,
-    ClaimedJob,
-    ClaimedJobs,
-    ClaimNext,
-    ClaimNextRequest,
-    ClaimRequest,
-    ClaimState,
-    CreateJobRequest,
-    Heartbeat,
-    HeartbeatRequest,
-    Job,
-    JobAgent,
-    JobAttempt,
-    JobClaim,
-    JobStatus,
-    JobWait,
-    JobWaitRequest,
-    Page,
-    UpdateJobStatusRequest,
-    UpsertJobAgentRequest,
-    keep_wire,
-)
+from jobagentctl import models
+from jobagentctl.client._connection import Connection, parse
+from jobagentctl.client._ctrlplane import MEMORY, V1_POLL_INTERVAL, V1Fallback
+from jobagentctl.errors import ConfigError, NoJob, NotFound
+from jobagentctl.models import MAX_CLAIM_BATCH, ClaimState, JobStatus, keep_wire
+from jobagentctl.routes import Routes
 
-__all__ = ["MEMORY", "USER_AGENT", "Client", "iter_pages"]
+if TYPE_CHECKING:
+    import httpx
 
-USER_AGENT = f"jobagentctl/{__version__}"
-API_KEY_HEADER = "X-API-Key"
-# Extra read time on top of a long-poll's wait, so the server answers 204 before we give up.
-LONG_POLL_MARGIN = 10.0
+__all__ = ["Client"]
+
 # When a long-poll comes back empty much sooner than asked (a server that ignores
 # waitSeconds), pause this long before asking again instead of spinning.
 MIN_POLL_INTERVAL = 1.0
+NO_WORKSPACE = (
+    "no workspace: use --workspace, JOBAGENTCTL_WORKSPACE, CTRLPLANE_WORKSPACE or a config profile"
+)
 
-# V1 fallback (a server without claim-next, as ctrlplane): how often to look for queued jobs.
-# Each pause is V1_POLL_INTERVAL ± 50 % (jitter), so many agents do not poll in step.
-V1_POLL_INTERVAL = 2.0
-V1_PAGE = 200
-
-T = TypeVar("T")
-_ATTEMPTS = TypeAdapter(list[JobAttempt])
+_ATTEMPTS = TypeAdapter(list[models.JobAttempt])
 _log = logging.getLogger("jobagentctl.client")
 
 
-class _ProcessMemory:
-    """What this process learned about servers, shared by every :class:`Client` in it.
-
-    ``v1_only[url]``: True once claim-next answered "no such route" (a V1-only server such as
-    ctrlplane), False once any V2 route answered. ``slugs[(url, slug)]``: resolved workspace ids.
-    ``no_status_filter[url]``: ``GET /jobs`` refused the ``status`` parameter. ``no_wait``: the
-    servers without the claim long-poll (``POST …/jobs/{id}/wait``). ``warned``: the one-time
-    warnings already given.
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.v1_only: dict[str, bool] = {}
-        self.slugs: dict[tuple[str, str], UUID] = {}
-        self.no_status_filter: set[str] = set()
-        self.warned: set[tuple[str, str]] = set()
-        self.no_wait: set[str] = set()
-
-    def forget(self) -> None:
-        """For tests: start over as a new process would."""
-        with self.lock:
-            self.v1_only.clear()
-            self.slugs.clear()
-            self.no_status_filter.clear()
-            self.warned.clear()
-            self.no_wait.clear()
-
-
-MEMORY = _ProcessMemory()
-
-_NO_LEASES = (
-    "the server has no lease support ({why}): claiming with the V1 API instead (list the "
-    "agent's queued jobs, claim one by id). Claims carry no claim id and no lease: heartbeats "
-    "are unavailable, and a crash leaves the job inProgress until someone requeues it"
-)
-
-
-_NO_WAIT = (
-    "the server has no claim long-poll ({why}): a cancel reaches the command at its next heartbeat"
-)
-
-
-def _base_url(url: str) -> str:
-    """``url`` without a trailing ``/`` or ``/api``: the client appends ``/api`` itself."""
-    base = url.strip().rstrip("/")
-    base = base[: -len("/api")] if base.endswith("/api") else base
-    try:
-        parsed = httpx.URL(base)
-    except httpx.InvalidURL as exc:
-        raise ConfigError(f"invalid server URL {url!r}: {exc}") from None
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise ConfigError(f"invalid server URL {url!r}: use http(s)://host[:port]")
-    return base
-
-
-def _needs_tls(base_url: str) -> bool:
-    """Whether to load the CA bundle: not for a plain http:// server (~25 ms of every start).
-
-    Redirects are never followed and every path is relative, so such a client opens no TLS
-    connection; unless a proxy from the environment is in the way, which may speak TLS.
-    """
-    if not base_url.startswith("http://"):
-        return True
-    import urllib.request
-
-    return bool(urllib.request.getproxies())
-
-
-def _body(model: Any) -> dict[str, Any]:
-    dumped: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return dumped
-
-
-def _claimed_jobs(data: Any) -> list[ClaimedJob]:
-    """Claim-next's answer to a ``limit``: ``{"items": [...]}``; one claimed job from a server
-    that does not batch (it ignored the ``limit``)."""
+def _claimed_jobs(data: Any) -> list[models.ClaimedJob]:
+    """Claim-next's answer: ``{"items": [...]}`` to a ``limit``; one claimed job without one,
+    or from a server that does not batch (it ignored the ``limit``)."""
     if isinstance(data, dict) and "items" in data and "id" not in data:
-        return ClaimedJobs.from_wire(data).items
-    return [ClaimedJob.from_wire(data)]
+        return models.ClaimedJobs.from_wire(data).items
+    return [models.ClaimedJob.from_wire(data)]
+
+
+def _attempts(data: Any) -> list[models.JobAttempt]:
+    return keep_wire(_ATTEMPTS.validate_python(data), data)
 
 
 class Client:
@@ -185,29 +78,14 @@ class Client:
 
         ``warn`` receives the one-time warnings about what the server cannot do (default: the
         ``jobagentctl.client`` logger, which prints on stderr when nothing else is configured).
+        ``v1_poll_interval``, ``clock`` and ``sleep`` pace the claims on a V1-only server.
         """
-        self.url = _base_url(url)
-        secret = api_key if isinstance(api_key, SecretStr) else SecretStr(api_key or "")
-        self._api_key = SecretStr(secret.get_secret_value().strip())
-        self.workspace: UUID | str | None = _workspace(workspace)
+        self._conn = Connection(url, api_key, timeout=timeout, transport=transport, trace=trace)
+        self.url = self._conn.url
+        self.workspace: UUID | str | None = models.Workspace.reference(workspace)
         self.timeout = timeout
-        self._warn = warn if warn is not None else _log.warning
-        self._v1_poll_interval = v1_poll_interval
-        self._clock = clock
-        self._sleep = sleep
-        self._filtered: dict[str, list[Job]] = {}
-        hooks: dict[str, list[Callable[..., Any]]] = {}
-        if trace is not None:
-            tracer = Tracer(trace, redact=(API_KEY_HEADER,))
-            hooks = {"request": [tracer.request], "response": [tracer.response]}
-        self._http = httpx.Client(
-            base_url=f"{self.url}/api",
-            headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
-            timeout=httpx.Timeout(timeout),
-            transport=transport,
-            event_hooks=hooks,
-            verify=_needs_tls(self.url),
-        )
+        warn = warn if warn is not None else _log.warning  # not `or`: a sink may be falsy
+        self._v1 = V1Fallback(self, warn, v1_poll_interval, clock, sleep)
 
     def __repr__(self) -> str:
         return f"Client(url={self.url!r}, workspace={self.workspace!r})"
@@ -224,96 +102,41 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        self._http.close()
+        """Close the connections (a ``with`` block does it on leaving)."""
+        self._conn.close()
 
-    # --- plumbing ---------------------------------------------------------------------------
-
-    def _ws(self) -> str:
-        return f"/v1/workspaces/{self.workspace_id()}"
+    # --- the workspace ----------------------------------------------------------------------
 
     def workspace_id(self) -> UUID:
-        """The workspace's id; a slug is resolved once per process with
-        ``GET /v1/workspaces/slug/{slug}`` (as ctrlc's ``GetWorkspaceID`` does)."""
+        """The workspace's id, without a request when it was given as one.
+
+        :class:`ConfigError` (exit 2) when no workspace is set. A slug is resolved once per
+        process with ``GET /v1/workspaces/slug/{slug}`` (as ctrlc's ``GetWorkspaceID`` does).
+        """
         workspace = self.workspace
         if workspace is None:
-            raise ConfigError(
-                "no workspace: use --workspace, JOBAGENTCTL_WORKSPACE, CTRLPLANE_WORKSPACE or a "
-                "config profile"
-            )
+            raise ConfigError(NO_WORKSPACE)
         if isinstance(workspace, UUID):
             return workspace
-        with MEMORY.lock:
-            known = MEMORY.slugs.get((self.url, workspace))
-        if known is not None:
-            return known
+        slugs = MEMORY.of(self.url).slugs
+        if workspace not in slugs:
+            slugs[workspace] = self.workspace_by_slug(workspace).id
+        return slugs[workspace]
+
+    def workspace_by_slug(self, slug: str) -> models.Workspace:
+        """The workspace of that slug; :class:`NotFound` (exit 5) when there is none."""
         try:
-            response = self._call("GET", f"/v1/workspaces/slug/{quote(workspace, safe='')}")
+            return self._conn.call(
+                "GET", Routes.path(Routes.WORKSPACE_BY_SLUG, slug=slug), models.Workspace.from_wire
+            )
         except NotFound:
             raise NotFound(
-                f"no workspace with slug {workspace!r} on {self.url} "
-                "(give its id, or check the slug)"
+                f"no workspace with slug {slug!r} on {self.url} (give its id, or check the slug)"
             ) from None
-        data = self._parse(response, dict)
-        try:
-            resolved = UUID(str(data["id"]))
-        except (KeyError, ValueError):
-            raise translate(ValueError(f"workspace without a valid id: {data!r}")) from None
-        with MEMORY.lock:
-            MEMORY.slugs[(self.url, workspace)] = resolved
-        return resolved
 
-    def _warn_once(self, topic: str, message: str) -> None:
-        with MEMORY.lock:
-            if (self.url, topic) in MEMORY.warned:
-                return
-            MEMORY.warned.add((self.url, topic))
-        self._warn(message)
-
-    def _learned(self, *, v1_only: bool) -> None:
-        with MEMORY.lock:
-            MEMORY.v1_only[self.url] = v1_only
-
-    def _v1_only(self) -> bool | None:
-        with MEMORY.lock:
-            return MEMORY.v1_only.get(self.url)
-
-    def _call(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: Mapping[str, Any] | None = None,
-        params: Mapping[str, Any] | None = None,
-        timeout: httpx.Timeout | None = None,
-        v2_route: bool = False,
-    ) -> httpx.Response:
-        """Send one request; any failure leaves as a project error."""
-        key = self._api_key.get_secret_value()
-        if not key:
-            raise AuthError(
-                "no API key: set JOBAGENTCTL_API_KEY, use --api-key-file, or put api_key in a "
-                "config profile"
-            )
-        clean = {k: v for k, v in (params or {}).items() if v is not None}
-        try:
-            response = self._http.request(
-                method,
-                path,
-                json=json,
-                params=clean,
-                headers={API_KEY_HEADER: key},
-                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
-            )
-            response.raise_for_status()
-        except httpx.HTTPError as exc:
-            raise translate(exc, v2_route=v2_route) from exc
-        return response
-
-    def _parse(self, response: httpx.Response, model: Callable[[Any], T]) -> T:
-        try:
-            return model(response.json())
-        except (ValueError, PydanticValidationError) as exc:
-            raise translate(exc) from exc
+    def _at(self, template: str, **parts: object) -> str:
+        """The path of a workspace route (``Routes.*``) in this client's workspace."""
+        return Routes.path(template, ws=self.workspace_id(), **parts)
 
     # --- job agents -------------------------------------------------------------------------
 
@@ -324,24 +147,29 @@ class Client:
         type: str,
         config: dict[str, Any],
         metadata: dict[str, Any] | None = None,
-    ) -> AcceptedResponse:
-        body = UpsertJobAgentRequest(name=name, type=type, config=config, metadata=metadata)
-        response = self._call("PUT", f"{self._ws()}/job-agents/{agent_id}", json=_body(body))
-        return self._parse(response, AcceptedResponse.from_wire)
+    ) -> models.AcceptedResponse:
+        """Create the agent, or replace its name, type, config and metadata."""
+        body = models.UpsertJobAgentRequest(name=name, type=type, config=config, metadata=metadata)
+        path = self._at(Routes.AGENT, agentId=agent_id)
+        return self._conn.call("PUT", path, models.AcceptedResponse.from_wire, body=body)
 
-    def list_agents(self, limit: int = 50, offset: int = 0) -> Page[JobAgent]:
-        response = self._call(
-            "GET", f"{self._ws()}/job-agents", params={"limit": limit, "offset": offset}
+    def list_agents(self, limit: int = 50, offset: int = 0) -> models.Page[models.JobAgent]:
+        """A page of the workspace's agents."""
+        params = {"limit": limit, "offset": offset}
+        return self._conn.call(
+            "GET", self._at(Routes.AGENTS), models.Page[models.JobAgent].from_wire, params=params
         )
-        return self._parse(response, Page[JobAgent].from_wire)
 
-    def get_agent(self, agent_id: UUID) -> JobAgent:
-        response = self._call("GET", f"{self._ws()}/job-agents/{agent_id}")
-        return self._parse(response, JobAgent.from_wire)
+    def get_agent(self, agent_id: UUID) -> models.JobAgent:
+        """One agent; :class:`NotFound` when it does not exist."""
+        return self._conn.call(
+            "GET", self._at(Routes.AGENT, agentId=agent_id), models.JobAgent.from_wire
+        )
 
-    def delete_agent(self, agent_id: UUID) -> AcceptedResponse:
-        response = self._call("DELETE", f"{self._ws()}/job-agents/{agent_id}")
-        return self._parse(response, AcceptedResponse.from_wire)
+    def delete_agent(self, agent_id: UUID) -> models.AcceptedResponse:
+        """Delete the agent (its jobs stay, without an agent)."""
+        path = self._at(Routes.AGENT, agentId=agent_id)
+        return self._conn.call("DELETE", path, models.AcceptedResponse.from_wire)
 
     # --- jobs -------------------------------------------------------------------------------
 
@@ -353,50 +181,36 @@ class Client:
         include_dispatch_context: bool = False,
         limit: int = 50,
         offset: int = 0,
-    ) -> Page[Job]:
+    ) -> models.Page[models.Job]:
+        """A page of the agent's jobs of one status (any status for None), newest first."""
         params: dict[str, Any] = {"status": status, "limit": limit, "offset": offset}
         if include_dispatch_context:
             params["includeDispatchContext"] = "true"
-        response = self._call("GET", f"{self._ws()}/job-agents/{agent_id}/jobs", params=params)
-        return self._parse(response, Page[Job].from_wire)
+        path = self._at(Routes.AGENT_JOBS, agentId=agent_id)
+        return self._conn.call("GET", path, models.Page[models.Job].from_wire, params=params)
 
     def list_jobs(
         self, *, status: str | None = None, limit: int = 50, offset: int = 0
-    ) -> Page[Job]:
-        """A page of the workspace's jobs, newest first, optionally of one status.
-
-        ctrlplane's ``GET /jobs`` has no ``status`` parameter (its validator answers 400): then
-        the jobs are filtered here, and the page is a page of the matching jobs.
-        """
-        with MEMORY.lock:
-            refused = self.url in MEMORY.no_status_filter
-        if status is not None and not refused:
-            params = {"status": status, "limit": limit, "offset": offset}
-            try:
-                response = self._call("GET", f"{self._ws()}/jobs", params=params)
-            except ValidationError as exc:
-                if "status" not in exc.message:
-                    raise
-                with MEMORY.lock:
-                    MEMORY.no_status_filter.add(self.url)
-            else:
-                return self._parse(response, Page[Job].from_wire)
+    ) -> models.Page[models.Job]:
+        """A page of the workspace's jobs, newest first, optionally of one status (filtered
+        here when the server cannot: :meth:`V1Fallback.jobs_of_status`)."""
         if status is None:
-            params = {"limit": limit, "offset": offset}
-            response = self._call("GET", f"{self._ws()}/jobs", params=params)
-            return self._parse(response, Page[Job].from_wire)
-        matching = self._filtered.get(status)
-        if matching is None:
-            every = iter_pages(lambda n, off: self.list_jobs(limit=n, offset=off), limit=V1_PAGE)
-            matching = [job for job in every if job.status == status]
-            self._filtered[status] = matching
-        return Page[Job](
-            items=matching[offset : offset + limit], total=len(matching), limit=limit, offset=offset
+            return self.jobs_page(limit=limit, offset=offset)
+        return self._v1.jobs_of_status(status, limit, offset)
+
+    def jobs_page(
+        self, *, status: str | None = None, limit: int = 50, offset: int = 0
+    ) -> models.Page[models.Job]:
+        """``GET /jobs`` as the server answers it (a server without the ``status`` filter
+        refuses it: :class:`ValidationError`)."""
+        params = {"status": status, "limit": limit, "offset": offset}
+        return self._conn.call(
+            "GET", self._at(Routes.JOBS), models.Page[models.Job].from_wire, params=params
         )
 
-    def get_job(self, job_id: UUID) -> Job:
-        response = self._call("GET", f"{self._ws()}/jobs/{job_id}")
-        return self._parse(response, Job.from_wire)
+    def get_job(self, job_id: UUID) -> models.Job:
+        """One job; :class:`NotFound` when it does not exist."""
+        return self._conn.call("GET", self._at(Routes.JOB, jobId=job_id), models.Job.from_wire)
 
     def create_job(
         self,
@@ -405,63 +219,39 @@ class Client:
         job_agent_config: dict[str, Any] | None = None,
         dispatch_context: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
-    ) -> Job:
-        body = CreateJobRequest(
+    ) -> models.Job:
+        """Queue a new job for the agent (a jobagentctl server's addition to the API)."""
+        body = models.CreateJobRequest(
             job_agent_config=job_agent_config, dispatch_context=dispatch_context, metadata=metadata
         )
-        response = self._call(
-            "POST", f"{self._ws()}/job-agents/{agent_id}/jobs", json=_body(body), v2_route=True
-        )
-        return self._parse(response, Job.from_wire)
+        path = self._at(Routes.AGENT_JOBS, agentId=agent_id)
+        return self._conn.call("POST", path, models.Job.from_wire, body=body, v2_route=True)
 
     # --- claims and leases ------------------------------------------------------------------
 
-    def claim_job(self, agent_id: UUID, job_id: UUID, *, lease_seconds: int | None) -> ClaimedJob:
-        """Claim one job by id (V1 route). ``lease_seconds=None`` sends no body, as V1 agents do."""
-        body = None if lease_seconds is None else _body(ClaimRequest(lease_seconds=lease_seconds))
-        try:
-            response = self._call(
-                "POST", f"{self._ws()}/job-agents/{agent_id}/jobs/{job_id}/claim", json=body
-            )
-        except Conflict as exc:
-            if type(exc) is not Conflict:
-                raise
-            # ctrlplane answers 409 {"message": "Job is not available to claim"}, without code.
-            raise NotClaimable(exc.message, details=exc.details, status=exc.status) from exc
-        claimed = self._parse(response, ClaimedJob.from_wire)
-        if claimed.claim_id is None and lease_seconds:
-            self._warn_once(
-                "no-leases",
-                _NO_LEASES.format(why="it granted no lease to a claim that asked for one"),
-            )
+    def claim_job(
+        self, agent_id: UUID, job_id: UUID, *, lease_seconds: int | None
+    ) -> models.ClaimedJob:
+        """Claim one job by id (V1 route). ``lease_seconds=None`` sends no body, as V1 agents do;
+        :class:`NotClaimable` when the job is not queued for this agent."""
+        body = None if lease_seconds is None else models.ClaimRequest(lease_seconds=lease_seconds)
+        path = self._at(Routes.CLAIM, agentId=agent_id, jobId=job_id)
+        with self._v1.claim_by_id_answer():
+            claimed = self._conn.call("POST", path, models.ClaimedJob.from_wire, body=body)
+        self._v1.check_lease(claimed, lease_seconds)
         return claimed
 
     def claim_next(
         self, agent_id: UUID, *, lease_seconds: int | None, wait_seconds: float | None
-    ) -> ClaimedJob:
+    ) -> models.ClaimedJob:
         """Claim the agent's oldest queued job; :class:`NoJob` when none came within the wait.
 
-        On a server without claim-next (it answers 404: a V1-only server such as ctrlplane;
-        learned once per process), does what ctrlplane's RFC 0014 asks of V1 agents: list the
-        agent's queued jobs, claim the oldest by id, the next one on 409, and poll (with
-        jitter) until ``wait_seconds`` runs out. Such a claim has no claim id and no lease.
+        On a server without claim-next (a V1-only server such as ctrlplane; learned once per
+        process) the job is claimed by id, without claim id or lease (:meth:`V1Fallback.claim`).
         """
-        if self._v1_only():
-            return self._claim_next_v1(agent_id, wait_seconds)[0]
-        try:
-            response = self._post_claim_next(
-                agent_id, lease_seconds=lease_seconds, wait_seconds=wait_seconds, limit=None
-            )
-        except LeaseUnsupported as exc:
-            self._learned(v1_only=True)
-            why = f"POST …/job-agents/{{id}}/claim answered {exc.status}"
-            self._warn_once("no-leases", _NO_LEASES.format(why=why))
-            return self._claim_next_v1(agent_id, wait_seconds)[0]
-        except NoJob:
-            self._learned(v1_only=False)
-            raise
-        self._learned(v1_only=False)
-        return self._parse(response, ClaimedJob.from_wire)
+        return self._v1.claim(
+            agent_id, lease_seconds=lease_seconds, wait_seconds=wait_seconds, limit=None
+        )[0]
 
     def claim_batch(
         self,
@@ -470,7 +260,7 @@ class Client:
         lease_seconds: int | None,
         wait_seconds: float | None,
         limit: int,
-    ) -> list[ClaimedJob]:
+    ) -> list[models.ClaimedJob]:
         """Claim up to ``limit`` of the agent's oldest queued jobs in one request (claim-next's
         ``limit``), each with its own claim; :class:`NoJob` when none came within the wait.
 
@@ -480,80 +270,33 @@ class Client:
         """
         if not 1 <= limit <= MAX_CLAIM_BATCH:
             raise ConfigError(f"limit must be between 1 and {MAX_CLAIM_BATCH}")
-        if self._v1_only():
-            return self._claim_next_v1(agent_id, wait_seconds, limit)
-        try:
-            response = self._post_claim_next(
-                agent_id, lease_seconds=lease_seconds, wait_seconds=wait_seconds, limit=limit
-            )
-        except LeaseUnsupported as exc:
-            self._learned(v1_only=True)
-            why = f"POST …/job-agents/{{id}}/claim answered {exc.status}"
-            self._warn_once("no-leases", _NO_LEASES.format(why=why))
-            return self._claim_next_v1(agent_id, wait_seconds, limit)
-        except NoJob:
-            self._learned(v1_only=False)
-            raise
-        self._learned(v1_only=False)
-        return self._parse(response, _claimed_jobs)
-
-    def _claim_next_v1(
-        self, agent_id: UUID, wait_seconds: float | None, limit: int = 1
-    ) -> list[ClaimedJob]:
-        deadline = self._clock() + (wait_seconds or 0.0)
-        while True:
-            claimed: list[ClaimedJob] = []
-            for job in self._queued_oldest_first(agent_id):
-                try:
-                    claimed.append(self.claim_job(agent_id, job.id, lease_seconds=None))
-                except (NotClaimable, NotFound):
-                    continue  # another agent took it (409), or it went away: the next one
-                if len(claimed) == limit:
-                    break
-            if claimed:
-                return claimed
-            left = deadline - self._clock()
-            if left <= 0:
-                raise NoJob("no job queued for this agent")
-            self._sleep(min(left, self._v1_poll_interval * random.uniform(0.5, 1.5)))
-
-    def _queued_oldest_first(self, agent_id: UUID) -> list[Job]:
-        """The agent's queued jobs, oldest first (ctrlplane lists them newest first)."""
-        queued = list(
-            iter_pages(
-                lambda n, off: self.list_agent_jobs(
-                    agent_id, status=JobStatus.QUEUED, limit=n, offset=off
-                ),
-                limit=V1_PAGE,
-            )
+        return self._v1.claim(
+            agent_id, lease_seconds=lease_seconds, wait_seconds=wait_seconds, limit=limit
         )
-        return sorted(queued, key=lambda job: job.created_at)
 
-    def _post_claim_next(
+    def claim_next_request(
         self,
         agent_id: UUID,
         *,
         lease_seconds: int | None,
         wait_seconds: float | None,
         limit: int | None,
-    ) -> httpx.Response:
-        body = ClaimNextRequest(lease_seconds=lease_seconds, wait_seconds=wait_seconds, limit=limit)
-        timeout = None
-        if wait_seconds:
-            # The read must outlast the server's wait, or we would give up on a healthy long-poll.
-            timeout = httpx.Timeout(
-                self.timeout, read=wait_seconds + self.timeout + LONG_POLL_MARGIN
-            )
-        response = self._call(
+    ) -> list[models.ClaimedJob]:
+        """Claim-next itself, once: the claimed jobs (one without a ``limit``); :class:`NoJob`
+        on 204, :class:`LeaseUnsupported` when the server has no such route."""
+        body = models.ClaimNextRequest(
+            lease_seconds=lease_seconds, wait_seconds=wait_seconds, limit=limit
+        )
+        response = self._conn.send(
             "POST",
-            f"{self._ws()}/job-agents/{agent_id}/claim",
-            json=_body(body),
-            timeout=timeout,
+            self._at(Routes.CLAIM_NEXT, agentId=agent_id),
+            body=body,
+            wait_seconds=wait_seconds or None,
             v2_route=True,
         )
         if response.status_code == 204:
             raise NoJob("no job queued for this agent", status=204)
-        return response
+        return parse(response, _claimed_jobs)
 
     def wait_for_job(
         self,
@@ -563,20 +306,19 @@ class Client:
         wait_seconds: float,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-    ) -> ClaimedJob:
+    ) -> models.ClaimedJob:
         """Long-poll :meth:`claim_next` until a job comes or ``wait_seconds`` (may be inf) pass.
 
         The server caps each long-poll (``maxWaitSeconds``), so a longer wait is several polls.
         """
-        jobs = self.wait_for_jobs(
+        return self.wait_for_jobs(
             agent_id,
             lease_seconds=lease_seconds,
             wait_seconds=wait_seconds,
             limit=None,
             clock=clock,
             sleep=sleep,
-        )
-        return jobs[0]
+        )[0]
 
     def wait_for_jobs(
         self,
@@ -587,7 +329,7 @@ class Client:
         limit: int | None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-    ) -> list[ClaimedJob]:
+    ) -> list[models.ClaimedJob]:
         """As :meth:`wait_for_job`; ``limit`` given: up to that many (:meth:`claim_batch`)."""
         deadline = clock() + wait_seconds
         while True:
@@ -612,15 +354,16 @@ class Client:
 
     def heartbeat(
         self, job_id: UUID, *, claim_id: UUID | None, lease_seconds: int | None = None
-    ) -> Heartbeat:
-        body = HeartbeatRequest(claim_id=claim_id, lease_seconds=lease_seconds)
-        response = self._call(
-            "POST", f"{self._ws()}/jobs/{job_id}/heartbeat", json=_body(body), v2_route=True
-        )
-        self._learned(v1_only=False)
-        return self._parse(response, Heartbeat.from_wire)
+    ) -> models.Heartbeat:
+        """Renew the claim's lease (``lease_seconds``: a new length); :class:`ClaimLost` when
+        the claim ended, :class:`LeaseUnsupported` on a server without leases."""
+        body = models.HeartbeatRequest(claim_id=claim_id, lease_seconds=lease_seconds)
+        path = self._at(Routes.HEARTBEAT, jobId=job_id)
+        response = self._conn.send("POST", path, body=body, v2_route=True)
+        self._v1.learned(v1_only=False)
+        return parse(response, models.Heartbeat.from_wire)
 
-    def wait_claim(self, job_id: UUID, *, claim_id: UUID, wait_seconds: float) -> JobWait:
+    def wait_claim(self, job_id: UUID, *, claim_id: UUID, wait_seconds: float) -> models.JobWait:
         """Long-poll until the claim ``claim_id`` of the job is no longer held (cancelled,
         released, reaped, completed: ``claim_held`` False) or the wait runs out (True; the
         server caps it at its ``maxWaitSeconds``). The read timeout outlasts the wait.
@@ -628,27 +371,17 @@ class Client:
         :class:`LeaseUnsupported` when the server has no such endpoint (ctrlplane, an older
         jobagentctl): learned once per process, later calls raise it without a request.
         """
-        with MEMORY.lock:
-            missing = self.url in MEMORY.no_wait
-        if missing:
-            raise LeaseUnsupported(_NO_WAIT.format(why="learned earlier in this process"))
-        body = JobWaitRequest(claim_id=claim_id, wait_seconds=float(wait_seconds))
-        timeout = httpx.Timeout(self.timeout, read=wait_seconds + self.timeout + LONG_POLL_MARGIN)
-        path = f"{self._ws()}/jobs/{job_id}/wait"
-        try:
-            response = self._call("POST", path, json=_body(body), timeout=timeout, v2_route=True)
-        except (LeaseUnsupported, NotFound) as exc:
-            # ctrlplane answers a 404/405 without our codes (LeaseUnsupported); an older
-            # jobagentctl answers its generic 404 NOT_FOUND, without the jobId details that
-            # our "no such job" carries.
-            details = exc.details if isinstance(exc.details, dict) else {}
-            if isinstance(exc, NotFound) and "jobId" in details:
-                raise
-            with MEMORY.lock:
-                MEMORY.no_wait.add(self.url)
-            why = f"POST …/jobs/{{id}}/wait answered {exc.status}"
-            raise LeaseUnsupported(_NO_WAIT.format(why=why), status=exc.status) from exc
-        return self._parse(response, JobWait.from_wire)
+        body = models.JobWaitRequest(claim_id=claim_id, wait_seconds=float(wait_seconds))
+        path = self._at(Routes.JOB_WAIT, jobId=job_id)
+        with self._v1.claim_wait_route():
+            return self._conn.call(
+                "POST",
+                path,
+                models.JobWait.from_wire,
+                body=body,
+                wait_seconds=wait_seconds,
+                v2_route=True,
+            )
 
     def update_status(
         self,
@@ -659,80 +392,32 @@ class Client:
         message: str | None = None,
         external_id: str | None = None,
         metadata: dict[str, Any] | None = None,
-        claim_next: ClaimNext | None = None,
-    ) -> AcceptedResponse:
+        claim_next: models.ClaimNext | None = None,
+    ) -> models.AcceptedResponse:
         """Set the job's status. ``claim_next`` (with ``claim_id``, ending the attempt): the
         same request claims the agent's next jobs, listed in the answer's ``claimed`` — which
         stays None from a server that does not do this (ctrlplane, an older jobagentctl), where
-        the caller claims as usual. Not sent to a server known to be V1-only."""
-        if claim_next is not None and self._v1_only():
-            claim_next = None
+        the caller claims as usual. Not sent to a server known to be V1-only.
+
+        What the server did not store of ``message``, ``external_id`` and ``metadata`` is said
+        once (:meth:`V1Fallback.check_stored`)."""
         try:
-            body = UpdateJobStatusRequest(
+            body = models.UpdateJobStatusRequest(
                 status=JobStatus(status),
                 claim_id=claim_id,
                 message=message,
                 external_id=external_id,
                 metadata=metadata,
-                claim_next=claim_next,
+                claim_next=self._v1.claim_next_option(claim_next),
             )
         except (ValueError, PydanticValidationError) as exc:
             raise ConfigError(f"invalid status update: {exc}") from None
-        response = self._call("PUT", f"{self._ws()}/jobs/{job_id}/status", json=_body(body))
-        accepted = self._parse(response, AcceptedResponse.from_wire)
-        if message is not None or external_id is not None or metadata:
-            self._check_stored(job_id, message, external_id, metadata)
+        path = self._at(Routes.JOB_STATUS, jobId=job_id)
+        accepted = self._conn.call("PUT", path, models.AcceptedResponse.from_wire, body=body)
+        self._v1.check_stored(job_id, message, external_id, metadata)
         return accepted
 
-    def _check_stored(
-        self,
-        job_id: UUID,
-        message: str | None,
-        external_id: str | None,
-        metadata: dict[str, Any] | None,
-    ) -> None:
-        """Say once what a status update's server did not store.
-
-        ctrlplane's ``PUT /jobs/{id}/status`` reads only ``status``, and no other endpoint of
-        its API stores a job's message, external id or metadata (they come only from its
-        GitHub/Terraform/Argo webhooks). On a server not known to be V1-only, the job is read
-        back once to see.
-        """
-        v1_only = self._v1_only()
-        if v1_only is False:
-            return
-        dropped: list[str] = []
-        if v1_only is None:
-            try:
-                job = self.get_job(job_id)
-            except Exception:  # best effort: the check never fails an accepted update
-                return
-            if message is not None and job.message != message:
-                dropped.append("message")
-            if external_id is not None and job.external_id != external_id:
-                dropped.append("external id")
-            if metadata and any(k not in job.metadata for k in metadata):
-                dropped.append("metadata (links)")
-            if not dropped:
-                self._learned(v1_only=False)
-                return
-        else:
-            dropped = [
-                name
-                for name, value in (
-                    ("message", message),
-                    ("external id", external_id),
-                    ("metadata (links)", metadata or None),
-                )
-                if value is not None
-            ]
-        self._warn_once(
-            "not-stored",
-            f"the server accepted the status but did not store the {', '.join(dropped)}: "
-            "its status endpoint reads only the status (as ctrlplane's does)",
-        )
-
-    def release(self, job_id: UUID, *, claim_id: UUID | None) -> AcceptedResponse:
+    def release(self, job_id: UUID, *, claim_id: UUID | None) -> models.AcceptedResponse:
         """Give the job back to the queue (status ``queued``), ending this attempt."""
         return self.update_status(job_id, JobStatus.QUEUED, claim_id=claim_id)
 
@@ -743,40 +428,16 @@ class Client:
         state: ClaimState | str = ClaimState.ALL,
         limit: int = 50,
         offset: int = 0,
-    ) -> Page[JobClaim]:
-        params = {
-            "jobAgentId": agent_id,
-            "state": ClaimState(state).value,
-            "limit": limit,
-            "offset": offset,
-        }
-        response = self._call("GET", f"{self._ws()}/job-claims", params=params, v2_route=True)
-        return self._parse(response, Page[JobClaim].from_wire)
+    ) -> models.Page[models.JobClaim]:
+        """A page of the workspace's claims (of one agent, in one state)."""
+        wanted = ClaimState(state).value
+        params = {"jobAgentId": agent_id, "state": wanted, "limit": limit, "offset": offset}
+        path = self._at(Routes.CLAIMS)
+        return self._conn.call(
+            "GET", path, models.Page[models.JobClaim].from_wire, params=params, v2_route=True
+        )
 
-    def list_attempts(self, job_id: UUID) -> list[JobAttempt]:
-        response = self._call("GET", f"{self._ws()}/jobs/{job_id}/attempts", v2_route=True)
-        return self._parse(response, lambda data: keep_wire(_ATTEMPTS.validate_python(data), data))
-
-
-def _workspace(value: UUID | str | None) -> UUID | str | None:
-    """A UUID stays a UUID (also in text form); any other text is a slug; empty is unset."""
-    if value is None or isinstance(value, UUID):
-        return value
-    text = value.strip()
-    if not text:
-        return None
-    try:
-        return UUID(text)
-    except ValueError:
-        return text
-
-
-def iter_pages(fetch: Callable[[int, int], Page[T]], *, limit: int = 200) -> Iterator[T]:
-    """Every item of a paginated list: ``fetch(limit, offset)`` until ``total`` is reached."""
-    offset = 0
-    while True:
-        page = fetch(limit, offset)
-        yield from page.items
-        offset += len(page.items)
-        if not page.items or offset >= page.total:
-            return
+    def list_attempts(self, job_id: UUID) -> list[models.JobAttempt]:
+        """Every attempt (claim) of the job, oldest first."""
+        path = self._at(Routes.ATTEMPTS, jobId=job_id)
+        return self._conn.call("GET", path, _attempts, v2_route=True)

@@ -31,6 +31,7 @@ class Tracer:
         )
 
     def request(self, request: httpx.Request) -> None:
+        """httpx's ``request`` hook: the method and URL, the headers, the body (clipped)."""
         self._started[id(request)] = time.monotonic()
         self._sink(f"> {request.method} {request.url}")
         self._sink(f"> {self._headers(request.headers)}")
@@ -39,6 +40,7 @@ class Tracer:
             self._sink(f"> {_clip(body)}")
 
     def response(self, response: httpx.Response) -> None:
+        """httpx's ``response`` hook: the status and the time it took, the headers, the body."""
         started = self._started.pop(id(response.request), None)
         took = f" in {time.monotonic() - started:.3f}s" if started is not None else ""
         response.read()

@@ -13,7 +13,6 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -45,7 +44,7 @@ from jobagentctl.models import (
     Page,
     UpdateJobStatusRequest,
     UpsertJobAgentRequest,
-    WireModel,
+    Workspace,
 )
 from jobagentctl.routes import API_PREFIX, V1_PREFIX, Routes
 from jobagentctl.server.auth import Authenticator, Principal
@@ -309,19 +308,10 @@ def _add_operational_routes(app: FastAPI, service: JobService, metrics: Metrics)
         return Response(await metrics.render(service.store), media_type=METRICS_CONTENT_TYPE)
 
 
-class WorkspaceOut(WireModel):
-    """ctrlplane's ``Workspace`` (openapi.json), the fields this server has."""
-
-    id: UUID
-    name: str
-    slug: str
-    created_at: datetime
-
-
 def _add_workspace_routes(app: FastAPI, service: JobService) -> None:
     @app.get(
         Routes.WORKSPACE_BY_SLUG,
-        response_model=WorkspaceOut,
+        response_model=Workspace,
         responses=_ERRORS,
         tags=["workspaces"],
         summary="Resolve a workspace slug to the workspace (ctrlplane's getWorkspaceBySlug)",
@@ -331,7 +321,7 @@ def _add_workspace_routes(app: FastAPI, service: JobService) -> None:
         slug: Annotated[str, Path(min_length=1, max_length=50, description="Workspace slug")],
     ) -> Response:
         record = await service.workspace_by_slug(_principal(request), slug)
-        out = WorkspaceOut(
+        out = Workspace(
             id=record.id, name=record.name, slug=record.slug, created_at=record.created_at
         )
         return _json(model_bytes(out))

@@ -1,0 +1,147 @@
+"""One server reached over HTTP with one API key: the only code of the client that touches the
+network, so every httpx error and HTTP status is translated in one place
+(:func:`jobagentctl.client._errors.translate`), and every body read the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, SecretStr
+from pydantic import ValidationError as PydanticValidationError
+
+from jobagentctl import __version__
+from jobagentctl.client._errors import translate
+from jobagentctl.client._trace import Tracer
+from jobagentctl.errors import AuthError, ConfigError
+from jobagentctl.routes import API_PREFIX
+
+__all__ = ["USER_AGENT", "Connection", "base_url"]
+
+USER_AGENT = f"jobagentctl/{__version__}"
+API_KEY_HEADER = "X-API-Key"
+# Extra read time on top of a long-poll's wait, so the server answers 204 before we give up.
+LONG_POLL_MARGIN = 10.0
+
+T = TypeVar("T")
+
+
+def base_url(url: str) -> str:
+    """``url`` without a trailing ``/`` or ``/api`` (the connection appends ``/api`` itself);
+    :class:`ConfigError` for anything but an http(s) URL with a host."""
+    base = url.strip().rstrip("/").removesuffix(API_PREFIX)
+    try:
+        parsed = httpx.URL(base)
+    except httpx.InvalidURL as exc:
+        raise ConfigError(f"invalid server URL {url!r}: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ConfigError(f"invalid server URL {url!r}: use http(s)://host[:port]")
+    return base
+
+
+def _needs_tls(base: str) -> bool:
+    """Whether to load the CA bundle: not for a plain http:// server (~25 ms of every start).
+
+    Redirects are never followed and every path is relative, so such a client opens no TLS
+    connection; unless a proxy from the environment is in the way, which may speak TLS.
+    """
+    if not base.startswith("http://"):
+        return True
+    import urllib.request
+
+    return bool(urllib.request.getproxies())
+
+
+class Connection:
+    """Requests to the API at ``url`` (with or without ``/api``), authenticated with
+    ``api_key``. The key is checked before each request: a missing key raises
+    :class:`AuthError` without touching the network. ``trace`` receives the ``--debug`` lines.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        api_key: str | SecretStr | None,
+        *,
+        timeout: float,
+        transport: httpx.BaseTransport | None = None,
+        trace: Callable[[str], None] | None = None,
+    ) -> None:
+        self.url = base_url(url)
+        secret = api_key if isinstance(api_key, SecretStr) else SecretStr(api_key or "")
+        self._api_key = SecretStr(secret.get_secret_value().strip())
+        self.timeout = timeout
+        hooks: dict[str, list[Callable[..., Any]]] = {}
+        if trace is not None:
+            tracer = Tracer(trace, redact=(API_KEY_HEADER,))
+            hooks = {"request": [tracer.request], "response": [tracer.response]}
+        self._http = httpx.Client(
+            base_url=f"{self.url}{API_PREFIX}",
+            headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
+            timeout=httpx.Timeout(timeout),
+            transport=transport,
+            event_hooks=hooks,
+            verify=_needs_tls(self.url),
+        )
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self._http.close()
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: BaseModel | None = None,
+        params: Mapping[str, Any] | None = None,
+        wait_seconds: float | None = None,
+        v2_route: bool = False,
+    ) -> httpx.Response:
+        """Send one request; any failure leaves as a project error. ``body``: a request model,
+        sent as camelCase JSON without its unset fields; ``params`` that are None are left out.
+
+        ``wait_seconds``: the server may hold the request that long (a long-poll), so the read
+        must outlast it. ``v2_route``: only servers with leases have the route, so a 404/405
+        without our error code means the route is missing (:class:`LeaseUnsupported`).
+        """
+        key = self._api_key.get_secret_value()
+        if not key:
+            raise AuthError(
+                "no API key: set JOBAGENTCTL_API_KEY, use --api-key-file, or put api_key in a "
+                "config profile"
+            )
+        timeout: Any = httpx.USE_CLIENT_DEFAULT
+        if wait_seconds is not None:
+            read = wait_seconds + self.timeout + LONG_POLL_MARGIN
+            timeout = httpx.Timeout(self.timeout, read=read)
+        try:
+            response = self._http.request(
+                method,
+                path,
+                json=None
+                if body is None
+                else body.model_dump(mode="json", by_alias=True, exclude_none=True),
+                params={k: v for k, v in (params or {}).items() if v is not None},
+                headers={API_KEY_HEADER: key},
+                timeout=timeout,
+            )
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise translate(exc, v2_route=v2_route) from exc
+        return response
+
+    def call(self, method: str, path: str, model: Callable[[Any], T], **options: Any) -> T:
+        """:meth:`send` (with ``options``), then the answer's JSON body through ``model``."""
+        return parse(self.send(method, path, **options), model)
+
+
+def parse(response: httpx.Response, model: Callable[[Any], T]) -> T:
+    """The response's JSON body through ``model``; a body of another shape is a
+    :class:`ProtocolError`."""
+    try:
+        return model(response.json())
+    except (ValueError, PydanticValidationError) as exc:
+        raise translate(exc) from exc

@@ -1,0 +1,308 @@
+"""Compatibility with servers that speak only the V1 pull-agent API (ctrlplane, whose own API
+has no leases, and older jobagentctl servers), kept out of the client's endpoint methods.
+
+What a server turned out to lack is learned once per process (:data:`MEMORY`) and said once on
+stderr; the endpoint methods of :class:`~jobagentctl.client.Client` stay one request and one
+parse each, and hand the few operations that differ on such a server to :class:`V1Fallback`:
+
+- claim-next (one job or a batch): the agent's queued jobs listed, the oldest claimed by id, the
+  next one on a lost race, polled with jitter until the wait runs out (no claim id, no lease);
+- ``GET /jobs?status=``: ctrlplane refuses the parameter, so the jobs are filtered here;
+- a status update's message, external id and metadata: ctrlplane stores only the status;
+- the claim long-poll: missing on such a server, so a cancel waits for the next heartbeat;
+- a claim by id answered 409 without our error code: the job was not claimable.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from jobagentctl.client._pages import iter_pages
+from jobagentctl.errors import (
+    Conflict,
+    LeaseUnsupported,
+    NoJob,
+    NotClaimable,
+    NotFound,
+    ValidationError,
+)
+from jobagentctl.models import ClaimedJob, ClaimNext, Job, JobStatus, Page
+from jobagentctl.routes import Routes
+
+if TYPE_CHECKING:
+    from jobagentctl.client._client import Client
+
+__all__ = ["MEMORY", "V1_POLL_INTERVAL", "ProcessMemory", "ServerFacts", "V1Fallback"]
+
+# How often a V1 claim looks for queued jobs. Each pause is V1_POLL_INTERVAL ± 50 % (jitter), so
+# many agents do not poll in step.
+V1_POLL_INTERVAL = 2.0
+# Page size of the lists read to claim V1-style or to filter jobs by status.
+V1_PAGE = 200
+
+_NO_LEASES = (
+    "the server has no lease support ({why}): claiming with the V1 API instead (list the "
+    "agent's queued jobs, claim one by id). Claims carry no claim id and no lease: heartbeats "
+    "are unavailable, and a crash leaves the job inProgress until someone requeues it"
+)
+_NO_WAIT = (
+    "the server has no claim long-poll ({why}): a cancel reaches the command at its next heartbeat"
+)
+
+
+@dataclass
+class ServerFacts:
+    """What this process learned about one server (by base URL).
+
+    ``v1_only``: True once claim-next answered "no such route", False once a V2 route answered,
+    None until then. ``slugs``: workspace slugs resolved to ids. ``no_status_filter``:
+    ``GET /jobs`` refused the ``status`` parameter. ``no_wait``: there is no claim long-poll.
+    ``warned``: the topics of the one-time warnings already given.
+    """
+
+    v1_only: bool | None = None
+    slugs: dict[str, UUID] = field(default_factory=dict)
+    no_status_filter: bool = False
+    no_wait: bool = False
+    warned: set[str] = field(default_factory=set)
+
+
+class ProcessMemory:
+    """What this process learned about servers, shared by every client in it (threads too)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._servers: dict[str, ServerFacts] = {}
+
+    def of(self, url: str) -> ServerFacts:
+        """The facts about the server at ``url`` (a new, empty record the first time)."""
+        with self._lock:
+            return self._servers.setdefault(url, ServerFacts())
+
+    def first_time(self, url: str, topic: str) -> bool:
+        """True once per server and topic: whether a one-time warning is still to be given."""
+        with self._lock:
+            warned = self._servers.setdefault(url, ServerFacts()).warned
+            if topic in warned:
+                return False
+            warned.add(topic)
+            return True
+
+    def forget(self) -> None:
+        """Start over as a new process would (tests, and in-process CLI runs, share one)."""
+        with self._lock:
+            self._servers.clear()
+
+
+MEMORY = ProcessMemory()
+
+
+@dataclass
+class V1Fallback:
+    """The operations of one :class:`Client` that differ on a V1-only server.
+
+    Each tries the V2 way first unless the server is known to lack it, learns from the answer,
+    and otherwise does what ctrlplane's own agents do; ``warn`` hears each lack once per process.
+    ``poll_interval``, ``clock`` and ``sleep`` pace a V1 claim's polling.
+    """
+
+    client: Client
+    warn: Callable[[str], None]
+    poll_interval: float
+    clock: Callable[[], float]
+    sleep: Callable[[float], None]
+    # status → every job of that status, read once by this client when the server cannot
+    # filter: the later pages of one listing come from here, not from a new full read.
+    _filtered: dict[str, list[Job]] = field(default_factory=dict)
+
+    @property
+    def _facts(self) -> ServerFacts:
+        return MEMORY.of(self.client.url)
+
+    def warn_once(self, topic: str, message: str) -> None:
+        """Say ``message`` unless this process already said ``topic`` about this server."""
+        if MEMORY.first_time(self.client.url, topic):
+            self.warn(message)
+
+    def learned(self, *, v1_only: bool) -> None:
+        """Remember what a V2 route's answer (or its absence) showed about the server."""
+        self._facts.v1_only = v1_only
+
+    # --- claiming -----------------------------------------------------------------------------
+
+    def claim(
+        self,
+        agent_id: UUID,
+        *,
+        lease_seconds: int | None,
+        wait_seconds: float | None,
+        limit: int | None,
+    ) -> list[ClaimedJob]:
+        """Claim-next; on a server without it (it answers 404/405), the agent's oldest queued
+        jobs claimed by id, as ctrlplane's RFC 0014 asks of V1 agents. Such claims have no
+        claim id and no lease. :class:`NoJob` when none came within ``wait_seconds``."""
+        if self._facts.v1_only:
+            return self._claim_by_id(agent_id, wait_seconds, limit or 1)
+        try:
+            claimed = self.client.claim_next_request(
+                agent_id, lease_seconds=lease_seconds, wait_seconds=wait_seconds, limit=limit
+            )
+        except LeaseUnsupported as exc:
+            self.learned(v1_only=True)
+            why = f"{Routes.brief('POST', Routes.CLAIM_NEXT)} answered {exc.status}"
+            self.warn_once("no-leases", _NO_LEASES.format(why=why))
+            return self._claim_by_id(agent_id, wait_seconds, limit or 1)
+        except NoJob:
+            self.learned(v1_only=False)
+            raise
+        self.learned(v1_only=False)
+        return claimed
+
+    def _claim_by_id(
+        self, agent_id: UUID, wait_seconds: float | None, limit: int
+    ) -> list[ClaimedJob]:
+        deadline = self.clock() + (wait_seconds or 0.0)
+        while True:
+            claimed = self._claim_queued(agent_id, limit)
+            if claimed:
+                return claimed
+            left = deadline - self.clock()
+            if left <= 0:
+                raise NoJob("no job queued for this agent")
+            self.sleep(min(left, self.poll_interval * random.uniform(0.5, 1.5)))
+
+    def _claim_queued(self, agent_id: UUID, limit: int) -> list[ClaimedJob]:
+        """Up to ``limit`` of the agent's queued jobs, claimed oldest first (ctrlplane lists
+        them newest first); a job another agent took meanwhile (409) or that went away is
+        passed over."""
+        client = self.client
+        queued = iter_pages(
+            lambda n, off: client.list_agent_jobs(
+                agent_id, status=JobStatus.QUEUED, limit=n, offset=off
+            ),
+            limit=V1_PAGE,
+        )
+        claimed: list[ClaimedJob] = []
+        for job in sorted(queued, key=lambda job: job.created_at):
+            try:
+                claimed.append(client.claim_job(agent_id, job.id, lease_seconds=None))
+            except (NotClaimable, NotFound):
+                continue
+            if len(claimed) == limit:
+                break
+        return claimed
+
+    @contextmanager
+    def claim_by_id_answer(self) -> Iterator[None]:
+        """Around a claim by id: ctrlplane answers a job that is not claimable with a 409
+        ``{"message": "Job is not available to claim"}``, without our error code."""
+        try:
+            yield
+        except Conflict as exc:
+            if type(exc) is not Conflict:
+                raise
+            raise NotClaimable(exc.message, details=exc.details, status=exc.status) from exc
+
+    def check_lease(self, claimed: ClaimedJob, lease_seconds: int | None) -> None:
+        """Say once that the server grants no leases, when a claim asked for one in vain."""
+        if claimed.claim_id is None and lease_seconds:
+            why = "it granted no lease to a claim that asked for one"
+            self.warn_once("no-leases", _NO_LEASES.format(why=why))
+
+    def claim_next_option(self, claim_next: ClaimNext | None) -> ClaimNext | None:
+        """A status update's ``claimNext``, or None for a server known to be V1-only."""
+        return None if self._facts.v1_only else claim_next
+
+    # --- the claim long-poll --------------------------------------------------------------------
+
+    @contextmanager
+    def claim_wait_route(self) -> Iterator[None]:
+        """Around ``POST …/jobs/{jobId}/wait``: :class:`LeaseUnsupported` when the server has
+        no such route, learned once per process (later calls raise without a request).
+
+        ctrlplane answers a 404/405 without our codes (LeaseUnsupported already); an older
+        jobagentctl its generic 404 NOT_FOUND, without the ``jobId`` details that our "no such
+        job" carries.
+        """
+        if self._facts.no_wait:
+            raise LeaseUnsupported(_NO_WAIT.format(why="learned earlier in this process"))
+        try:
+            yield
+        except (LeaseUnsupported, NotFound) as exc:
+            details = exc.details if isinstance(exc.details, dict) else {}
+            if isinstance(exc, NotFound) and "jobId" in details:
+                raise
+            self._facts.no_wait = True
+            why = f"{Routes.brief('POST', Routes.JOB_WAIT)} answered {exc.status}"
+            raise LeaseUnsupported(_NO_WAIT.format(why=why), status=exc.status) from exc
+
+    # --- listing and updating jobs --------------------------------------------------------------
+
+    def jobs_of_status(self, status: str, limit: int, offset: int) -> Page[Job]:
+        """A page of the workspace's jobs of one status, newest first. ctrlplane's ``GET /jobs``
+        has no ``status`` parameter (its validator answers 400): then every job is read and
+        the page is a page of the matching ones."""
+        if not self._facts.no_status_filter:
+            try:
+                return self.client.jobs_page(status=status, limit=limit, offset=offset)
+            except ValidationError as exc:
+                if "status" not in exc.message:
+                    raise
+                self._facts.no_status_filter = True
+        matching = self._filtered.get(status)
+        if matching is None:
+            every = iter_pages(
+                lambda n, off: self.client.jobs_page(limit=n, offset=off), limit=V1_PAGE
+            )
+            matching = self._filtered[status] = [job for job in every if job.status == status]
+        items = matching[offset : offset + limit]
+        return Page[Job](items=items, total=len(matching), limit=limit, offset=offset)
+
+    def check_stored(
+        self,
+        job_id: UUID,
+        message: str | None,
+        external_id: str | None,
+        metadata: dict[str, Any] | None,
+    ) -> None:
+        """Say once what an accepted status update's server did not store.
+
+        ctrlplane's ``PUT /jobs/{id}/status`` reads only ``status``, and no other endpoint of
+        its API stores a job's message, external id or metadata (they come only from its
+        GitHub/Terraform/Argo webhooks). On a server not known to be V1-only, the job is read
+        back once to see.
+        """
+        fields = (
+            ("message", message),
+            ("external id", external_id),
+            ("metadata (links)", metadata or None),
+        )
+        sent = [name for name, value in fields if value is not None]
+        v1_only = self._facts.v1_only
+        if not sent or v1_only is False:
+            return
+        if v1_only is None:
+            try:
+                job = self.client.get_job(job_id)
+            except Exception:  # best effort: the check never fails an accepted update
+                return
+            kept = {
+                "message": job.message == message,
+                "external id": job.external_id == external_id,
+                "metadata (links)": all(key in job.metadata for key in metadata or {}),
+            }
+            sent = [name for name in sent if not kept[name]]
+            if not sent:
+                self.learned(v1_only=False)
+                return
+        self.warn_once(
+            "not-stored",
+            f"the server accepted the status but did not store the {', '.join(sent)}: "
+            "its status endpoint reads only the status (as ctrlplane's does)",
+        )
