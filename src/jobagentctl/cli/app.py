@@ -69,7 +69,7 @@ def report_error(exc: BaseException, state: AppState | None, *, code: int | None
         if not debug:
             message += " (use --debug for the traceback)"
         wire_code, status = "INTERNAL_ERROR", None
-    from jobagentctl.cli.output import safe_text
+    from jobagentctl.cli.sanitize import safe_text
 
     # The message may quote the server or a job: no control character reaches the terminal.
     print(f"error: {safe_text(message)}", file=sys.stderr)

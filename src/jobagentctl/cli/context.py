@@ -118,6 +118,7 @@ class AppState:
 
     def client(self, **overrides: Any) -> Client:
         """A new API client from the settings; the caller closes it (``with state.client()``)."""
+        from jobagentctl.cli.messages import warn
         from jobagentctl.client import Client
 
         settings = self.settings
@@ -130,8 +131,6 @@ class AppState:
 
             def trace(line: str) -> None:
                 print(f"[http] {line}", file=sys.stderr)
-
-        from jobagentctl.cli.output import warn
 
         options: dict[str, Any] = {"timeout": settings.timeout, "trace": trace, "warn": warn}
         options.update(overrides)
