@@ -102,8 +102,8 @@ def test_a_client_command_does_not_import_rich() -> None:
     assert not loaded & {*SERVER_STACK, "rich", "click", "pygments", "pydantic_settings"}
 
 
-# What the four script commands may import (issue 15): our modules, and third-party packages
-# (stdlib aside). A new entry here must be worth its start-up time: measure it with
+# What the four script commands may import: our modules, and third-party packages (stdlib
+# aside). They run once per step of a shell script, so their start-up is the script's overhead. A new entry here must be worth its start-up time: measure it with
 # `python -m benchmarks.cli_startup` before and after.
 HOT_OWN = {
     "jobagentctl",
@@ -115,9 +115,11 @@ HOT_OWN = {
     "jobagentctl.cli.entry",
     "jobagentctl.cli.heartbeat_cmd",
     "jobagentctl.cli.list_cmd",
+    "jobagentctl.cli.messages",
     "jobagentctl.cli.options",
     "jobagentctl.cli.output",
     "jobagentctl.cli.params",
+    "jobagentctl.cli.sanitize",
     "jobagentctl.cli.status",
     "jobagentctl.client",
     "jobagentctl.client._client",
