@@ -30,9 +30,10 @@ unit: $(STAMP)
 test: $(STAMP) lint typecheck
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -p no:cacheprovider -n 3 --durations=10
 
-# The timing-sensitive suites with a CPU hog spinning on each of two cores (issue 11): a test must
-# not fail because the machine is busy. The hogs are this recipe's own children, killed when it
-# ends however it ends; the exit status is pytest's. Result of a run: docs/reliability.md §9.
+# The timing-sensitive suites with a CPU hog spinning on each of two cores: a test must not fail
+# because the machine is busy (CI and developers share small machines). The hogs are this
+# recipe's own children, killed when it ends however it ends; the exit status is pytest's.
+# Result of a run: docs/reliability.md, "the suite under load".
 UNDER_LOAD := tests/e2e tests/server tests/store tests/integration tests/docs tests/chaos
 test-under-load: $(STAMP)
 	@hogs=""; \

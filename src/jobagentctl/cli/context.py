@@ -94,20 +94,12 @@ class AppState:
             )
         return self._settings
 
-    @settings.setter
-    def settings(self, value: ClientSettings) -> None:
-        self._settings = value
-
     @property
     def output(self) -> str:
         """table, json, tsv or env: from ``-o``/``--json``, else table on a TTY, tsv piped."""
         if self._output is None:
             self._output = resolve_output(self.output_flag, self.json_flag)
         return self._output
-
-    @output.setter
-    def output(self, value: str) -> None:
-        self._output = value
 
     def output_or_default(self) -> str:
         """The output format, or tsv when the flags themselves are in conflict (for errors)."""

@@ -38,9 +38,11 @@ class GlobalOption:
 
     @property
     def is_flag(self) -> bool:
+        """A boolean switch (``--json``) rather than an option that takes a value."""
         return self.annotation is bool
 
     def parameter(self, *, hidden: bool) -> inspect.Parameter:
+        """The option as a keyword-only parameter of a command's signature, for Typer."""
         default: Any = False if self.is_flag else None
         option = typer.Option(
             default, *self.decls, metavar=self.metavar, help=self.help, hidden=hidden

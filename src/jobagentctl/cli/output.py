@@ -133,7 +133,7 @@ class View:
     columns: tuple[Column, ...]
 
 
-# The lease of a claim, as the claim, heartbeat and inspect-claims results all show it.
+# The lease of a claim, as the results of claim, heartbeat and the claims list show it.
 _LEASE = (Column("claimId", "CLAIM"), Column("attempt", "ATTEMPT"), Column("leaseSeconds", "LEASE"))
 _EXPIRES = Column("claimExpiresAt", "EXPIRES", "until")
 
@@ -348,6 +348,7 @@ def _detail_table(state: AppState, view: View, row: Mapping[str, Any]) -> Render
 
 
 def render_table(state: AppState, renderable: RenderableType) -> None:
+    """Draw a Rich table on stdout, coloured only when the state allows it."""
     _console(state).print(renderable)
 
 
