@@ -1,6 +1,6 @@
 """Issue 11 §5 end to end: a live ``server start`` on a private PostgreSQL that is frozen.
 
-Usage: python -m tests.chaos.db_freeze [--freeze 30] [--leases 20] [--lease-seconds 15]
+Usage: python -m tools.chaos.db_freeze [--freeze 30] [--leases 20] [--lease-seconds 15]
 [--json PATH]
 
 The freeze is a real one: every process of the cluster is SIGSTOPped (connections stay open,
@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.httpclient import Connection, HTTPError
-
-from tests.chaos.pgcluster import PgCluster
 from tests.fixtures.live_server import LiveServer
 from tests.fixtures.waiting import wait_until
+
+from tools.chaos.pgcluster import PgCluster
 
 __all__ = ["FreezeConfig", "FreezeResult", "freeze_cluster", "main", "run_freeze"]
 
@@ -314,7 +314,7 @@ def run_freeze(cfg: FreezeConfig, workdir: Path, cluster: PgCluster | None = Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.chaos.db_freeze", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.chaos.db_freeze", description=__doc__)
     parser.add_argument("--freeze", type=float, default=30.0, help="seconds frozen (30)")
     parser.add_argument("--leases", type=int, default=20, help="heartbeating leases (20)")
     parser.add_argument("--lease-seconds", type=int, default=15, help="their length (15)")
