@@ -40,7 +40,9 @@ class DirectResult:
         return self.cycles / self.seconds if self.seconds else 0.0
 
 
-async def _setup(store: Store, jobs: int) -> tuple[uuid.UUID, uuid.UUID]:
+async def setup_store(store: Store, jobs: int) -> tuple[uuid.UUID, uuid.UUID]:
+    """Open and migrate ``store``, create a workspace and an agent, queue ``jobs`` jobs; the
+    workspace and agent ids (shared by every benchmark that works on a store directly)."""
     await store.open()
     await store.migrate()
     ws = await store.create_workspace("bench")
@@ -54,7 +56,7 @@ async def _setup(store: Store, jobs: int) -> tuple[uuid.UUID, uuid.UUID]:
 async def _cycles(url: str, concurrency: int, jobs: int, kind: str) -> DirectResult:
     options = {"max_size": max(4, concurrency + 2)} if kind == "postgres" else {}
     store = open_store(url, **options)
-    ws, agent = await _setup(store, jobs)
+    ws, agent = await setup_store(store, jobs)
     done = 0
 
     async def agent_loop() -> None:
@@ -117,7 +119,7 @@ def _hot_share(url: str, before: tuple[int, int]) -> float:
 
 async def _heartbeats_direct(url: str, concurrency: int, count: int) -> DirectResult:
     store = open_store(url, max_size=concurrency + 2)
-    ws, agent = await _setup(store, concurrency)
+    ws, agent = await setup_store(store, concurrency)
     try:
         claims = [await store.claim_next(ws, agent, 60) for _ in range(concurrency)]
         per = count // concurrency
@@ -186,7 +188,9 @@ def heartbeats_http(kind: str, concurrency: int, count: int) -> DirectResult:
 
 # --- reaper --------------------------------------------------------------------------------------
 
-_FILL = """
+# Bulk-insert ``{claims}`` running claims of ``{agent}``, ``{expired}`` of them already expired
+# (psql; the reaper benchmarks' starting point).
+FILL_CLAIMS = """
 WITH ids AS (
     SELECT gen_random_uuid() AS id, g AS n FROM generate_series(1, {claims}) AS g
 ), jobs AS (
@@ -209,11 +213,11 @@ FROM attempts AS a JOIN ids AS i ON i.id = a.job_id
 
 async def _reaper(url: str, claims: int, expired: int) -> tuple[float, float]:
     store = open_store(url)
-    _, agent = await _setup(store, 0)
+    _, agent = await setup_store(store, 0)
     try:
         await store.reap(500, 0)  # warm the connection and plan cache on an empty pass
         # Benchmark set-up only: bulk rows through psql (the values are ours, not user input).
-        psql(url, _FILL.format(claims=claims, expired=expired, agent=agent))
+        psql(url, FILL_CLAIMS.format(claims=claims, expired=expired, agent=agent))
         for table in ("job_claim", "job", "job_attempt"):
             psql(url, f"VACUUM ANALYZE {table}")
         t0 = time.perf_counter()
