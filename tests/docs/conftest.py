@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.agent_jobs import AgentJobs
 from tests.fixtures.live_server import LiveServer
 from tests.fixtures.processes import TOKEN_VARIABLE, kill_tagged, new_token, tagged
 from tests.fixtures.waiting import wait_until
@@ -122,14 +123,14 @@ class Proc:
         return f"exit {self.proc.returncode}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
 
 
-class Sandbox:
-    """A working directory and environment for running recipes against ``server``."""
+class Sandbox(AgentJobs):
+    """A working directory and environment for running recipes against ``server``, as an
+    agent of its own (its jobs and attempts: :class:`AgentJobs`)."""
 
     def __init__(self, server: LiveServer, workdir: Path) -> None:
-        self.server = server
-        self.dir = workdir
         self.token = new_token()
-        self.agent_id = server.create_agent(f"docs-{self.token[:8]}")
+        super().__init__(server, server.create_agent(f"docs-{self.token[:8]}"))
+        self.dir = workdir
         self.deploy_log = workdir / "deploys.log"
         self.release_file = workdir / "release"
         workdir.mkdir(parents=True, exist_ok=True)
@@ -174,19 +175,6 @@ class Sandbox:
             return self.deploy_log.read_text(encoding="utf-8").splitlines()
         except FileNotFoundError:
             return []
-
-    def enqueue(self, **fields: Any) -> str:
-        job_id: str = self.server.enqueue(self.agent_id, **fields)["id"]
-        return job_id
-
-    def job(self, job_id: str) -> dict[str, Any]:
-        return self.server.get_job(job_id)
-
-    def attempts(self, job_id: str) -> list[dict[str, Any]]:
-        status, data = self.server.request("GET", f"jobs/{job_id}/attempts")
-        assert status == 200, (status, data)
-        items: list[dict[str, Any]] = data["items"] if isinstance(data, dict) else data
-        return items
 
     def start(self, argv: Sequence[str], **env: str) -> Proc:
         proc = Proc(argv, cwd=self.dir, env={**self.env, **env})
