@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from benchmarks import ceilings, pgbench
 from benchmarks.ceilings import Figure
 from benchmarks.common import Server, postgres_database, psql
-from benchmarks.direct import FILL_CLAIMS, setup_store
+from benchmarks.direct import prepare_reap
 from benchmarks.gate import Gate, Measured, wait_quiet
 
 HISTORY = """
@@ -63,12 +63,8 @@ async def _reap(url: str, claims: int, expired: int, smoke: bool) -> tuple[float
     from jobagentctl.server.store import open_store
 
     store = open_store(url, min_size=1, max_size=2)
-    _, agent = await setup_store(store, 0)
     try:
-        await store.reap(500, 0)  # warm the connection and plan cache on an empty pass
-        psql(url, FILL_CLAIMS.format(claims=claims, expired=expired, agent=agent))
-        for table in ("job_claim", "job", "job_attempt"):
-            psql(url, f"VACUUM ANALYZE {table}")
+        await prepare_reap(store, url, claims, expired)
         gate = wait_quiet(0 if smoke else ceilings.GATE_WAIT, sample=0.3 if smoke else 1.0)
         loop = asyncio.get_running_loop()
         with Measured(gate, dict):

@@ -73,8 +73,7 @@ def _query_text(query: Any, conn: Any) -> str:
 async def _trace(url: str) -> tuple[list[Traced], dict[str, Any]]:
     import psycopg
 
-    from benchmarks.direct import setup_store
-    from jobagentctl.models import JobStatus
+    from benchmarks.direct import complete, setup_store
     from jobagentctl.server.store import open_store
 
     log: list[Traced] = []
@@ -117,15 +116,7 @@ async def _trace(url: str) -> tuple[list[Traced], dict[str, Any]]:
         if job is None:
             raise RuntimeError("trace: the store claimed nothing")
         phase[0] = "complete"
-        await store.set_status(
-            ws,
-            job.id,
-            JobStatus.SUCCESSFUL,
-            claim_id=job.claim_id,
-            message=None,
-            external_id=None,
-            metadata=None,
-        )
+        await complete(store, ws, job)
     finally:
         psycopg.AsyncCursor.execute = orig_execute  # type: ignore[method-assign]
         psycopg.AsyncCursor.fetchone = orig_fetchone  # type: ignore[method-assign]
