@@ -24,7 +24,7 @@ from benchmarks import ceilings, pgbench
 from benchmarks.ceilings import Figure
 from benchmarks.common import Server, postgres_database, psql
 from benchmarks.direct import prepare_reap
-from benchmarks.gate import Gate, Measured, wait_quiet
+from benchmarks.gate import Gate, Measured
 
 HISTORY = """
 WITH done AS (
@@ -65,7 +65,7 @@ async def _reap(url: str, claims: int, expired: int, smoke: bool) -> tuple[float
     store = open_store(url, min_size=1, max_size=2)
     try:
         await prepare_reap(store, url, claims, expired)
-        gate = wait_quiet(0 if smoke else ceilings.GATE_WAIT, sample=0.3 if smoke else 1.0)
+        gate = ceilings.quiet_gate(smoke)
         loop = asyncio.get_running_loop()
         with Measured(gate, dict):
             t0 = loop.time()
@@ -91,7 +91,7 @@ def measure(rows: int, jobs: int, project: tuple[str, dict[str, str]], smoke: bo
         ws, agent = pgbench.prepare_database(url, "project", 0)
         load_history(url, agent, rows)
         pgbench.seed_queue(url, agent, per_client * ceilings.AGENTS + ceilings.AGENTS)
-        gate = wait_quiet(0 if smoke else ceilings.GATE_WAIT, sample=0.3 if smoke else 1.0)
+        gate = ceilings.quiet_gate(smoke)
         with Measured(gate, dict) as m:
             r = pgbench.run(url, "project", script, ws, agent, ceilings.AGENTS, per_client, defines)
         m.add_ours(r.backend_cpu)
