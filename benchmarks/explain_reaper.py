@@ -16,8 +16,9 @@ import asyncio
 from benchmarks.common import postgres_database, psql
 from benchmarks.direct import FILL_CLAIMS, setup_store
 from benchmarks.growth import load_history
+from jobagentctl.models import HEARTBEAT_INTERVAL_MAX, HEARTBEAT_INTERVAL_MIN
 from jobagentctl.server.store import open_store
-from jobagentctl.server.store._sql import load_queries
+from jobagentctl.server.store.queries import load_queries
 
 
 async def main(rows: int, plan: bool) -> None:
@@ -28,6 +29,8 @@ async def main(rows: int, plan: bool) -> None:
         # No outage: nobody is spared (as SqlStore.reap passes them without a grace).
         .replace("%(outage_began_ago)s", "0")
         .replace("%(outage_ended_ago)s", "1e9")
+        .replace("%(heartbeat_min)s", str(HEARTBEAT_INTERVAL_MIN))
+        .replace("%(heartbeat_max)s", str(HEARTBEAT_INTERVAL_MAX))
     )
     for setting in ("", "SET enable_hashjoin = off; "):
         with postgres_database() as url:

@@ -41,9 +41,9 @@ for _member in [*JobStatus, *sorted(CLAIM_ROW_STATES), *AttemptOutcome]:
 
 # (package or module prefix, value) → why that spelling is not ours.
 ALLOWED: dict[tuple[str, str], str] = {
-    # `run`'s own words: Verdict.COMPLETED/CANCELLED and Beat.CANCELLED (supervisor/outcome.py,
-    # heartbeat.py) and the stop reason written to JOBAGENTCTL_STOP_REASON_FILE (docs/run.md:
-    # lease_lost, cancelled, timeout, interrupted) are how a run ended, not a job's status.
+    # `run`'s own words: Verdict.COMPLETED and StopReason.CANCELLED (supervisor/outcome.py),
+    # the stop reason written to JOBAGENTCTL_STOP_REASON_FILE (docs/run.md: lease_lost,
+    # cancelled, timeout, interrupted), are how a run ended, not a job's status.
     ("jobagentctl.supervisor.", "completed"): "run's Verdict.COMPLETED",
     ("jobagentctl.supervisor.", "cancelled"): "run's verdict / stop reason `cancelled`",
 }

@@ -173,7 +173,7 @@ def _strip(sql: str) -> str:
 
 
 def _statement_name(sql: str) -> str:
-    from jobagentctl.server.store._sql import load_queries
+    from jobagentctl.server.store.queries import load_queries
 
     text = " ".join(_strip(sql).split())
     for name, query in load_queries("postgres").items():

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 _DECIDE = """
-import jobagentctl.server.store._sql as q, jobagentctl.server.store.sql_store as s
+import jobagentctl.server.store.fencing as q, jobagentctl.server.store.sql_store as s
 from jobagentctl.models import TERMINAL_STATUSES
 orig = q.decide_status_change
 def decide(ctx, status, *, claim_id, agent_scope, require_claim_id):
@@ -41,7 +41,7 @@ MUTANTS = {
         condition="claim_id is None and ctx.status in TERMINAL_STATUSES and ctx.status == status"
     ),
     "a finished job refuses a requeue without claim id (the pre-V1-parity rule)": """
-import jobagentctl.server.store._sql as q, jobagentctl.server.store.sql_store as s
+import jobagentctl.server.store.fencing as q, jobagentctl.server.store.sql_store as s
 from jobagentctl.errors import JobTerminal
 from jobagentctl.models import TERMINAL_STATUSES
 orig = q.decide_status_change
@@ -75,8 +75,8 @@ s.decide_status_change = decide
     "maxReclaims is ignored": """
 import jobagentctl.server.store.sql_store as s
 orig = s.SqlStore.reap
-async def reap(self, batch_size, max_reclaims):
-    return await orig(self, batch_size, 0)
+async def reap(self, batch_size, max_reclaims, grace=None):
+    return await orig(self, batch_size, 0, grace)
 s.SqlStore.reap = reap
 """,
     "cancel closes the attempt as completed": """

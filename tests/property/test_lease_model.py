@@ -1,4 +1,4 @@
-"""A property model of the lease lifecycle (SPEC §3): hypothesis drives the real store on SQLite
+"""A property model of the lease lifecycle: hypothesis drives the real store on SQLite
 and PostgreSQL through random sequences of claims, heartbeats, expiries, reaps and status writes.
 
 Every answer is checked against a small model of what each job should be (status, claim,
@@ -487,7 +487,7 @@ def _machine(
             require_claim_id: bool,
             message: str | None,
         ) -> None:
-            """The fencing rules of SPEC §3, stated once more, independently of the store."""
+            """The fencing rules, stated once more, independently of the store."""
             agent_scope = self.agent_scope(job, scope)
             call = store.set_status(
                 ws,
@@ -520,7 +520,7 @@ def _machine(
             elif job.status in TERMINAL_STATUSES and job.status == status:
                 self.idempotent(job, call)
             else:
-                # V1 parity (SPEC §3): without a claim id any transition is applied, a finished
+                # V1 parity: without a claim id any transition is applied, a finished
                 # job included (an operator's requeue; its next claim is attempt N+1).
                 self.applied(job, status, message, call)
 

@@ -11,7 +11,7 @@ import pytest
 from jobagentctl.errors import ServerUnavailable
 from jobagentctl.server.metrics import Metrics
 from jobagentctl.server.reaper import Reaper
-from jobagentctl.server.store.base import ReapResult
+from jobagentctl.server.store import ReapResult
 
 pytestmark = pytest.mark.anyio
 

@@ -1,18 +1,42 @@
-"""Shared set-up of the store tests: a workspace with two agents on the ``store`` fixture, and
-extra store instances on the same database (separate connections: real concurrency)."""
+"""Shared set-up of the store tests: a workspace with two agents on the ``store`` fixture, extra
+store instances on the same database (separate connections: real concurrency), and the store's
+calls with their optional arguments left out."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
 
-from jobagentctl.models import Job
-from jobagentctl.server.store import Store, open_store
+from jobagentctl.models import Job, JobStatus
+from jobagentctl.server.store import StatusChange, Store, open_store
+
+
+async def set_status(
+    store: Store, ws: UUID, job_id: UUID, status: JobStatus, **fields: Any
+) -> StatusChange:
+    """``store.set_status`` with ``claim_id``, ``message``, ``external_id`` and ``metadata``
+    None unless given."""
+    given = {"claim_id": None, "message": None, "external_id": None, "metadata": None, **fields}
+    return await store.set_status(ws, job_id, status, **given)
+
+
+async def list_jobs(store: Store, ws: UUID, **fields: Any) -> tuple[list[Job], int]:
+    """``store.list_jobs``: every agent, every status, no dispatch context, the first 50,
+    unless given."""
+    given = {
+        "agent_id": None,
+        "statuses": None,
+        "include_dispatch_context": False,
+        "limit": 50,
+        "offset": 0,
+        **fields,
+    }
+    return await store.list_jobs(ws, **given)
 
 
 @dataclass
@@ -32,6 +56,13 @@ class Env:
             fields.get("metadata"),
         )
 
+    async def status(self, job_id: UUID, status: JobStatus, **fields: Any) -> Job:
+        """``set_status`` on the job, then the job as stored."""
+        await set_status(self.store, self.ws, job_id, status, **fields)
+        changed = await self.store.get_job(self.ws, job_id)
+        assert changed is not None
+        return changed
+
 
 @pytest.fixture
 async def env(store: Store, database_url: str) -> Env:
@@ -42,17 +73,20 @@ async def env(store: Store, database_url: str) -> Env:
 
 
 @asynccontextmanager
+async def opened(url: str, **options: Any) -> AsyncIterator[Store]:
+    """A store on ``url`` opened (not migrated), closed afterwards."""
+    store = open_store(url, **options)
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@asynccontextmanager
 async def stores(url: str, count: int, **options: Any) -> AsyncIterator[list[Store]]:
     """``count`` more opened stores on ``url`` (as if ``count`` server processes)."""
     if url.startswith("postgres"):
         options = {"min_size": 1, "max_size": 2, "listen": False, **options}
-    opened: list[Store] = []
-    try:
-        for _ in range(count):
-            extra = open_store(url, **options)
-            await extra.open()
-            opened.append(extra)
-        yield opened
-    finally:
-        for extra in opened:
-            await extra.close()
+    async with AsyncExitStack() as stack:
+        yield [await stack.enter_async_context(opened(url, **options)) for _ in range(count)]

@@ -13,7 +13,7 @@ from jobagentctl.errors import NotClaimable
 from jobagentctl.models import ClaimedJob, JobStatus
 from jobagentctl.server.store import Store
 from tests.fixtures.databases import expire_claims, sql
-from tests.store.conftest import Env, stores
+from tests.store.conftest import Env, list_jobs, set_status, stores
 
 pytestmark = pytest.mark.anyio
 
@@ -98,13 +98,8 @@ async def test_four_concurrent_reapers_requeue_each_job_exactly_once(env: Env) -
         "SELECT job_id, count(*) FROM job_attempt WHERE outcome = 'expired' GROUP BY job_id",
     )
     assert len(per_job) == total and {n for _, n in per_job} == {1}
-    queued, count = await env.store.list_jobs(
-        env.ws,
-        agent_id=env.agent,
-        statuses=[JobStatus.QUEUED],
-        include_dispatch_context=False,
-        limit=1000,
-        offset=0,
+    queued, count = await list_jobs(
+        env.store, env.ws, agent_id=env.agent, statuses=[JobStatus.QUEUED], limit=1000
     )
     assert count == total and {j.id for j in queued} == {j.id for j in jobs}
 
@@ -124,14 +119,8 @@ async def test_reapers_racing_heartbeats_and_completions_stay_consistent(env: En
             if n % 2:
                 await store.heartbeat(env.ws, claim.id, claim.claim_id, None)
             else:
-                await store.set_status(
-                    env.ws,
-                    claim.id,
-                    JobStatus.SUCCESSFUL,
-                    claim_id=claim.claim_id,
-                    message=None,
-                    external_id=None,
-                    metadata=None,
+                await set_status(
+                    store, env.ws, claim.id, JobStatus.SUCCESSFUL, claim_id=claim.claim_id
                 )
         except Exception as exc:  # lost the race against the reaper: must be a 409
             assert type(exc).__name__ == "ClaimLost", exc
@@ -171,13 +160,13 @@ async def test_complete_cancel_and_reap_racing_end_each_attempt_once(env: Env) -
 
     async def agent(store: Store, claim: ClaimedJob) -> None:
         try:
-            await store.set_status(
+            await set_status(
+                store,
                 env.ws,
                 claim.id,
                 JobStatus.SUCCESSFUL,
                 claim_id=claim.claim_id,
                 message="done",
-                external_id=None,
                 metadata={"by": "agent"},
                 agent_scope=env.agent,
             )
@@ -187,15 +176,7 @@ async def test_complete_cancel_and_reap_racing_end_each_attempt_once(env: Env) -
             completed.add(claim.id)
 
     async def operator(store: Store, claim: ClaimedJob) -> None:
-        await store.set_status(
-            env.ws,
-            claim.id,
-            JobStatus.CANCELLED,
-            claim_id=None,
-            message="cancelled",
-            external_id=None,
-            metadata=None,
-        )
+        await set_status(store, env.ws, claim.id, JobStatus.CANCELLED, message="cancelled")
 
     async def reaper(store: Store) -> int:
         requeued = 0

@@ -11,7 +11,7 @@ from jobagentctl.errors import Conflict, NotFound, ValidationError
 from jobagentctl.models import JobStatus
 from jobagentctl.server.store import Store
 from tests.fixtures.databases import sql
-from tests.store.conftest import Env
+from tests.store.conftest import Env, list_jobs, set_status
 
 pytestmark = pytest.mark.anyio
 
@@ -138,19 +138,13 @@ async def test_list_jobs_newest_first_with_filters(env: Env) -> None:
     other = await env.job(agent=env.other_agent)
     await env.store.claim_job(env.ws, env.agent, jobs[1].id, None)
 
-    listed, total = await env.store.list_jobs(
-        env.ws,
-        agent_id=env.agent,
-        statuses=None,
-        include_dispatch_context=False,
-        limit=50,
-        offset=0,
-    )
+    listed, total = await list_jobs(env.store, env.ws, agent_id=env.agent)
     assert total == 5
     assert [j.id for j in listed] == [j.id for j in reversed(jobs)]
     assert all(j.dispatch_context is None for j in listed)
 
-    queued, total = await env.store.list_jobs(
+    queued, total = await list_jobs(
+        env.store,
         env.ws,
         agent_id=env.agent,
         statuses=[JobStatus.QUEUED],
@@ -162,33 +156,16 @@ async def test_list_jobs_newest_first_with_filters(env: Env) -> None:
     assert [j.id for j in queued] == [jobs[3].id, jobs[2].id]
     assert [j.dispatch_context for j in queued] == [{"n": 3}, {"n": 2}]
 
-    both, total = await env.store.list_jobs(
-        env.ws,
-        agent_id=None,
-        statuses=[JobStatus.IN_PROGRESS, JobStatus.QUEUED],
-        include_dispatch_context=False,
-        limit=50,
-        offset=0,
+    both, total = await list_jobs(
+        env.store, env.ws, statuses=[JobStatus.IN_PROGRESS, JobStatus.QUEUED]
     )
     assert total == 6 and both[0].id == other.id
 
-    none, total = await env.store.list_jobs(
-        env.ws,
-        agent_id=env.agent,
-        statuses=[JobStatus.FAILURE],
-        include_dispatch_context=False,
-        limit=50,
-        offset=0,
+    none, total = await list_jobs(
+        env.store, env.ws, agent_id=env.agent, statuses=[JobStatus.FAILURE]
     )
     assert (none, total) == ([], 0)
-    past_end, total = await env.store.list_jobs(
-        env.ws,
-        agent_id=None,
-        statuses=None,
-        include_dispatch_context=False,
-        limit=50,
-        offset=100,
-    )
+    past_end, total = await list_jobs(env.store, env.ws, offset=100)
     assert (past_end, total) == ([], 6)
 
 
@@ -209,12 +186,4 @@ async def test_postgres_refuses_nul_characters_as_validation_errors(env: Env) ->
     assert "\u0000" not in caught.value.message
     job = await env.job()
     with pytest.raises(ValidationError):
-        await env.store.set_status(
-            env.ws,
-            job.id,
-            JobStatus.FAILURE,
-            claim_id=None,
-            message="nul \u0000 here",
-            external_id=None,
-            metadata=None,
-        )
+        await set_status(env.store, env.ws, job.id, JobStatus.FAILURE, message="nul \u0000 here")

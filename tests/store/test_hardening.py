@@ -1,7 +1,7 @@
-"""The store under stress (issue 11 §5, §6, §9, §10), on real databases: one enqueue wakes one
-long-poll, not all of them; a frozen PostgreSQL and a write lock held by another process fail
-requests fast; leases that ran out during an outage get a grace; SQLite names a full disk and
-readiness says so; SQLite files are 0600."""
+"""The store under stress, on real databases: one enqueue wakes one long-poll, not all of them;
+a frozen PostgreSQL and a write lock held by another process fail requests fast; leases that
+ran out during an outage get a grace; SQLite names a full disk and readiness says so; SQLite
+files are 0600."""
 
 from __future__ import annotations
 
@@ -19,22 +19,22 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from jobagentctl.errors import ServerUnavailable
+from jobagentctl.models import heartbeat_interval
 from jobagentctl.server.reaper import Reaper
-from jobagentctl.server.store import open_store, sqlite_path
-from jobagentctl.server.store._sql import Waiters
+from jobagentctl.server.store import OutageGrace, open_store, sqlite_path
 from jobagentctl.server.store.postgres import PostgresConnector
-from jobagentctl.server.store.sql_store import SqlStore
 from jobagentctl.server.store.sqlite import SqliteConnector
+from jobagentctl.server.store.waiters import Waiters
 from tests.fixtures.databases import sql
 from tests.fixtures.waiting import await_until
-from tests.store.conftest import Env
+from tests.store.conftest import Env, list_jobs, opened
 
 pytestmark = pytest.mark.anyio
 
 WAIT = 120.0  # long-polls that never time out by themselves within a test
 
 
-# --- §6: as many wake-ups as jobs ---------------------------------------------------------------
+# --- as many wake-ups as jobs ---------------------------------------------------------------------
 
 
 async def test_regression_one_enqueue_wakes_one_of_2000_waiters(env: Env) -> None:
@@ -43,10 +43,7 @@ async def test_regression_one_enqueue_wakes_one_of_2000_waiters(env: Env) -> Non
     if env.url.startswith("postgres"):
         # 2,000 initial checks queue for one connection: no statement bound for this store.
         options.update(min_size=1, max_size=1, statement_timeout=None)
-    waiter = open_store(env.url, **options)
-    assert isinstance(waiter, SqlStore)
-    await waiter.open()
-    try:
+    async with opened(env.url, **options) as waiter:
         connector = waiter.connector
         if isinstance(connector, PostgresConnector):
             async with asyncio.timeout(30):
@@ -71,8 +68,6 @@ async def test_regression_one_enqueue_wakes_one_of_2000_waiters(env: Env) -> Non
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         assert connector.waiters.waiting(env.agent) == 0
-    finally:
-        await waiter.close()
 
 
 async def test_a_wake_up_left_unused_goes_to_the_next_waiter() -> None:
@@ -90,12 +85,12 @@ async def test_a_wake_up_left_unused_goes_to_the_next_waiter() -> None:
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 async def test_regression_sqlite_waiters_are_polled_once_per_tick_not_each(env: Env) -> None:
-    """Issue 11 §6 (audit): every SQLite waiter asked "anything queued?" every second; 2,000
-    idle waiters cost half a core. Now one poller per process: a tick is one ``PRAGMA
+    """Regression: every SQLite waiter asked "anything queued?" every second; 2,000 idle
+    waiters cost half a core. Now one poller per process: a tick is one ``PRAGMA
     data_version``, and a count of the queued jobs only when another process has written;
     a job queued there wakes one waiter, not all of them."""
     waiter = open_store(env.url, poll_interval=0.05)
-    assert isinstance(waiter, SqlStore) and isinstance(waiter.connector, SqliteConnector)
+    assert isinstance(waiter.connector, SqliteConnector)
     await waiter.open()
     tasks: list[asyncio.Task[bool]] = []
     try:
@@ -128,7 +123,7 @@ async def test_regression_sqlite_waiters_are_polled_once_per_tick_not_each(env: 
         await waiter.close()
 
 
-# --- §5: a frozen PostgreSQL ----------------------------------------------------------------------
+# --- a frozen PostgreSQL --------------------------------------------------------------------------
 
 
 class FreezableProxy:
@@ -239,16 +234,14 @@ def _write_lock_held(url: str) -> Iterator[None]:
 
 
 async def test_regression_a_write_stuck_on_a_lock_fails_fast(env: Env) -> None:
-    """Issue 11 §5 (audit): on SQLite the 30 s busy timeout applied (no ``database_timeout``):
+    """Regression: on SQLite the 30 s busy timeout applied (no ``database_timeout``):
     with another process holding the write lock an enqueue hung 20 s, then answered 201. Now
     every operation is bounded on both databases: ``ServerUnavailable`` (503) within the
     bound, nothing written; the writes work again once the lock is gone."""
     options: dict[str, object] = {"statement_timeout": 1.0}
     if env.url.startswith("postgres"):
         options.update(min_size=1, max_size=4, listen=False)
-    store = open_store(env.url, **options)
-    await store.open()
-    try:
+    async with opened(env.url, **options) as store:
         job = await env.job()
         claimed = await store.claim_job(env.ws, env.agent, job.id, 60)
         with _write_lock_held(env.url):
@@ -262,7 +255,7 @@ async def test_regression_a_write_stuck_on_a_lock_fails_fast(env: Env) -> None:
                 ]
                 results = await asyncio.gather(*writes, return_exceptions=True)
             assert all(isinstance(r, ServerUnavailable) for r in results), results
-            if isinstance(store, SqlStore) and isinstance(store.connector, PostgresConnector):
+            if isinstance(store.connector, PostgresConnector):
                 # Given up on, the queries are cancelled in the background (SQLite's never
                 # started, or failed on the lock): none may still be waiting for the lock.
                 connector = store.connector
@@ -273,20 +266,11 @@ async def test_regression_a_write_stuck_on_a_lock_fails_fast(env: Env) -> None:
                     await store.create_job(env.ws, env.agent, None, None, None)
                     break
                 await asyncio.sleep(0.1)
-        jobs, total = await store.list_jobs(
-            env.ws,
-            agent_id=None,
-            statuses=None,
-            include_dispatch_context=False,
-            limit=10,
-            offset=0,
-        )
+        jobs, total = await list_jobs(store, env.ws, limit=10)
         assert total == 2, jobs  # the claimed one and the last: nothing of the refused writes
-    finally:
-        await store.close()
 
 
-# --- §5: outage grace -----------------------------------------------------------------------------
+# --- outage grace ---------------------------------------------------------------------------------
 
 
 class Clock:
@@ -314,21 +298,27 @@ def _lapse(url: str, job_id: uuid.UUID, seconds_ago: float) -> None:
         )
 
 
+async def _outage(env: Env, clock: Clock, seconds: float) -> Reaper:
+    """A reaper whose pass works, then fails for ``seconds`` (the store closed), then the store
+    back, not yet reaped."""
+    reaper = Reaper(env.store, interval=1, batch_size=100, max_reclaims=0, clock=clock)
+    assert await reaper.run_once() is not None
+    await env.store.close()
+    clock.now += seconds
+    assert await reaper.run_once() is None
+    await env.store.open()
+    return reaper
+
+
 async def test_regression_leases_that_ran_out_during_an_outage_get_one_heartbeat_interval(
     env: Env,
 ) -> None:
     clock = Clock()
-    reaper = Reaper(env.store, interval=1, batch_size=100, max_reclaims=0, clock=clock)
     dead_before = await env.job()
     during = await env.job()
     for job in (dead_before, during):
         await env.store.claim_job(env.ws, env.agent, job.id, 30)  # heartbeat interval 10 s
-    assert (await reaper.run_once()) is not None  # t=1000: works
-
-    await env.store.close()  # the outage
-    clock.now = 1100.0
-    assert await reaper.run_once() is None
-    await env.store.open()
+    reaper = await _outage(env, clock, 100)  # works at t=1000, fails at t=1100
     # One lease ran out long before the outage (its agent died), one 20 s ago (during it).
     _lapse(env.url, dead_before.id, 3600)
     _lapse(env.url, during.id, 20)
@@ -346,14 +336,9 @@ async def test_regression_leases_that_ran_out_during_an_outage_get_one_heartbeat
 
 async def test_regression_a_heartbeat_within_the_grace_keeps_the_lease(env: Env) -> None:
     clock = Clock()
-    reaper = Reaper(env.store, interval=1, batch_size=100, max_reclaims=0, clock=clock)
     job = await env.job()
     claimed = await env.store.claim_job(env.ws, env.agent, job.id, 30)
-    assert await reaper.run_once() is not None
-    await env.store.close()
-    clock.now += 50
-    assert await reaper.run_once() is None
-    await env.store.open()
+    reaper = await _outage(env, clock, 50)
     _lapse(env.url, job.id, 5)
     clock.now += 1
     assert (await reaper.run_once()).requeued == 0  # type: ignore[union-attr]
@@ -364,7 +349,26 @@ async def test_regression_a_heartbeat_within_the_grace_keeps_the_lease(env: Env)
     assert stored is not None and stored.status == "inProgress"
 
 
-# --- §9, §10: SQLite on a full disk, SQLite file modes ------------------------------------------
+@pytest.mark.parametrize(("lease", "interval"), [(2, 1.0), (30, 10.0), (600, 60.0)])
+async def test_the_outage_grace_is_one_heartbeat_interval_within_its_bounds(
+    env: Env, lease: int, interval: float
+) -> None:
+    """A lease that ran out during an outage is spared for one heartbeat interval after it: a
+    third of the lease held within its bounds (2 s: 1 s, not 0.67 s; 600 s: 60 s, not 200 s)."""
+    assert heartbeat_interval(lease) == interval
+    job = await env.job()
+    await env.store.claim_job(env.ws, env.agent, job.id, lease)
+    _lapse(env.url, job.id, 5)
+
+    async def requeued(ended_ago: float) -> int:
+        grace = OutageGrace(began_ago=100.0, ended_ago=ended_ago)
+        return (await env.store.reap(100, 0, grace)).requeued
+
+    assert await requeued(interval - 0.2) == 0
+    assert await requeued(interval + 0.2) == 1
+
+
+# --- SQLite on a full disk, SQLite file modes -----------------------------------------------------
 
 
 @pytest.fixture
@@ -389,10 +393,8 @@ def tiny_disk(tmp_path: Path) -> AsyncIterator[Path]:
 async def test_regression_sqlite_names_a_full_disk_and_readiness_reflects_it(
     tiny_disk: Path,
 ) -> None:
-    store = open_store(f"sqlite:///{tiny_disk / 'jobs.db'}")
-    assert isinstance(store, SqlStore) and isinstance(store.connector, SqliteConnector)
-    await store.open()
-    try:
+    async with opened(f"sqlite:///{tiny_disk / 'jobs.db'}") as store:
+        assert isinstance(store.connector, SqliteConnector)
         await store.migrate()
         ws = await store.create_workspace("w")
         agent = (await store.upsert_agent(ws, uuid.uuid4(), "a", "shell", {}, None)).id
@@ -409,24 +411,18 @@ async def test_regression_sqlite_names_a_full_disk_and_readiness_reflects_it(
         assert await store.schema_current() is True
         assert store.connector.write_error is None
         await store.create_job(ws, agent, None, None, None)
-    finally:
-        await store.close()
 
 
 async def test_regression_sqlite_files_are_created_owner_only(tmp_path: Path) -> None:
     path = tmp_path / "new" / "jobs.db"
     previous = os.umask(0o022)
     try:
-        store = open_store(f"sqlite:///{path}")
-        await store.open()
-        try:
+        async with opened(f"sqlite:///{path}") as store:
             await store.migrate()
             files = [path, Path(f"{path}-wal"), Path(f"{path}-shm")]
             assert all(f.exists() for f in files)
             modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in files}
             assert modes == {f.name: 0o600 for f in files}, modes
-        finally:
-            await store.close()
         assert os.umask(0o022) == 0o022  # the process umask is left as it was
     finally:
         os.umask(previous)

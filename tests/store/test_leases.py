@@ -1,4 +1,4 @@
-"""Lease semantics of SPEC §3 on both databases: claim, heartbeat, fencing, cancel, release,
+"""Lease semantics on both databases: claim, heartbeat, fencing, cancel, release,
 reap, inspect-claims and the attempt trail."""
 
 from __future__ import annotations
@@ -15,26 +15,12 @@ from jobagentctl.errors import (
     NotFound,
     ValidationError,
 )
-from jobagentctl.models import ClaimedJob, Job, JobStatus
+from jobagentctl.models import ClaimedJob, JobStatus
 from tests.fixtures.databases import expire_claims, sql
 from tests.fixtures.waiting import await_until
 from tests.store.conftest import Env
 
 pytestmark = pytest.mark.anyio
-
-
-async def _status(env: Env, job: Job, status: JobStatus, **kw: object) -> Job:
-    args: dict[str, object] = {
-        "claim_id": None,
-        "message": None,
-        "external_id": None,
-        "metadata": None,
-    }
-    args.update(kw)
-    await env.store.set_status(env.ws, job.id, status, **args)  # type: ignore[arg-type]
-    changed = await env.store.get_job(env.ws, job.id)
-    assert changed is not None
-    return changed
 
 
 def _claim_rows(env: Env) -> int:
@@ -98,7 +84,7 @@ async def test_unleased_claim_records_no_claim_row_but_an_attempt(env: Env) -> N
     with pytest.raises(ClaimLost) as lost:  # nothing to heartbeat
         await env.store.heartbeat(env.ws, job.id, None, None)
     assert lost.value.details == {"jobStatus": "inProgress"}
-    done = await _status(env, job, JobStatus.SUCCESSFUL)
+    done = await env.status(job.id, JobStatus.SUCCESSFUL)
     assert done.status == JobStatus.SUCCESSFUL
     assert (await env.store.list_attempts(env.ws, job.id))[0].outcome == "completed"
 
@@ -137,8 +123,8 @@ async def test_claim_batch_takes_the_oldest_jobs_each_with_its_own_claim(env: En
     assert _claim_rows(env) == 5
     # Fencing is per job: one claim's id does not complete another job of the batch.
     with pytest.raises((ClaimMismatch, ClaimLost)):
-        await _status(env, first[1], JobStatus.SUCCESSFUL, claim_id=first[0].claim_id)
-    done = await _status(env, first[1], JobStatus.SUCCESSFUL, claim_id=first[1].claim_id)
+        await env.status(first[1].id, JobStatus.SUCCESSFUL, claim_id=first[0].claim_id)
+    done = await env.status(first[1].id, JobStatus.SUCCESSFUL, claim_id=first[1].claim_id)
     assert done.status == JobStatus.SUCCESSFUL
     beat = await env.store.heartbeat(env.ws, first[0].id, first[0].claim_id, None)
     assert beat.claim_id == first[0].claim_id
@@ -215,7 +201,7 @@ async def test_heartbeat_errors_carry_details(env: Env) -> None:
     with pytest.raises(ValidationError):
         await env.store.heartbeat(env.ws, job.id, claimed.claim_id, 0)
 
-    await _status(env, job, JobStatus.SUCCESSFUL, claim_id=claimed.claim_id)
+    await env.status(job.id, JobStatus.SUCCESSFUL, claim_id=claimed.claim_id)
     with pytest.raises(ClaimLost) as lost:
         await env.store.heartbeat(env.ws, job.id, claimed.claim_id, None)
     assert lost.value.details == {"jobStatus": "successful"}
@@ -228,9 +214,8 @@ async def test_heartbeat_errors_carry_details(env: Env) -> None:
 async def test_complete_with_claim_id_and_idempotent_repeat(env: Env) -> None:
     job = await env.job(metadata={"keep": 1, "over": 1})
     claimed = await env.store.claim_job(env.ws, env.agent, job.id, 30)
-    done = await _status(
-        env,
-        job,
+    done = await env.status(
+        job.id,
         JobStatus.SUCCESSFUL,
         claim_id=claimed.claim_id,
         message="ok",
@@ -248,16 +233,16 @@ async def test_complete_with_claim_id_and_idempotent_repeat(env: Env) -> None:
     assert attempt.outcome == "completed" and attempt.ended_at == done.completed_at
 
     # A retried complete (same claim, same status) is a success that changes nothing.
-    repeat = await _status(
-        env, job, JobStatus.SUCCESSFUL, claim_id=claimed.claim_id, message="retry"
+    repeat = await env.status(
+        job.id, JobStatus.SUCCESSFUL, claim_id=claimed.claim_id, message="retry"
     )
     assert repeat == done
     with pytest.raises(ClaimLost) as lost:
-        await _status(env, job, JobStatus.FAILURE, claim_id=claimed.claim_id)
+        await env.status(job.id, JobStatus.FAILURE, claim_id=claimed.claim_id)
     assert lost.value.details == {"jobStatus": "successful"}
     # Without a claim id the same terminal status again changes nothing (any other status is
     # applied: see test_v1_parity.py).
-    assert (await _status(env, job, JobStatus.SUCCESSFUL)).status == JobStatus.SUCCESSFUL
+    assert (await env.status(job.id, JobStatus.SUCCESSFUL)).status == JobStatus.SUCCESSFUL
     stored = await env.store.get_job(env.ws, job.id)
     assert stored == done
 
@@ -266,53 +251,45 @@ async def test_wrong_claim_id_changes_nothing(env: Env) -> None:
     job = await env.job()
     claimed = await env.store.claim_job(env.ws, env.agent, job.id, 30)
     with pytest.raises(ClaimMismatch) as mismatch:
-        await _status(env, job, JobStatus.FAILURE, claim_id=uuid4(), message="x")
+        await env.status(job.id, JobStatus.FAILURE, claim_id=uuid4(), message="x")
     assert mismatch.value.details == {"jobStatus": "inProgress", "attempt": 1}
     stored = await env.store.get_job(env.ws, job.id)
     assert stored is not None and stored.status == JobStatus.IN_PROGRESS and stored.message is None
     assert _claim_rows(env) == 1
     with pytest.raises(NotFound):
-        await _status(env, job, JobStatus.FAILURE, claim_id=claimed.claim_id, agent_scope=uuid4())
+        await env.status(job.id, JobStatus.FAILURE, claim_id=claimed.claim_id, agent_scope=uuid4())
     with pytest.raises(NotFound):
-        await env.store.set_status(
-            env.ws,
-            uuid4(),
-            JobStatus.FAILURE,
-            claim_id=None,
-            message=None,
-            external_id=None,
-            metadata=None,
-        )
+        await env.status(uuid4(), JobStatus.FAILURE)
 
 
 async def test_require_claim_id_binds_agent_keys_on_leased_jobs(env: Env) -> None:
     job = await env.job()
     await env.store.claim_job(env.ws, env.agent, job.id, 30)
     with pytest.raises(ValidationError):
-        await _status(env, job, JobStatus.SUCCESSFUL, agent_scope=env.agent, require_claim_id=True)
+        await env.status(job.id, JobStatus.SUCCESSFUL, agent_scope=env.agent, require_claim_id=True)
     # An operator (workspace key) may still act without it.
-    done = await _status(env, job, JobStatus.SUCCESSFUL, require_claim_id=True)
+    done = await env.status(job.id, JobStatus.SUCCESSFUL, require_claim_id=True)
     assert done.status == JobStatus.SUCCESSFUL
 
 
 async def test_cancel_closes_the_attempt_and_the_next_heartbeat_learns_it(env: Env) -> None:
     job = await env.job()
     claimed = await env.store.claim_job(env.ws, env.agent, job.id, 30)
-    cancelled = await _status(env, job, JobStatus.CANCELLED, message="operator")
+    cancelled = await env.status(job.id, JobStatus.CANCELLED, message="operator")
     assert cancelled.status == JobStatus.CANCELLED and cancelled.completed_at is not None
     assert (await env.store.list_attempts(env.ws, job.id))[0].outcome == "cancelled"
     with pytest.raises(ClaimLost) as lost:
         await env.store.heartbeat(env.ws, job.id, claimed.claim_id, None)
     assert lost.value.job_status == "cancelled"
     # The agent's late "cancelled" ack with its claim id is an idempotent success.
-    ack = await _status(env, job, JobStatus.CANCELLED, claim_id=claimed.claim_id)
+    ack = await env.status(job.id, JobStatus.CANCELLED, claim_id=claimed.claim_id)
     assert ack.status == JobStatus.CANCELLED
 
 
 async def test_release_requeues_at_once_and_opens_a_new_attempt(env: Env) -> None:
     job = await env.job()
     first = await env.store.claim_job(env.ws, env.agent, job.id, 30)
-    released = await _status(env, job, JobStatus.QUEUED, claim_id=first.claim_id)
+    released = await env.status(job.id, JobStatus.QUEUED, claim_id=first.claim_id)
     assert released.status == JobStatus.QUEUED
     assert _claim_rows(env) == 0
     second = await env.store.claim_next(env.ws, env.agent, 30)
@@ -322,7 +299,7 @@ async def test_release_requeues_at_once_and_opens_a_new_attempt(env: Env) -> Non
     assert [(a.attempt, a.outcome) for a in attempts] == [(1, "released"), (2, None)]
     # The first attempt's claim id is fenced off now.
     with pytest.raises(ClaimMismatch):
-        await _status(env, job, JobStatus.SUCCESSFUL, claim_id=first.claim_id)
+        await env.status(job.id, JobStatus.SUCCESSFUL, claim_id=first.claim_id)
     with pytest.raises(ClaimMismatch):
         await env.store.heartbeat(env.ws, job.id, first.claim_id, None)
 
@@ -330,7 +307,7 @@ async def test_release_requeues_at_once_and_opens_a_new_attempt(env: Env) -> Non
 async def test_operator_requeue_without_claim_id(env: Env) -> None:
     job = await env.job()
     await env.store.claim_job(env.ws, env.agent, job.id, 30)
-    await _status(env, job, JobStatus.QUEUED)
+    await env.status(job.id, JobStatus.QUEUED)
     assert (await env.store.list_attempts(env.ws, job.id))[0].outcome == "released"
     claimed = await env.store.claim_job(env.ws, env.agent, job.id, 30)
     assert claimed.attempt == 2
@@ -338,7 +315,7 @@ async def test_operator_requeue_without_claim_id(env: Env) -> None:
 
 async def test_in_progress_status_sets_started_at(env: Env) -> None:
     job = await env.job()
-    moved = await _status(env, job, JobStatus.IN_PROGRESS)
+    moved = await env.status(job.id, JobStatus.IN_PROGRESS)
     assert moved.status == JobStatus.IN_PROGRESS and moved.started_at is not None
     claims, total = await env.store.list_claims(
         env.ws, agent_id=None, state="unleased", limit=10, offset=0
@@ -377,7 +354,7 @@ async def test_reap_requeues_expired_leases_only(env: Env) -> None:
         await env.store.heartbeat(env.ws, e.id, a.claim_id, None)
     assert lost.value.job_status == "queued"
     with pytest.raises(ClaimLost):
-        await _status(env, e, JobStatus.SUCCESSFUL, claim_id=a.claim_id)
+        await env.status(e.id, JobStatus.SUCCESSFUL, claim_id=a.claim_id)
     assert (await env.store.reap(500, 0)).total == 0
 
 

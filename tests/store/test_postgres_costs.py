@@ -22,10 +22,10 @@ from psycopg.pq import Trace
 
 from jobagentctl.errors import ValidationError
 from jobagentctl.models import JobStatus
-from jobagentctl.server.store import open_store
+from jobagentctl.server.store import SqlStore, open_store
 from jobagentctl.server.store.postgres import PostgresConnector
-from jobagentctl.server.store.sql_store import SqlStore
 from tests.fixtures.databases import sql
+from tests.store.conftest import opened, set_status
 
 pytestmark = [
     pytest.mark.anyio,
@@ -55,10 +55,7 @@ async def _traced(store: SqlStore, trace: Path, operation: Awaitable[T]) -> tupl
 
 
 async def test_claim_heartbeat_complete_round_trips(database_url: str, tmp_path: Path) -> None:
-    store = open_store(database_url, min_size=1, max_size=1, listen=False)
-    assert isinstance(store, SqlStore)
-    await store.open()
-    try:
+    async with opened(database_url, min_size=1, max_size=1, listen=False) as store:
         ws = await store.create_workspace("w")
         agent = (await store.upsert_agent(ws, uuid4(), "a", "shell", {}, None)).id
         trace = tmp_path / "trace.txt"
@@ -80,13 +77,12 @@ async def test_claim_heartbeat_complete_round_trips(database_url: str, tmp_path:
             done, trips = await _traced(
                 store,
                 trace,
-                store.set_status(
+                set_status(
+                    store,
                     ws,
                     job.id,
                     JobStatus.SUCCESSFUL,
                     claim_id=job.claim_id,
-                    message=None,
-                    external_id=None,
                     metadata={"k": 1},
                 ),
             )
@@ -96,15 +92,7 @@ async def test_claim_heartbeat_complete_round_trips(database_url: str, tmp_path:
             again, trips = await _traced(
                 store,
                 trace,
-                store.set_status(
-                    ws,
-                    job.id,
-                    JobStatus.SUCCESSFUL,
-                    claim_id=job.claim_id,
-                    message=None,
-                    external_id=None,
-                    metadata=None,
-                ),
+                set_status(store, ws, job.id, JobStatus.SUCCESSFUL, claim_id=job.claim_id),
             )
             assert again.status == JobStatus.SUCCESSFUL
             counts["repeat"].append(trips)
@@ -112,15 +100,7 @@ async def test_claim_heartbeat_complete_round_trips(database_url: str, tmp_path:
             cancelled, trips = await _traced(
                 store,
                 trace,
-                store.set_status(
-                    ws,
-                    job.id,
-                    JobStatus.CANCELLED,
-                    claim_id=None,
-                    message=None,
-                    external_id=None,
-                    metadata=None,
-                ),
+                set_status(store, ws, job.id, JobStatus.CANCELLED),
             )
             assert cancelled.status == JobStatus.CANCELLED
             counts["cancel"].append(trips)
@@ -128,40 +108,18 @@ async def test_claim_heartbeat_complete_round_trips(database_url: str, tmp_path:
         for name, expected in expected_trips.items():
             assert counts[name][0] == expected, counts
             assert counts[name][-1] == expected, counts
-    finally:
-        await store.close()
 
 
 async def test_a_refused_status_update_leaves_the_connection_usable(database_url: str) -> None:
-    store = open_store(database_url, min_size=1, max_size=1, listen=False)
-    await store.open()
-    try:
+    async with opened(database_url, min_size=1, max_size=1, listen=False) as store:
         ws = await store.create_workspace("w")
         agent = (await store.upsert_agent(ws, uuid4(), "a", "shell", {}, None)).id
         job = await store.create_job(ws, agent, None, None, None)
         with pytest.raises(ValidationError):  # PostgreSQL refuses NUL in text
-            await store.set_status(
-                ws,
-                job.id,
-                JobStatus.FAILURE,
-                claim_id=None,
-                message="a\u0000b",
-                external_id=None,
-                metadata=None,
-            )
-        await store.set_status(
-            ws,
-            job.id,
-            JobStatus.FAILURE,
-            claim_id=None,
-            message="ok",
-            external_id=None,
-            metadata=None,
-        )
+            await set_status(store, ws, job.id, JobStatus.FAILURE, message="a\u0000b")
+        await set_status(store, ws, job.id, JobStatus.FAILURE, message="ok")
         done = await store.get_job(ws, job.id)
         assert done is not None and done.status == JobStatus.FAILURE and done.message == "ok"
-    finally:
-        await store.close()
 
 
 async def test_heartbeats_are_hot_updates_of_job_claim_only(database_url: str) -> None:

@@ -15,7 +15,7 @@ import pytest
 from jobagentctl.errors import ServerUnavailable
 from jobagentctl.models import JobStatus
 from jobagentctl.server.store import open_store
-from jobagentctl.server.store._sql import migrations
+from jobagentctl.server.store.queries import migrations
 from tests.fixtures.databases import (
     _create,
     _drop,
@@ -24,7 +24,7 @@ from tests.fixtures.databases import (
     sql,
     with_database,
 )
-from tests.store.conftest import stores
+from tests.store.conftest import opened, set_status, stores
 
 pytestmark = pytest.mark.anyio
 
@@ -49,16 +49,42 @@ def _all_versions(url: str) -> list[int]:
     return [version for version, _ in migrations(dialect)]
 
 
+def _now(url: str) -> str:
+    """The database clock as SQL (epoch seconds on SQLite)."""
+    return "now()" if url.startswith("postgres") else "(julianday('now') - 2440587.5) * 86400.0"
+
+
+def _schema_at(url: str, version: int, rows: list[str]) -> None:
+    """Make the empty database ``url`` one of schema ``version`` (migrations 1..version run and
+    recorded as applied) holding ``rows`` (SQL statements)."""
+    postgres = url.startswith("postgres")
+    applied = ", ".join(f"({v}, {_now(url)})" for v in range(1, version + 1))
+    script = [body for _, body in migrations("postgres" if postgres else "sqlite")][:version]
+    script += [
+        "CREATE TABLE schema_migrations (version integer PRIMARY KEY, applied_at "
+        + ("timestamptz" if postgres else "REAL")
+        + " NOT NULL)",
+        f"INSERT INTO schema_migrations VALUES {applied}",
+        *rows,
+    ]
+    for statement in script:
+        if postgres:
+            with psycopg.connect(url, autocommit=True) as pg:
+                pg.execute(statement.encode())  # no parameters: the scripts hold "%"
+        else:
+            conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+            try:
+                conn.executescript(statement)
+            finally:
+                conn.close()
+
+
 async def test_migrate_applies_each_version_once(empty_url: str) -> None:
-    store = open_store(empty_url)
-    await store.open()
-    try:
+    async with opened(empty_url) as store:
         assert await store.schema_current() is False
         assert await store.migrate() == _all_versions(empty_url)
         assert await store.migrate() == []
         assert await store.schema_current() is True
-    finally:
-        await store.close()
     rows = sql(empty_url, "SELECT version FROM schema_migrations ORDER BY version")
     assert [r[0] for r in rows] == _all_versions(empty_url)
     applied_at = sql(empty_url, "SELECT applied_at FROM schema_migrations")
@@ -73,24 +99,16 @@ async def test_racing_replicas_migrate_exactly_once(empty_url: str) -> None:
 
 
 async def test_template_database_is_current(database_url: str) -> None:
-    store = open_store(database_url)
-    await store.open()
-    try:
+    async with opened(database_url) as store:
         await store.migrate()
         assert await store.schema_current() is True
-    finally:
-        await store.close()
 
 
 async def test_sqlite_pragmas(tmp_path: object) -> None:
     url = f"sqlite:///{tmp_path}/p.db"
-    store = open_store(url)
-    await store.open()
-    try:
+    async with opened(url) as store:
         await store.migrate()
         assert sql(url, "PRAGMA journal_mode") == [("wal",)]
-    finally:
-        await store.close()
 
 
 async def test_sqlite_unopenable_file_is_unavailable(tmp_path: object) -> None:
@@ -143,25 +161,20 @@ async def test_v4_upgrade_keeps_running_attempts_and_their_numbers(empty_url: st
     """A v3 database (an open attempt row per live claim) migrated to v4: the running attempt
     moves to its claim row, the job counts its attempts, and ending it writes its row once."""
     postgres = empty_url.startswith("postgres")
-    now = "now()" if postgres else "(julianday('now') - 2440587.5) * 86400.0"
+    now = _now(empty_url)
     ws, agent, running, done = (str(uuid.uuid4()) for _ in range(4))
     claim = str(uuid.uuid4())
-    script = [body for version, body in migrations("postgres" if postgres else "sqlite")][:3]
-    script += [
-        "CREATE TABLE schema_migrations (version integer PRIMARY KEY, applied_at "
-        + ("timestamptz" if postgres else "REAL")
-        + " NOT NULL)",
-        f"INSERT INTO schema_migrations VALUES (1, {now}), (2, {now}), (3, {now})",
+    rows = [
         f"INSERT INTO workspace (id, name, slug, created_at) VALUES ('{ws}', 'w', 'w', {now})",
         "INSERT INTO job_agent (id, workspace_id, name, type, config, metadata, created_at,"
         f" updated_at) VALUES ('{agent}', '{ws}', 'a', 'shell', '{{}}', '{{}}', {now}, {now})",
     ]
     for job, status in ((running, "inProgress"), (done, "successful")):
-        script.append(
+        rows.append(
             "INSERT INTO job (id, workspace_id, job_agent_id, status, created_at, updated_at,"
             f" started_at) VALUES ('{job}', '{ws}', '{agent}', '{status}', {now}, {now}, {now})"
         )
-    script += [
+    rows += [
         # running: attempt 1 expired, attempt 2 open under a live claim (v3 wrote both rows)
         "INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at, ended_at,"
         f" outcome) VALUES ('{running}', 1, '{uuid.uuid4()}', '{agent}', {now}, {now}, 'expired'),"
@@ -172,70 +185,36 @@ async def test_v4_upgrade_keeps_running_attempts_and_their_numbers(empty_url: st
         + ("now() + interval '1 hour'" if postgres else f"{now} + 3600")
         + f", '{claim}', 3600, 2)",
     ]
-    for statement in script:
-        if postgres:
-            with psycopg.connect(empty_url, autocommit=True) as pg:
-                pg.execute(statement.encode())  # no parameters: the scripts hold "%"
-        else:
-            conn = sqlite3.connect(empty_url.removeprefix("sqlite:///"), isolation_level=None)
-            try:
-                conn.executescript(statement)
-            finally:
-                conn.close()
-    store = open_store(empty_url)
-    await store.open()
-    try:
+    _schema_at(empty_url, 3, rows)
+    async with opened(empty_url) as store:
         assert await store.migrate() == [4, 5]
-        rows = sql(empty_url, "SELECT id, attempts FROM job ORDER BY attempts")
-        assert [(str(i), n) for i, n in rows] == [(done, 1), (running, 2)]
+        found = sql(empty_url, "SELECT id, attempts FROM job ORDER BY attempts")
+        assert [(str(i), n) for i, n in found] == [(done, 1), (running, 2)]
         attempts = await store.list_attempts(uuid.UUID(ws), uuid.UUID(running))
         assert [(a.attempt, a.outcome) for a in attempts] == [(1, "expired"), (2, None)]
         assert sql(empty_url, "SELECT count(*) FROM job_attempt WHERE ended_at IS NULL") == [(0,)]
-        await store.set_status(
+        await set_status(
+            store,
             uuid.UUID(ws),
             uuid.UUID(running),
             JobStatus.SUCCESSFUL,
             claim_id=uuid.UUID(claim),
-            message=None,
-            external_id=None,
-            metadata=None,
         )
         attempts = await store.list_attempts(uuid.UUID(ws), uuid.UUID(running))
         assert [(a.attempt, a.outcome) for a in attempts] == [(1, "expired"), (2, "completed")]
-    finally:
-        await store.close()
 
 
 async def test_v5_upgrade_gives_every_slug_ctrlplanes_form(empty_url: str) -> None:
     """Slugs v2 allowed (one character, "." and "_") are rewritten to ^[a-z0-9-]{3,50}$,
     unique; valid ones are left alone."""
-    postgres = empty_url.startswith("postgres")
-    now = "now()" if postgres else "(julianday('now') - 2440587.5) * 86400.0"
+    now = _now(empty_url)
     slugs = {str(uuid.uuid4()): slug for slug in ("w", "team.a", "team_a", "fine-slug")}
-    script = [body for version, body in migrations("postgres" if postgres else "sqlite")][:4]
-    script += [
-        "CREATE TABLE schema_migrations (version integer PRIMARY KEY, applied_at "
-        + ("timestamptz" if postgres else "REAL")
-        + " NOT NULL)",
-        f"INSERT INTO schema_migrations VALUES (1, {now}), (2, {now}), (3, {now}), (4, {now})",
-        *(
-            f"INSERT INTO workspace (id, name, slug, created_at) VALUES ('{i}', 'w', '{s}', {now})"
-            for i, s in slugs.items()
-        ),
+    rows = [
+        f"INSERT INTO workspace (id, name, slug, created_at) VALUES ('{i}', 'w', '{s}', {now})"
+        for i, s in slugs.items()
     ]
-    for statement in script:
-        if postgres:
-            with psycopg.connect(empty_url, autocommit=True) as pg:
-                pg.execute(statement.encode())
-        else:
-            conn = sqlite3.connect(empty_url.removeprefix("sqlite:///"), isolation_level=None)
-            try:
-                conn.executescript(statement)
-            finally:
-                conn.close()
-    store = open_store(empty_url)
-    await store.open()
-    try:
+    _schema_at(empty_url, 4, rows)
+    async with opened(empty_url) as store:
         assert await store.migrate() == [5]
         after = {str(i): s for i, s in sql(empty_url, "SELECT id, slug FROM workspace")}
         for workspace_id, old in slugs.items():
@@ -248,5 +227,3 @@ async def test_v5_upgrade_gives_every_slug_ctrlplanes_form(empty_url: str) -> No
             record = await store.get_workspace_by_slug(new)
             assert record is not None and str(record.id) == workspace_id
         assert len(set(after.values())) == len(after)
-    finally:
-        await store.close()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import inspect
 import re
 import sqlite3
 from pathlib import Path
+from typing import Any
 from uuid import uuid4
 
 import psycopg
@@ -25,20 +25,15 @@ from jobagentctl.errors import (
     ValidationError,
 )
 from jobagentctl.models import JobStatus
-from jobagentctl.server.store import open_store, sqlite_path
-from jobagentctl.server.store._sql import (
-    NOTIFY_CHANNEL,
+from jobagentctl.server.store import SqlStore, open_store, queries, sqlite_path
+from jobagentctl.server.store.fencing import (
     StatusContext,
     attempt_outcome_for,
     decide_status_change,
-    dump_json,
-    load_queries,
-    merge_metadata,
-    migrations,
 )
-from jobagentctl.server.store.base import Store
 from jobagentctl.server.store.postgres import PostgresConnector, translate_error
-from jobagentctl.server.store.sql_store import SqlStore
+from jobagentctl.server.store.queries import NOTIFY_CHANNEL, load_queries, migrations
+from jobagentctl.server.store.rows import dump_json, merge_metadata
 from jobagentctl.server.store.sqlite import SqliteConnector, _translated
 
 # LISTEN/ping exist only for the PostgreSQL listener connection, the statement timeout only on
@@ -105,24 +100,6 @@ def test_no_index_on_claim_expiry_in_postgres() -> None:
     script = "\n".join(s for _, s in migrations("postgres"))
     assert not re.search(r"CREATE INDEX[^;]*ON job_claim", script)
     assert "fillfactor = 70" in script
-
-
-def test_stores_implement_every_protocol_method_with_its_signature() -> None:
-    members = [
-        name
-        for name, value in inspect.getmembers(Store)
-        if inspect.iscoroutinefunction(value) or (callable(value) and not name.startswith("_"))
-    ]
-    assert "claim_next" in members
-    for cls in (SqlStore,):
-        for name in members:
-            expected = inspect.signature(getattr(Store, name))
-            actual = inspect.signature(getattr(cls, name))
-            assert list(actual.parameters) == list(expected.parameters), (cls, name)
-            assert [p.default for p in actual.parameters.values()] == [
-                p.default for p in expected.parameters.values()
-            ], (cls, name)
-            assert inspect.iscoroutinefunction(getattr(cls, name)), (cls, name)
 
 
 @pytest.mark.parametrize(
@@ -214,35 +191,12 @@ def test_fencing_decisions() -> None:
     # V1 parity: without a claim id a finished job takes any other status (operator requeue).
     assert decide(_ctx(done), JobStatus.QUEUED, claim_id=None, **kw) == "apply"
     assert decide(_ctx(JobStatus.CANCELLED), JobStatus.FAILURE, claim_id=None, **kw) == "apply"
-    with pytest.raises(ValidationError):
-        decide(
-            _ctx(JobStatus.IN_PROGRESS, mine, 1),
-            done,
-            claim_id=None,
-            agent_scope=uuid4(),
-            require_claim_id=True,
-        )
     # require_claim_id binds agent keys only, and only leased jobs.
-    assert (
-        decide(
-            _ctx(JobStatus.IN_PROGRESS, mine, 1),
-            done,
-            claim_id=None,
-            agent_scope=None,
-            require_claim_id=True,
-        )
-        == "apply"
-    )
-    assert (
-        decide(
-            _ctx(JobStatus.IN_PROGRESS),
-            done,
-            claim_id=None,
-            agent_scope=uuid4(),
-            require_claim_id=True,
-        )
-        == "apply"
-    )
+    strict: dict[str, Any] = {"claim_id": None, "require_claim_id": True}
+    with pytest.raises(ValidationError):
+        decide(_ctx(JobStatus.IN_PROGRESS, mine, 1), done, agent_scope=uuid4(), **strict)
+    assert decide(_ctx(JobStatus.IN_PROGRESS, mine, 1), done, agent_scope=None, **strict) == "apply"
+    assert decide(_ctx(JobStatus.IN_PROGRESS), done, agent_scope=uuid4(), **strict) == "apply"
 
 
 def test_attempt_outcomes() -> None:
@@ -344,13 +298,11 @@ def test_both_claims_share_one_written_tail(dialect: str) -> None:
 def test_an_include_of_an_unknown_fragment_is_refused(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from jobagentctl.server.store import _sql
-
     (tmp_path / "queries.sql").write_text("-- name: a\nSELECT 1,\n-- include: nowhere\n")
-    monkeypatch.setattr(_sql, "_sql_dir", lambda dialect: tmp_path)
-    _sql.load_queries.cache_clear()
+    monkeypatch.setattr(queries, "_sql_dir", lambda dialect: tmp_path)
+    load_queries.cache_clear()
     try:
         with pytest.raises(RuntimeError, match="nowhere"):
-            _sql.load_queries("sqlite")
+            load_queries("sqlite")
     finally:
-        _sql.load_queries.cache_clear()
+        load_queries.cache_clear()

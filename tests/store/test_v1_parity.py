@@ -1,7 +1,8 @@
-"""V1 parity on the store (SPEC §3, issue 10 §6), on both databases: deleting an agent keeps its
-jobs, a status write without a claim id takes any transition (an operator's requeue of a
-finished job; its next claim is attempt N+1), writes with a claim id stay fenced, workspaces
-have unique slugs, and migration 0002 carries a v1 database over without losing a row."""
+"""V1 parity on the store (what agents of ctrlplane's V1 API expect), on both databases:
+deleting an agent keeps its jobs, a status write without a claim id takes any transition (an
+operator's requeue of a finished job; its next claim is attempt N+1), writes with a claim id
+stay fenced, workspaces have unique slugs, and migration 0002 carries a v1 database over
+without losing a row."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ import psycopg
 import pytest
 
 from jobagentctl.errors import ClaimLost, ClaimMismatch, Conflict, NotFound, ValidationError
-from jobagentctl.models import AttemptOutcome, ClaimState, Job, JobStatus
-from jobagentctl.server.store import Store, open_store, sqlite_path
-from jobagentctl.server.store._sql import migrations, slugify
+from jobagentctl.models import AttemptOutcome, ClaimState, JobStatus
+from jobagentctl.server.store import Store, sqlite_path
+from jobagentctl.server.store.queries import migrations
+from jobagentctl.server.store.validation import slugify
 from tests.fixtures.databases import (
     _create,
     _drop,
@@ -27,24 +29,9 @@ from tests.fixtures.databases import (
     sql,
     with_database,
 )
-from tests.store.conftest import Env
+from tests.store.conftest import Env, list_jobs, opened
 
 pytestmark = pytest.mark.anyio
-
-
-async def _status(env: Env, job_id: UUID, status: JobStatus, claim_id: UUID | None = None) -> Job:
-    await env.store.set_status(
-        env.ws,
-        job_id,
-        status,
-        claim_id=claim_id,
-        message=None,
-        external_id=None,
-        metadata=None,
-    )
-    changed = await env.store.get_job(env.ws, job_id)
-    assert changed is not None
-    return changed
 
 
 # --- deleting an agent keeps its jobs -----------------------------------------------------------
@@ -54,7 +41,7 @@ async def test_deleting_an_agent_keeps_its_jobs_readable(env: Env) -> None:
     queued = await env.job(metadata={"k": 1})
     done = await env.job()
     claimed = await env.store.claim_job(env.ws, env.agent, done.id, 60)
-    await _status(env, done.id, JobStatus.SUCCESSFUL, claimed.claim_id)
+    await env.status(done.id, JobStatus.SUCCESSFUL, claim_id=claimed.claim_id)
     mine = await env.job(env.other_agent)
     assert await env.store.delete_agent(env.ws, env.agent) is True
 
@@ -63,9 +50,7 @@ async def test_deleting_an_agent_keeps_its_jobs_readable(env: Env) -> None:
         assert kept is not None and kept.job_agent_id == "" and kept.agent_id is None
     stored = await env.store.get_job(env.ws, queued.id)
     assert stored is not None and stored.status == JobStatus.QUEUED and stored.metadata == {"k": 1}
-    jobs, total = await env.store.list_jobs(
-        env.ws, agent_id=None, statuses=None, include_dispatch_context=False, limit=10, offset=0
-    )
+    jobs, total = await list_jobs(env.store, env.ws, limit=10)
     assert total == 3 and {j.id for j in jobs} == {queued.id, done.id, mine.id}
     assert [a.attempt for a in await env.store.list_attempts(env.ws, done.id)] == [1]
     # Still scoped to the workspace, and no other agent can claim them.
@@ -75,7 +60,7 @@ async def test_deleting_an_agent_keeps_its_jobs_readable(env: Env) -> None:
     with pytest.raises(NotFound):
         await env.store.claim_job(env.ws, env.other_agent, queued.id, 30)
     # An operator can still end or cancel them without a claim id.
-    cancelled = await _status(env, queued.id, JobStatus.CANCELLED)
+    cancelled = await env.status(queued.id, JobStatus.CANCELLED)
     assert cancelled.status == JobStatus.CANCELLED and cancelled.job_agent_id == ""
 
 
@@ -109,7 +94,7 @@ async def test_an_in_flight_claim_of_a_deleted_agent_is_reaped(env: Env) -> None
     ]
     assert await env.store.claim_next(env.ws, env.other_agent, 60) is not None  # its own
     with pytest.raises(ClaimLost):
-        await _status(env, job.id, JobStatus.SUCCESSFUL, claimed.claim_id)
+        await env.status(job.id, JobStatus.SUCCESSFUL, claim_id=claimed.claim_id)
 
 
 # --- a status write without a claim id takes any transition --------------------------------------
@@ -120,10 +105,10 @@ async def test_requeue_of_a_finished_job_and_its_next_attempt(env: Env, ending: 
     job = await env.job()
     first = await env.store.claim_next(env.ws, env.agent, 60)
     assert first is not None and first.attempt == 1
-    finished = await _status(env, job.id, ending, first.claim_id)
+    finished = await env.status(job.id, ending, claim_id=first.claim_id)
     assert finished.completed_at is not None
 
-    requeued = await _status(env, job.id, JobStatus.QUEUED)  # an operator, no claim id
+    requeued = await env.status(job.id, JobStatus.QUEUED)  # an operator, no claim id
     assert requeued.status == JobStatus.QUEUED
     assert requeued.completed_at is None  # no longer finished
     assert requeued.started_at == finished.started_at  # the last attempt's start, kept
@@ -138,23 +123,25 @@ async def test_requeue_of_a_finished_job_and_its_next_attempt(env: Env, ending: 
 
     # Writes with a claim id keep every fencing rule: the first attempt's id is stale.
     with pytest.raises(ClaimMismatch):
-        await _status(env, job.id, JobStatus.SUCCESSFUL, first.claim_id)
-    done = await _status(env, job.id, JobStatus.SUCCESSFUL, second.claim_id)
+        await env.status(job.id, JobStatus.SUCCESSFUL, claim_id=first.claim_id)
+    done = await env.status(job.id, JobStatus.SUCCESSFUL, claim_id=second.claim_id)
     assert done.status == JobStatus.SUCCESSFUL
-    assert await _status(env, job.id, JobStatus.SUCCESSFUL, second.claim_id) == done  # repeat
+    assert (
+        await env.status(job.id, JobStatus.SUCCESSFUL, claim_id=second.claim_id) == done
+    )  # repeat
     with pytest.raises(ClaimLost):
-        await _status(env, job.id, JobStatus.FAILURE, second.claim_id)
+        await env.status(job.id, JobStatus.FAILURE, claim_id=second.claim_id)
 
 
 async def test_any_transition_without_a_claim_id(env: Env) -> None:
     job = await env.job()
-    done = await _status(env, job.id, JobStatus.SUCCESSFUL)
+    done = await env.status(job.id, JobStatus.SUCCESSFUL)
     assert done.completed_at is not None
-    again = await _status(env, job.id, JobStatus.SUCCESSFUL)  # a repeat changes nothing
+    again = await env.status(job.id, JobStatus.SUCCESSFUL)  # a repeat changes nothing
     assert again == done
-    failed = await _status(env, job.id, JobStatus.FAILURE)  # terminal → another terminal
+    failed = await env.status(job.id, JobStatus.FAILURE)  # terminal → another terminal
     assert failed.status == JobStatus.FAILURE and failed.completed_at is not None
-    pending = await _status(env, job.id, JobStatus.PENDING)  # terminal → not terminal
+    pending = await env.status(job.id, JobStatus.PENDING)  # terminal → not terminal
     assert pending.status == JobStatus.PENDING and pending.completed_at is None
 
 
@@ -276,9 +263,8 @@ def _v1_rows(url: str) -> dict[str, Any]:
 
 async def test_migration_0002_carries_a_v1_database_over(v1_url: str) -> None:
     ids = _v1_rows(v1_url)
-    store = open_store(v1_url, **({} if v1_url.startswith("sqlite") else {"listen": False}))
-    await store.open()
-    try:
+    options = {} if v1_url.startswith("sqlite") else {"listen": False}
+    async with opened(v1_url, **options) as store:
         assert await store.schema_current() is False
         assert await store.migrate() == [v for v, _ in migrations(store.dialect)][1:]
         first = await store.get_workspace(UUID(ids["ws1"]))
@@ -300,5 +286,3 @@ async def test_migration_0002_carries_a_v1_database_over(v1_url: str) -> None:
         orphan = await store.get_job(ws, UUID(ids["done"]))
         assert orphan is not None and orphan.agent_id is None
         assert (await store.reap(100, 0)).requeued == 1
-    finally:
-        await store.close()

@@ -17,12 +17,11 @@ from uuid import UUID
 import pytest
 
 from jobagentctl.models import JobStatus
-from jobagentctl.server.store import Store, open_store
+from jobagentctl.server.store import Store
 from jobagentctl.server.store.postgres import PostgresConnector
-from jobagentctl.server.store.sql_store import SqlStore
 from tests.fixtures.databases import expire_claims, sql
 from tests.fixtures.waiting import await_until
-from tests.store.conftest import Env
+from tests.store.conftest import Env, opened, set_status
 
 pytestmark = pytest.mark.anyio
 
@@ -34,16 +33,11 @@ async def waiter(env: Env) -> AsyncIterator[Store]:
     options: dict[str, object] = {"poll_interval": WAIT}
     if env.url.startswith("postgres"):
         options.update(min_size=1, max_size=1)
-    store = open_store(env.url, **options)
-    await store.open()
-    assert isinstance(store, SqlStore)
-    connector = store.connector
-    if isinstance(connector, PostgresConnector):
-        await await_until(lambda: connector.listening, what="LISTEN connection")
-    try:
+    async with opened(env.url, **options) as store:
+        connector = store.connector
+        if isinstance(connector, PostgresConnector):
+            await await_until(lambda: connector.listening, what="LISTEN connection")
         yield store
-    finally:
-        await store.close()
 
 
 async def _waiting(store: Store, agent: UUID) -> asyncio.Task[bool]:
@@ -82,15 +76,7 @@ async def test_woken_by_release(env: Env, waiter: Store) -> None:
     claimed = await waiter.claim_next(env.ws, env.agent, 30)
     assert claimed is not None
     task = await _waiting(waiter, env.agent)
-    await waiter.set_status(
-        env.ws,
-        claimed.id,
-        JobStatus.QUEUED,
-        claim_id=claimed.claim_id,
-        message=None,
-        external_id=None,
-        metadata=None,
-    )
+    await set_status(waiter, env.ws, claimed.id, JobStatus.QUEUED, claim_id=claimed.claim_id)
     assert await _woken(task) is True
 
 
@@ -120,7 +106,6 @@ async def test_woken_across_replicas(env: Env, waiter: Store) -> None:
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 async def test_listener_reconnects_after_its_connection_is_killed(env: Env, waiter: Store) -> None:
-    assert isinstance(waiter, SqlStore)
     connector = waiter.connector
     assert isinstance(connector, PostgresConnector)
     dbname = env.url.rsplit("/", 1)[1]

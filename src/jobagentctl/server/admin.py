@@ -14,7 +14,7 @@ from uuid import UUID
 from jobagentctl.errors import NotFound
 from jobagentctl.server.auth import generate_key
 from jobagentctl.server.settings import check_database_url
-from jobagentctl.server.store.base import Store
+from jobagentctl.server.store import Store
 
 __all__ = [
     "CreatedKey",
@@ -97,7 +97,7 @@ async def create_workspace(
 def _check_slug(slug: str | None) -> None:
     # The store checks again; checking first means a bad --slug touches no database.
     if slug is not None:
-        from jobagentctl.server.store._sql import check_slug
+        from jobagentctl.server.store.validation import check_slug
 
         check_slug(slug)
 

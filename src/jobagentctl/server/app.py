@@ -75,7 +75,7 @@ from jobagentctl.server.operations import (
 from jobagentctl.server.reaper import Reaper
 from jobagentctl.server.service import JobService
 from jobagentctl.server.settings import ServerSettings
-from jobagentctl.server.store.base import Store
+from jobagentctl.server.store import Store
 
 __all__ = ["API_PREFIX", "JobAgentApp", "create_app"]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from jobagentctl.errors import AuthError, ServerUnavailable
-from jobagentctl.server.store.base import ApiKeyRecord, Store
+from jobagentctl.server.store import ApiKeyRecord, Store
 
 __all__ = [
     "KEY_PREFIX",

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from jobagentctl.errors import JobAgentError
 from jobagentctl.models import HEARTBEAT_INTERVAL_MAX
 from jobagentctl.server.metrics import Metrics
-from jobagentctl.server.store.base import OutageGrace, ReapResult, Store
+from jobagentctl.server.store import OutageGrace, ReapResult, Store
 
 __all__ = ["Reaper"]
 

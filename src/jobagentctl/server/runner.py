@@ -26,7 +26,7 @@ from jobagentctl.server.connections import (
 )
 from jobagentctl.server.service import JobService
 from jobagentctl.server.settings import ServerSettings, redact_url
-from jobagentctl.server.store.base import Store
+from jobagentctl.server.store import Store
 
 __all__ = ["READY_LINE", "configure_logging", "event_loop_factory", "run_server", "serve"]
 

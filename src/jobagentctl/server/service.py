@@ -36,7 +36,7 @@ from jobagentctl.models import (
 from jobagentctl.server.auth import Principal
 from jobagentctl.server.metrics import Metrics
 from jobagentctl.server.settings import ServerSettings
-from jobagentctl.server.store.base import Store, WorkspaceRecord
+from jobagentctl.server.store import Store, WorkspaceRecord
 
 __all__ = ["JobService", "resolve_lease"]
 

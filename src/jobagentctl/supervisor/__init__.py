@@ -11,35 +11,10 @@ off the main thread while signals are handled; ``retry`` is the one backoff poli
 
 from __future__ import annotations
 
-from jobagentctl.supervisor.options import (
-    EXIT_CANCELLED,
-    EXIT_FAILED,
-    EXIT_JOB_GONE,
-    EXIT_LEASE_LOST,
-    EXIT_NO_JOB,
-    EXIT_NOT_EXECUTABLE,
-    EXIT_NOT_FOUND,
-    EXIT_OK,
-    EXIT_TIMEOUT,
-    RunOptions,
-)
+from jobagentctl.supervisor.log import Log
+from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.protocol import SupervisorClient
 from jobagentctl.supervisor.record import JobRecord
-from jobagentctl.supervisor.runner import Log, Supervisor
+from jobagentctl.supervisor.runner import Supervisor
 
-__all__ = [
-    "EXIT_CANCELLED",
-    "EXIT_FAILED",
-    "EXIT_JOB_GONE",
-    "EXIT_LEASE_LOST",
-    "EXIT_NOT_EXECUTABLE",
-    "EXIT_NOT_FOUND",
-    "EXIT_NO_JOB",
-    "EXIT_OK",
-    "EXIT_TIMEOUT",
-    "JobRecord",
-    "Log",
-    "RunOptions",
-    "Supervisor",
-    "SupervisorClient",
-]
+__all__ = ["JobRecord", "Log", "RunOptions", "Supervisor", "SupervisorClient"]

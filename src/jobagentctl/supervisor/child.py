@@ -1,164 +1,32 @@
-"""The child process of `run`: its files, its environment, and its process group.
+"""The child process of `run`: its process group, and the link to the watchdog that owns it.
 
 The child runs in its own session (so its own process group): signals reach the whole group,
 and a terminal's Ctrl-C reaches only jobagentctl, which decides what the child gets.
 
 By default the child is started by the watchdog (:mod:`.watchdog`), a small process of its own
 that owns the child's tree and stops it when the lease runs out even if `run` is dead or frozen;
-``JOBAGENTCTL_WATCHDOG=0`` starts it directly, as before.
+``JOBAGENTCTL_WATCHDOG=0`` starts it directly. The two talk over two pipes in lines of ASCII
+words (drawn in watchdog.py's docstring); the stop reason in them is a :class:`StopReason`'s
+value. The files and environment the command gets are :mod:`.jobfiles`'.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobagentctl.models import (
-    AGENT_ENV,
-    API_KEY_ENV,
-    API_KEY_FILE_ENV,
-    ATTEMPT_ENV,
-    CLAIM_ID_ENV,
-    CTRLPLANE_ENV,
-    JOB_FILE_ENV,
-    JOB_ID_ENV,
-    LEASE_SECONDS_ENV,
-    STOP_REASON_FILE_ENV,
-    URL_ENV,
-    WORKSPACE_ENV,
-    ClaimedJob,
-)
-from jobagentctl.supervisor.options import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, RunOptions
+from jobagentctl.supervisor.outcome import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, StopReason
 
-__all__ = [
-    "Child",
-    "JobFiles",
-    "SpawnError",
-    "child_environment",
-    "enforcement_window",
-    "sweep_stale_job_files",
-    "watchdog_enabled",
-]
-
-# Variables that carry the API key (or point at it); never inherited unless --pass-api-key.
-_SECRET_VARIABLES = (API_KEY_ENV, API_KEY_FILE_ENV, CTRLPLANE_ENV["api_key"])
-# Job directories are named so a later run can find the ones a killed run left behind.
-_DIRECTORY_PREFIX = "jobagentctl-job-"
-_LOCK_NAME = ".lock"
-# A directory younger than this is never swept: its run may not have locked it yet.
-_SWEEP_MIN_AGE_SECONDS = 60.0
-
-
-class JobFiles:
-    """A private directory (0700) with the claimed job as JSON (0600) and the stop-reason file.
-
-    The stop-reason file does not exist until the run asks the child to stop. The run holds an
-    exclusive lock on the directory's lock file while it lives (the kernel drops it even on
-    SIGKILL), which is how :func:`sweep_stale_job_files` tells leftovers from live runs.
-    """
-
-    def __init__(self, job: ClaimedJob) -> None:
-        self.directory = Path(tempfile.mkdtemp(prefix=f"{_DIRECTORY_PREFIX}{job.id}-"))
-        self._lock_fd = os.open(
-            self.directory / _LOCK_NAME, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600
-        )
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        self.job_file = self.directory / "job.json"
-        self.stop_reason_file = self.directory / "stop-reason"
-        fd = os.open(self.job_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(job.model_dump_json(by_alias=True))
-            handle.write("\n")
-
-    def write_stop_reason(self, reason: str) -> None:
-        # Write then rename, so a child polling for the file never reads it half-written.
-        partial = self.stop_reason_file.with_suffix(".partial")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(reason + "\n")
-        os.replace(partial, self.stop_reason_file)
-
-    def remove(self) -> None:
-        shutil.rmtree(self.directory, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            os.close(self._lock_fd)
-
-
-def sweep_stale_job_files(base: Path | None = None) -> int:
-    """Remove job directories whose run is gone (killed before it could); how many.
-
-    Only directories older than a minute whose lock nobody holds: a live run holds its lock,
-    and a directory that young may belong to a run that has not taken it yet.
-    """
-    root = Path(base or tempfile.gettempdir())
-    removed = 0
-    try:
-        entries = list(os.scandir(root))
-    except OSError:
-        return 0
-    cutoff = time.time() - _SWEEP_MIN_AGE_SECONDS
-    for entry in entries:
-        try:
-            if not (
-                entry.name.startswith(_DIRECTORY_PREFIX)
-                and entry.is_dir(follow_symlinks=False)
-                and entry.stat(follow_symlinks=False).st_mtime < cutoff
-            ):
-                continue
-            fd = os.open(
-                os.path.join(entry.path, _LOCK_NAME), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
-            )
-        except OSError:
-            continue  # not a job directory of ours (or not ours to open)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            continue  # held: its run is alive
-        finally:
-            os.close(fd)
-        shutil.rmtree(entry.path, ignore_errors=True)
-        removed += 1
-    return removed
-
-
-def child_environment(
-    base: Mapping[str, str], job: ClaimedJob, options: RunOptions, files: JobFiles
-) -> dict[str, str]:
-    """The child's environment: ours, minus the API key, plus the job context (SPEC §6.2)."""
-    env = {key: value for key, value in base.items() if key not in _SECRET_VARIABLES}
-    if options.pass_api_key and options.api_key:
-        env[API_KEY_ENV] = options.api_key
-    context = {
-        JOB_ID_ENV: str(job.id),
-        CLAIM_ID_ENV: str(job.claim_id) if job.claim_id else None,
-        ATTEMPT_ENV: str(job.attempt) if job.attempt is not None else None,
-        # 0 for an unleased claim: the same meaning as `--lease-seconds 0`.
-        LEASE_SECONDS_ENV: str(job.lease_seconds or 0),
-        WORKSPACE_ENV: str(options.workspace_id),
-        AGENT_ENV: str(options.agent_id),
-        URL_ENV: options.url,
-        JOB_FILE_ENV: str(files.job_file),
-        STOP_REASON_FILE_ENV: str(files.stop_reason_file),
-    }
-    for key, value in context.items():
-        if value is None:
-            # Absent rather than empty: an empty claim id would not parse as a UUID.
-            env.pop(key, None)
-        else:
-            env[key] = value
-    return env
+__all__ = ["Child", "SpawnError", "enforcement_window", "watchdog_enabled"]
 
 
 class SpawnError(Exception):
@@ -213,18 +81,20 @@ class Child:
     grace: float = 10.0
     control_fd: int | None = None
     status_fd: int | None = None
-    #: Set when the watchdog stopped the command (``lease_lost``) before it exited.
-    stopped_by_watchdog: str | None = None
+    #: Why the watchdog stopped the command before it exited, if it did (the lease).
+    stopped_by_watchdog: StopReason | None = None
     _returncode: int | None = None
     _status: bytes = b""
 
     @property
     def pid(self) -> int:
+        """The command's pid (not the watchdog's)."""
         return self.leader_pid or self.process.pid
 
     @property
     def pgid(self) -> int:
-        # The command leads a new session, so a new group whose id is its pid.
+        """The command's process group: it leads a new session, so a group whose id is its
+        pid."""
         return self.pid
 
     @property
@@ -234,6 +104,7 @@ class Child:
 
     @property
     def returncode(self) -> int | None:
+        """The command's return code once it ended (``-N``: killed by signal N), else None."""
         if not self.watched:
             return self.process.returncode
         return self._returncode
@@ -263,14 +134,7 @@ class Child:
                     argv, env, pipes, grace, stop_signal, stop_reason_file, lease_deadline
                 )
             else:
-                process = subprocess.Popen(
-                    argv,
-                    env=env,
-                    stdout=pipes[0][1] if capture else None,
-                    stderr=pipes[1][1] if capture else None,
-                    start_new_session=True,
-                )
-                child = cls(process, None, None, grace=grace)
+                child = cls(_popen(argv, env, pipes), None, None, grace=grace)
         except OSError as exc:
             for read_fd, write_fd in pipes:
                 os.close(read_fd)
@@ -294,32 +158,17 @@ class Child:
         stop_reason_file: Path | None,
         lease_deadline: float | None,
     ) -> Child:
+        """Start the watchdog, which starts ``argv``; return once the command runs."""
         control_r, control_w = os.pipe2(os.O_CLOEXEC)
         status_r, status_w = os.pipe2(os.O_CLOEXEC)
         # The watchdog keeps copies of the output pipes' read ends, to drain them if we die.
         outputs = [read_fd for read_fd, _ in pipes]
+        # watchdog.py CONTROL_FD STATUS_FD STOP_SIGNAL GRACE REASON_FILE OUTPUT_FDS -- CMD…
+        command = [sys.executable, "-I", "-S", _WATCHDOG_SCRIPT, str(control_r), str(status_w)]
+        command += [str(int(stop_signal)), repr(float(grace)), str(stop_reason_file or "")]
+        command += [",".join(map(str, outputs)) or "-", "--", *argv]
         try:
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-I",
-                    "-S",
-                    _WATCHDOG_SCRIPT,
-                    str(control_r),
-                    str(status_w),
-                    str(int(stop_signal)),
-                    repr(float(grace)),
-                    str(stop_reason_file or ""),
-                    ",".join(map(str, outputs)) or "-",
-                    "--",
-                    *argv,
-                ],
-                env=env,
-                stdout=pipes[0][1] if pipes else None,
-                stderr=pipes[1][1] if pipes else None,
-                pass_fds=(control_r, status_w, *outputs),
-                start_new_session=True,
-            )
+            process = _popen(command, env, pipes, pass_fds=(control_r, status_w, *outputs))
         except BaseException:
             for fd in (control_r, control_w, status_r, status_w):
                 os.close(fd)
@@ -331,33 +180,37 @@ class Child:
             # Sent before the command starts: if we freeze while waiting for "started", the
             # watchdog must already have a deadline to enforce.
             child.lease_holds_until(lease_deadline)
-        # The first word from the watchdog: the command runs, or why it could not start.
-        give_up = time.monotonic() + _WATCHDOG_START_SECONDS
-        while child.leader_pid == 0:
-            left = give_up - time.monotonic()
-            if left <= 0:
-                line = None
-            elif not select.select([status_r], [], [], min(left, 0.5))[0]:
-                child._resume_watchdog()  # the command may have stopped it already
-                continue
-            else:
-                line = child._read_line()
-            if line is None:
-                child._abort()
-                raise OSError(errno.ENOEXEC, "the watchdog did not start the command")
-            words = line.split()
-            if words[:1] == ["started"]:
-                child.leader_pid = int(words[1])
-            elif words[:1] == ["spawn_error"]:
-                child._abort()
-                code = int(words[1])
-                raise OSError(code, os.strerror(code))
-            elif words[:1] == ["error"]:
-                child._abort()
-                raise OSError(errno.ENOEXEC, f"watchdog: {line[6:]}")
+        child._await_start()
         os.set_blocking(status_r, False)
         os.set_blocking(control_w, False)
         return child
+
+    def _await_start(self) -> None:
+        """Wait for the watchdog's first word: the command runs (its pid), or why it could
+        not start (an OSError, as a direct start would raise)."""
+        assert self.status_fd is not None
+        give_up = time.monotonic() + _WATCHDOG_START_SECONDS
+        while self.leader_pid == 0:
+            left = give_up - time.monotonic()
+            if left <= 0:
+                line = None
+            elif not select.select([self.status_fd], [], [], min(left, 0.5))[0]:
+                self._resume_watchdog()  # the command may have stopped it already
+                continue
+            else:
+                line = self._read_line()
+            if line is None:
+                self._abort()
+                raise OSError(errno.ENOEXEC, "the watchdog did not start the command")
+            word, _, rest = line.partition(" ")
+            if word == "started":
+                self.leader_pid = int(rest)
+            elif word == "spawn_error":
+                self._abort()
+                raise OSError(int(rest), os.strerror(int(rest)))
+            elif word == "error":
+                self._abort()
+                raise OSError(errno.ENOEXEC, f"watchdog: {rest}")
 
     def _read_line(self) -> str | None:
         """One status line, blocking (start-up only); None at EOF."""
@@ -393,6 +246,7 @@ class Child:
             os.write(fd, f"lease {stop_at!r} {kill_at!r}\n".encode())
 
     def poll(self) -> int | None:
+        """Take in what the watchdog said; the command's return code if it has ended."""
         if not self.watched:
             return self.process.poll()
         self._read_status()
@@ -437,11 +291,11 @@ class Child:
             self._status += data
         while b"\n" in self._status:
             raw, self._status = self._status.split(b"\n", 1)
-            words = raw.decode("ascii", "replace").split()
-            if words[:1] == ["exit"] and self._returncode is None:
-                self._returncode = os.waitstatus_to_exitcode(int(words[1]))
-            elif words[:1] == ["stopping"] and self._returncode is None:
-                self.stopped_by_watchdog = words[1] if len(words) > 1 else "lease_lost"
+            word, _, rest = raw.decode("ascii", "replace").partition(" ")
+            if word == "exit" and self._returncode is None:
+                self._returncode = os.waitstatus_to_exitcode(int(rest))
+            elif word == "stopping" and self._returncode is None:
+                self.stopped_by_watchdog = _stop_reason(rest)
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait for the command to end (not for what it left behind: see kill_leftovers)."""
@@ -495,9 +349,36 @@ class Child:
             self.status_fd = None
 
 
+def _popen(
+    argv: list[str],
+    env: Mapping[str, str],
+    pipes: list[tuple[int, int]],
+    pass_fds: tuple[int, ...] = (),
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a session of its own, writing to the pipes' write ends (stdout, then
+    stderr) when there are pipes, else to ours."""
+    return subprocess.Popen(
+        argv,
+        env=env,
+        stdout=pipes[0][1] if pipes else None,
+        stderr=pipes[1][1] if pipes else None,
+        pass_fds=pass_fds,
+        start_new_session=True,
+    )
+
+
 def _spawn_error(program: str, exc: OSError) -> SpawnError:
     if isinstance(exc, FileNotFoundError | NotADirectoryError) or exc.errno == errno.ENOENT:
         return SpawnError(EXIT_NOT_FOUND, f"command not found: {program}")
     if isinstance(exc, PermissionError):
         return SpawnError(EXIT_NOT_EXECUTABLE, f"permission denied: {program} is not executable")
     return SpawnError(EXIT_NOT_EXECUTABLE, f"cannot execute {program}: {exc.strerror or exc}")
+
+
+def _stop_reason(word: str) -> StopReason:
+    """The reason a "stopping" line names; the lease (the one reason the watchdog stops a
+    command for) when it names none we know."""
+    try:
+        return StopReason(word.strip())
+    except ValueError:
+        return StopReason.LEASE_LOST

@@ -7,20 +7,22 @@ transient errors are retried with backoff, so an agent outlives a server restart
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
 from jobagentctl.errors import NoJob, NotClaimable
 from jobagentctl.models import ClaimedJob
-from jobagentctl.supervisor.options import MAX_POLL_SECONDS, RunOptions
-from jobagentctl.supervisor.outcome import Outcome, Verdict
+from jobagentctl.supervisor.log import Log
+from jobagentctl.supervisor.options import RunOptions
+from jobagentctl.supervisor.outcome import Outcome, StopReason, Verdict
 from jobagentctl.supervisor.protocol import SupervisorClient, describe_error, is_transient
 from jobagentctl.supervisor.reporting import Reporter
 from jobagentctl.supervisor.waiting import SignalPolicy, Waiter
 
 __all__ = ["Claim", "Claimer"]
 
+# Longest single claim-next long-poll: between polls, signals and --idle-timeout are checked.
+MAX_POLL_SECONDS = 30.0
 # A server that answers "nothing" long before the poll's end is not polled again sooner.
 MIN_POLL_GAP_SECONDS = 1.0
 
@@ -34,28 +36,23 @@ class Claim:
     received_at: float
 
 
+@dataclass
 class Claimer:
-    def __init__(
-        self,
-        options: RunOptions,
-        client: SupervisorClient,
-        waiter: Waiter,
-        policy: SignalPolicy,
-        reporter: Reporter,
-        *,
-        warn: Callable[[str], None],
-    ) -> None:
-        self.options = options
-        self.client = client
-        self.waiter = waiter
-        self.policy = policy
-        self.reporter = reporter
-        self._warn = warn
+    """Claims the job a run (or each turn of ``--loop``) works on, through the main side's
+    client; a job claimed too late (the run was stopped meanwhile) goes back through the
+    ``reporter``."""
+
+    options: RunOptions
+    client: SupervisorClient
+    waiter: Waiter
+    policy: SignalPolicy
+    reporter: Reporter
+    log: Log
 
     def _stopped(self) -> Outcome:
         if self.policy.draining:
             return Outcome(Verdict.STOPPED)
-        return Outcome(Verdict.INTERRUPTED, interrupted_by=self.policy.interrupted)
+        return Outcome(StopReason.INTERRUPTED, interrupted_by=self.policy.interrupted)
 
     def acquire(self, budget: float, *, loop: bool) -> Claim | Outcome:
         """Claim a job within ``budget`` seconds, or say how the run ends."""
@@ -87,7 +84,7 @@ class Claimer:
             if isinstance(error, NoJob):
                 if time.monotonic() >= deadline:
                     if not loop:
-                        self._warn("no job to claim")
+                        self.log.warn("no job to claim")
                     return Outcome(Verdict.NO_JOB)
                 if time.monotonic() - sent_at < MIN_POLL_GAP_SECONDS and poll >= 1.0:
                     # The server answered "nothing" long before our wait: do not spin.
@@ -95,16 +92,16 @@ class Claimer:
                 retry.succeeded()
                 continue
             if isinstance(error, NotClaimable):
-                self._warn(f"job {opts.job_id} is not claimable: {error.message}")
+                self.log.warn(f"job {opts.job_id} is not claimable: {error.message}")
                 return Outcome(Verdict.NO_JOB)
             if loop and error is not None and is_transient(error):
                 delay = retry.failed()
                 if delay is None:
                     return Outcome(Verdict.NO_JOB)
-                self._warn(f"claim failed, retrying in {delay:.1f}s: {describe_error(error)}")
+                self.log.warn(f"claim failed, retrying in {delay:.1f}s: {describe_error(error)}")
                 self.waiter.pause(delay, "idle")
                 continue
-            self._warn(f"cannot claim a job: {describe_error(error)}")
+            self.log.warn(f"cannot claim a job: {describe_error(error)}")
             return Outcome(Verdict.FAILED)
 
     def _claim_once(self, poll: float) -> ClaimedJob:

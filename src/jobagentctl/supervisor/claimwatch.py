@@ -1,10 +1,11 @@
-"""Cancellation within about a second, whatever the lease (issue 12 §6).
+"""The claim long-poll thread: a cancel reaches the command within about a second, whatever
+the lease.
 
 A heartbeat learns that the job was cancelled only when it is sent: every third of the lease
 (18 s with the default lease, a minute with long ones). :class:`ClaimWatcher` keeps a long-poll
 open on the server instead (``POST …/jobs/{id}/wait``), which answers as soon as the claim is no
-longer held. Like the heartbeat thread it never acts: it hands a verdict to ``on_verdict``,
-which posts the same news a heartbeat would (:class:`jobagentctl.supervisor.lease.LeaseNews`).
+longer held. Like the heartbeat thread it never acts: it posts the same news a heartbeat would
+(:class:`~.lease.LeaseNews`).
 
 A claim that ended with any status but ``cancelled`` is confirmed by one heartbeat first
 (``confirm``), which gives the verdict itself: the long-poll also answers when the job's own
@@ -14,16 +15,15 @@ endpoint the watcher ends quietly; heartbeats still see the cancel, later.
 
 from __future__ import annotations
 
-import random
-import threading
-import time
 from collections.abc import Callable
-from uuid import UUID
+from dataclasses import KW_ONLY, dataclass, field
+from typing import ClassVar
 
 from jobagentctl.errors import LeaseUnsupported, NotFound
 from jobagentctl.models import JobStatus
-from jobagentctl.supervisor.heartbeat import Beat
-from jobagentctl.supervisor.protocol import SupervisorClient, describe_error, is_transient
+from jobagentctl.supervisor.claimthread import ClaimThread
+from jobagentctl.supervisor.lease import Beat
+from jobagentctl.supervisor.protocol import describe_error, is_transient
 from jobagentctl.supervisor.retry import Retry
 
 __all__ = ["ClaimWatcher"]
@@ -42,73 +42,35 @@ RETRY_CAP = 4.0
 _LATER = "a cancel reaches the command at its next heartbeat"
 
 
-class ClaimWatcher:
+@dataclass(eq=False)
+class ClaimWatcher(ClaimThread):
     """Keeps the claim long-poll of one job open from a daemon thread until stopped or until
-    the claim ends; then hands ``on_verdict`` the verdict (cancelled), or asks ``confirm`` (one
-    heartbeat, which reports its own verdict) for any other end."""
+    the claim ends; then posts the verdict (cancelled), or asks ``confirm`` (one heartbeat,
+    which posts its own verdict) for any other end. The thread owns its client and closes it
+    when it ends: nothing else uses the connection of a long-poll."""
 
-    def __init__(
-        self,
-        client: SupervisorClient,
-        job_id: UUID,
-        claim_id: UUID,
-        *,
-        confirm: Callable[[], Beat],
-        on_verdict: Callable[[Beat, str], None],
-        log: Callable[[str], None],
-        debug: Callable[[str], None],
-        rng: random.Random | None = None,
-        wait_seconds: float = WAIT_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.client = client
-        self.job_id = job_id
-        self.claim_id = claim_id
-        self.polls = 0
-        self.failures = 0
-        self._confirm = confirm
-        self._on_verdict = on_verdict
-        self._log = log
-        self._debug = debug
-        self._rng = rng or random.Random()
-        self._wait_seconds = wait_seconds
-        self._clock = clock
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._main, name=f"claimwatch-{job_id}", daemon=True)
+    kind: ClassVar[str] = "claimwatch"
 
-    def start(self) -> None:
-        self._thread.start()
+    _: KW_ONLY
+    confirm: Callable[[], Beat]
+    wait_seconds: float = WAIT_SECONDS
+    polls: int = field(default=0, init=False)
+    failures: int = field(default=0, init=False)
 
-    def stop(self, timeout: float | None = 0) -> None:
-        """Stop listening; the thread ends when its long-poll answers (the server answers at
-        once when the claim ends, as it does when the job is reported), or at the wait's end.
-        Waits up to ``timeout`` for it (default: not at all)."""
-        self._stop.set()
-        if self._thread.is_alive() and timeout != 0:
-            self._thread.join(timeout)
-
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive()
-
-    def _main(self) -> None:
-        try:
-            self._run()
-        finally:
-            # The thread owns its client: nothing else uses the connection of a long-poll.
-            self.client.close()
+    def _done(self) -> None:
+        self.client.close()
 
     def _run(self) -> None:
-        retry = Retry(base=RETRY_BASE, cap=RETRY_CAP, rng=self._rng, clock=self._clock)
+        retry = Retry(base=RETRY_BASE, cap=RETRY_CAP, rng=self.rng, clock=self.clock)
         while not self._stop.is_set():
-            opened = self._clock()
+            opened = self.clock()
             try:
                 self.polls += 1
                 answer = self.client.wait_claim(
-                    self.job_id, claim_id=self.claim_id, wait_seconds=self._wait_seconds
+                    self.job_id, claim_id=self.claim_id, wait_seconds=self.wait_seconds
                 )
             except LeaseUnsupported as exc:
-                self._debug(exc.message)
+                self.log.debug(exc.message)
                 return
             except NotFound as exc:
                 # The job is gone, or out of our key's scope: the heartbeat says which.
@@ -121,10 +83,10 @@ class ClaimWatcher:
                 if self._stop.is_set():
                     return
                 if not is_transient(exc):
-                    self._log(f"claim long-poll failed ({describe_error(exc)}): {_LATER}")
+                    self.log.warn(f"claim long-poll failed ({describe_error(exc)}): {_LATER}")
                     return
                 delay = retry.failed()
-                self._debug(f"claim long-poll failed (transient): {describe_error(exc)}")
+                self.log.debug(f"claim long-poll failed (transient): {describe_error(exc)}")
                 if delay is None or self._stop.wait(delay):
                     return
                 continue
@@ -133,8 +95,7 @@ class ClaimWatcher:
                 return  # the job is over: whatever the answer, nobody is listening
             if not answer.claim_held:
                 if answer.status == JobStatus.CANCELLED:
-                    self._stop.set()
-                    self._on_verdict(Beat.CANCELLED, "the job was cancelled")
+                    self._verdict(Beat.CANCELLED, "the job was cancelled")
                     return
                 if self._settle(f"the long-poll saw the claim end (job is {answer.status})", retry):
                     return
@@ -144,19 +105,19 @@ class ClaimWatcher:
     def _settle(self, what: str, retry: Retry, *, route_missing_if_held: bool = False) -> bool:
         """Confirm with one heartbeat that the claim is gone (the heartbeat then gives the
         verdict); whether the watch is over."""
-        beat = self._confirm()
-        if beat in (Beat.LEASE_LOST, Beat.CANCELLED, Beat.JOB_GONE):
+        beat = self.confirm()
+        if beat.ends_claim:
             return True
         if beat is Beat.OK and route_missing_if_held:
             # The job is there and the claim ours: the 404 was the route's (an older server).
-            self._debug(f"the server has no claim long-poll ({what}): {_LATER}")
+            self.log.debug(f"the server has no claim long-poll ({what}): {_LATER}")
             return True
-        self._debug(f"{what}, but a heartbeat then answered {beat.value}: watching on")
+        self.log.debug(f"{what}, but a heartbeat then answered {beat}: watching on")
         delay = retry.failed() if beat is Beat.RETRY else MIN_REOPEN_SECONDS
         return delay is None or self._stop.wait(delay)
 
     def _pause_since(self, opened: float) -> None:
         """Keep at least MIN_REOPEN_SECONDS between two long-polls."""
-        left = opened + MIN_REOPEN_SECONDS - self._clock()
+        left = opened + MIN_REOPEN_SECONDS - self.clock()
         if left > 0:
             self._stop.wait(left)

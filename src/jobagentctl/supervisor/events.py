@@ -18,7 +18,9 @@ from typing import Any
 
 __all__ = ["FORWARDED_SIGNALS", "JOB_CONTROL_SIGNALS", "Events", "SignalReceived"]
 
-# Signals that are passed on to the child's process group (SPEC §6.7).
+# Signals that are passed on to the child's process group: what a terminal, a service manager
+# or a user sends to stop or poke a job is meant for the command, which runs in a session of its
+# own where it would not reach it otherwise.
 FORWARDED_SIGNALS: tuple[signal.Signals, ...] = (
     signal.SIGINT,
     signal.SIGTERM,
@@ -28,12 +30,15 @@ FORWARDED_SIGNALS: tuple[signal.Signals, ...] = (
     signal.SIGUSR2,
 )
 
-# Ctrl-Z and `fg`: the run suspends the command with itself, and resumes it (issue 12 §7).
+# Ctrl-Z and `fg`: the run suspends the command with itself, and resumes it (the command's own
+# session never sees the terminal's SIGTSTP).
 JOB_CONTROL_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTSTP, signal.SIGCONT)
 
 
 @dataclass(frozen=True)
 class SignalReceived:
+    """A signal ``run`` caught, for the main loop to act on."""
+
     signum: signal.Signals
 
 

@@ -1,33 +1,90 @@
-"""One claimed job's lease as the main thread sees it: the local deadline, the heartbeat
-thread, the claim long-poll thread, and the verdict once the claim is gone.
+"""The lease of one claimed job: its local deadline, the verdicts on it, and the news of them.
 
-The threads never act: they post :class:`LeaseNews` to the main loop, which notes it here
-(:meth:`JobLease.note`) and decides. The watching phase reads only this interface.
+The threads that keep the lease (:mod:`.heartbeat`, :mod:`.claimwatch`) never act: they post
+:class:`LeaseNews` to the main loop, which notes it here (:meth:`JobLease.note`) and decides.
+The local deadline is conservative: it counts from when a request was *sent*, so the server's
+expiry (counted from when it *received* the request) is never earlier than ours.
 """
 
 from __future__ import annotations
 
-import random
+import enum
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from jobagentctl.models import ClaimedJob
-from jobagentctl.supervisor.claimwatch import ClaimWatcher
-from jobagentctl.supervisor.heartbeat import Beat, Heartbeater, Lease
-from jobagentctl.supervisor.protocol import SupervisorClient
+from jobagentctl.supervisor.outcome import StopReason
 
-__all__ = ["JobLease", "LeaseNews"]
+if TYPE_CHECKING:
+    # Only named here: the runner builds the threads, which import this module's words.
+    from jobagentctl.supervisor.claimwatch import ClaimWatcher
+    from jobagentctl.supervisor.heartbeat import Heartbeater
+
+__all__ = ["Beat", "JobLease", "Lease", "LeaseNews"]
 
 # When a job ends, how long the heartbeat thread gets to finish its request.
 HEARTBEAT_JOIN_SECONDS = 1.0
 
 
+class Lease:
+    """The local lease deadline, on the monotonic clock. Thread-safe."""
+
+    def __init__(self, sent_at: float, seconds: int) -> None:
+        self.seconds = seconds
+        self._deadline = sent_at + seconds
+        self._lock = threading.Lock()
+        # Told the new deadline after every renewal (the watchdog: Child.lease_holds_until).
+        self.on_renew: Callable[[float], None] | None = None
+
+    @property
+    def deadline(self) -> float:
+        """The moment (monotonic) the lease is known to hold until."""
+        with self._lock:
+            return self._deadline
+
+    def renew(self, sent_at: float, seconds: int) -> None:
+        """A heartbeat sent at ``sent_at`` succeeded and granted ``seconds``."""
+        with self._lock:
+            self.seconds = seconds
+            # Never move the deadline back (a slow response to an older request).
+            self._deadline = max(self._deadline, sent_at + seconds)
+            deadline = self._deadline
+        if self.on_renew is not None:
+            self.on_renew(deadline)
+
+
+class Beat(enum.Enum):
+    """What one heartbeat (or the claim long-poll) learnt about the claim: the lease's verdicts."""
+
+    OK = enum.auto()
+    RETRY = enum.auto()  # failed in a way worth retrying: server down, 5xx, timeout, …
+    LEASE_LOST = enum.auto()  # the claim is gone: reaped, released, or another attempt's
+    CANCELLED = enum.auto()  # an operator cancelled the job
+    JOB_GONE = enum.auto()  # the job itself is gone (deleted: 404)
+
+    def __str__(self) -> str:
+        """As the debug log spells it: ``lease_lost``."""
+        return self.name.lower()
+
+    @property
+    def ends_claim(self) -> bool:
+        """Whether the claim is gone for good (the thread that heard it stops)."""
+        return self in (Beat.LEASE_LOST, Beat.CANCELLED, Beat.JOB_GONE)
+
+    @property
+    def stop_reason(self) -> StopReason:
+        """What the command is told when this verdict stops it. A deleted job is
+        ``lease_lost`` to the command too: nothing it reports would be kept either way."""
+        return StopReason.CANCELLED if self is Beat.CANCELLED else StopReason.LEASE_LOST
+
+
 @dataclass(frozen=True)
 class LeaseNews:
-    """From the heartbeat (or claim long-poll) thread: the claim of ``job_id`` is gone
-    (``beat``), and why."""
+    """From a thread that keeps the lease: the claim of ``job_id`` is gone (``beat``), and why."""
 
     job_id: UUID
     beat: Beat
@@ -35,7 +92,8 @@ class LeaseNews:
 
 
 class JobLease:
-    """The lease of one job (or its absence: an unleased claim has no deadline, no beats)."""
+    """The lease of one job as the main thread sees it (or its absence: an unleased claim has
+    no deadline and no heartbeats), and the threads that keep it."""
 
     def __init__(self, job: ClaimedJob, sent_at: float, received_at: float) -> None:
         self.job = job
@@ -44,75 +102,42 @@ class JobLease:
         self.watcher: ClaimWatcher | None = None
         self.verdict: tuple[Beat, str] | None = None
         self.lost = False
-        self._sent_at = sent_at
-        self._received_at = received_at
+        self._claim_took = received_at - sent_at
         if job.claim_id is not None and job.lease_seconds:
             self.lease = Lease(sent_at, job.lease_seconds)
 
     @property
     def leased(self) -> bool:
+        """Whether the claim has a lease to keep (a V1 claim has none)."""
         return self.lease is not None
 
-    def start_heartbeats(
-        self,
-        client: SupervisorClient,
-        *,
-        post: Callable[[object], None],
-        warn: Callable[[str], None],
-        debug: Callable[[str], None],
-        rng: random.Random,
-        watch_client: SupervisorClient | None = None,
-    ) -> None:
-        """Start the heartbeat thread; heartbeat at once first if the claim itself took more
-        than a third of the lease (a long-poll, and a server that granted less than asked).
+    def keep(self, heartbeater: Heartbeater, watcher: ClaimWatcher) -> None:
+        """Start the threads that keep the lease (they are now this lease's to stop).
 
-        With ``watch_client`` (which the watcher then owns and closes), also the claim
-        long-poll thread, so a cancel reaches the command within about a second whatever the
-        lease (:mod:`jobagentctl.supervisor.claimwatch`)."""
-        job, lease = self.job, self.lease
-        assert lease is not None and job.claim_id is not None and job.lease_seconds
-        job_id = job.id
-        self.heartbeater = Heartbeater(
-            client,
-            job_id,
-            job.claim_id,
-            lease,
-            on_verdict=lambda beat, why: post(LeaseNews(job_id, beat, why)),
-            log=warn,
-            debug=debug,
-            rng=rng,
-        )
-        if self._received_at - self._sent_at > job.lease_seconds / 3:
-            early = self.heartbeater.beat_once()
-            if early in (Beat.LEASE_LOST, Beat.CANCELLED, Beat.JOB_GONE):
+        Heartbeat at once first if the claim itself took more than a third of the lease (a
+        long-poll, and a server that granted less than asked). The claim long-poll (which
+        brings a cancel within about a second whatever the lease) is not started when that
+        heartbeat found the claim gone; its client is closed instead.
+        """
+        assert self.lease is not None
+        self.heartbeater = heartbeater
+        if self._claim_took > self.lease.seconds / 3:
+            early = heartbeater.beat_once()
+            if early.ends_claim:
                 self.verdict = (early, "the claim was gone before the command started")
-        self.heartbeater.start()
-        if watch_client is None:
-            return
+        heartbeater.start()
         if self.verdict is not None:
-            watch_client.close()
+            watcher.client.close()
             return
-        self.watcher = ClaimWatcher(
-            watch_client,
-            job_id,
-            job.claim_id,
-            confirm=self.heartbeater.beat_once,
-            on_verdict=lambda beat, why: post(LeaseNews(job_id, beat, why)),
-            log=warn,
-            debug=debug,
-            rng=rng,
-        )
-        self.watcher.start()
+        self.watcher = watcher
+        watcher.start()
 
-    def gone_before_start(self) -> Beat | None:
-        """Whether the claim is already gone (verdict, or local deadline past): the command
-        must then not start at all."""
-        if self.verdict is not None:
-            return self.verdict[0]
-        if self.lease is not None and time.monotonic() >= self.lease.deadline:
+    def gone_before_start(self) -> StopReason | None:
+        """Why the command must not start at all, if the claim is already gone (a verdict, or
+        the local deadline past)."""
+        if self.verdict is None and self.lease is not None and time.monotonic() >= self.deadline:
             self.verdict = (Beat.LEASE_LOST, "the lease ran out before the command started")
-            return Beat.LEASE_LOST
-        return None
+        return self.verdict[0].stop_reason if self.verdict is not None else None
 
     @property
     def watched(self) -> bool:
@@ -121,11 +146,12 @@ class JobLease:
 
     @property
     def deadline(self) -> float:
+        """The local deadline (monotonic); only for a leased claim."""
         assert self.lease is not None
         return self.lease.deadline
 
     def note(self, news: object) -> Beat | None:
-        """Record heartbeat news about this job; the verdict if it is news."""
+        """Record news about this job's claim; the verdict if it is news."""
         if not isinstance(news, LeaseNews):
             return None
         if news.job_id != self.job.id or self.verdict is not None:
@@ -140,13 +166,13 @@ class JobLease:
     def lose(self) -> None:
         """The lease is lost: no more heartbeats, no more watching."""
         self.lost = True
-        if self.heartbeater is not None:
-            self.heartbeater.stop(0)
-        if self.watcher is not None:
-            self.watcher.stop()
+        for thread in (self.heartbeater, self.watcher):
+            if thread is not None:
+                thread.stop()
 
     @property
     def why(self) -> str:
+        """Why the claim is gone, as the verdict said."""
         return self.verdict[1] if self.verdict else "the lease expired"
 
     def close(self) -> tuple[int, int]:

@@ -10,29 +10,47 @@ import enum
 import signal
 from dataclasses import dataclass
 
-from jobagentctl.supervisor.options import (
-    EXIT_CANCELLED,
-    EXIT_FAILED,
-    EXIT_JOB_GONE,
-    EXIT_LEASE_LOST,
-    EXIT_NO_JOB,
-    EXIT_OK,
-    EXIT_TIMEOUT,
-)
+__all__ = [
+    "EXIT_NOT_EXECUTABLE",
+    "EXIT_NOT_FOUND",
+    "Outcome",
+    "StopReason",
+    "Verdict",
+    "exit_code",
+]
 
-__all__ = ["Outcome", "Verdict", "exit_code"]
+EXIT_OK = 0
+EXIT_JOB_GONE = 5  # the job was deleted (404): the CLI's code for "not found"
+EXIT_NO_JOB = 7
+EXIT_LEASE_LOST = 75  # EX_TEMPFAIL: the work may have happened; the server will re-run it
+EXIT_TIMEOUT = 124  # as timeout(1)
+EXIT_FAILED = 125  # jobagentctl itself failed, as timeout(1)
+EXIT_NOT_EXECUTABLE = 126  # as the shells
+EXIT_NOT_FOUND = 127
+EXIT_CANCELLED = 143  # 128 + SIGTERM: what a cancelled job looks like to a shell
+
+
+class StopReason(enum.StrEnum):
+    """Why the run stopped the command (or, with none running, gave up on the job).
+
+    A stop reason is also the run's verdict. The values are what crosses a process boundary:
+    the file JOBAGENTCTL_STOP_REASON_FILE names, the watchdog's status pipe, and the ``reason``
+    and ``verdict`` fields of ``--report`` (docs/run.md). A new reason is one line here plus
+    its row in :func:`exit_code`.
+    """
+
+    LEASE_LOST = "lease_lost"  # the claim went away: nothing reported, the job runs elsewhere
+    CANCELLED = "cancelled"  # an operator cancelled the job
+    TIMEOUT = "timeout"  # --timeout stopped the command, failure reported
+    INTERRUPTED = "interrupted"  # a signal to run stopped it; the job was released
 
 
 class Verdict(enum.StrEnum):
-    """Who decided how the run ended, and what it was."""
+    """How a run ended when no :class:`StopReason` ended it, and who decided."""
 
     COMPLETED = "completed"  # the command ended on its own and its result was reported
     NOT_STARTED = "not_started"  # the command could not start (126/127), reported as failure
-    TIMEOUT = "timeout"  # --timeout stopped the command, failure reported
-    LEASE_LOST = "lease_lost"  # the claim went away: nothing reported
-    CANCELLED = "cancelled"  # an operator cancelled the job
     JOB_GONE = "job_gone"  # the job was deleted (404 on a heartbeat or the report)
-    INTERRUPTED = "interrupted"  # a signal to run stopped it; the job was released
     NO_JOB = "no_job"  # nothing to claim
     FAILED = "failed"  # jobagentctl itself failed (claim, preparation, report)
     STOPPED = "stopped"  # --loop ended by itself: --max-jobs, idle limit, drained
@@ -40,10 +58,11 @@ class Verdict(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Outcome:
-    """The verdict, plus what the exit code needs: the command's return code (``-N`` when
-    signal N killed it; 126/127 when it could not start) and the signal that interrupted run."""
+    """The verdict (a :class:`Verdict`, or the :class:`StopReason` that ended the run), plus
+    what the exit code needs: the command's return code (``-N`` when signal N killed it;
+    126/127 when it could not start) and the signal that interrupted run."""
 
-    verdict: Verdict
+    verdict: Verdict | StopReason
     returncode: int | None = None
     interrupted_by: signal.Signals | None = None
 
@@ -71,15 +90,15 @@ def exit_code(outcome: Outcome) -> int:
     if verdict in (Verdict.COMPLETED, Verdict.NOT_STARTED):
         assert rc is not None
         return 128 - rc if rc < 0 else rc
-    if verdict is Verdict.INTERRUPTED:
+    if verdict is StopReason.INTERRUPTED:
         return 128 + (outcome.interrupted_by or signal.SIGTERM)
-    codes = {
+    codes: dict[Verdict | StopReason, int] = {
         Verdict.STOPPED: EXIT_OK,
         Verdict.NO_JOB: EXIT_NO_JOB,
         Verdict.JOB_GONE: EXIT_JOB_GONE,
-        Verdict.LEASE_LOST: EXIT_LEASE_LOST,
-        Verdict.TIMEOUT: EXIT_TIMEOUT,
         Verdict.FAILED: EXIT_FAILED,
-        Verdict.CANCELLED: EXIT_CANCELLED,
+        StopReason.LEASE_LOST: EXIT_LEASE_LOST,
+        StopReason.TIMEOUT: EXIT_TIMEOUT,
+        StopReason.CANCELLED: EXIT_CANCELLED,
     }
     return codes[verdict]

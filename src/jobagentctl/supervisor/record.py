@@ -12,10 +12,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from uuid import UUID
 
+from jobagentctl.supervisor.outcome import StopReason, Verdict
+
 __all__ = ["JobRecord", "open_report", "utc_now", "write_record"]
 
 
 def utc_now() -> datetime:
+    """Now, in UTC (the record's timestamps)."""
     return datetime.now(UTC)
 
 
@@ -33,21 +36,22 @@ class JobRecord:
     status it reported, ``queued`` after a release, ``cancelled``, or None when the lease was
     lost or the report failed. ``exitCode`` is the child's exit status (None when a signal
     killed it, 126/127 when it could not start); ``signal`` the number of the signal that
-    killed it; ``reason`` why the run stopped it (``lease_lost``, ``cancelled``, ``timeout``,
-    ``interrupted``) or None when it ended on its own. ``verdict`` is how the run ended
-    (:class:`~jobagentctl.supervisor.outcome.Verdict`): ``completed`` means the exit code is
-    the command's own. Without a job (``no_job``, or a ``failed`` claim) ``jobId`` is None.
+    killed it; ``reason`` why the run stopped it (a :class:`~.outcome.StopReason`) or None
+    when it ended on its own. ``verdict`` is how the run ended (a :class:`~.outcome.Verdict`
+    or a stop reason): ``completed`` means the exit code is the command's own. Without a job
+    (``no_job``, or a ``failed`` claim) ``jobId`` is None. The enums are written as their
+    values, which docs/run.md lists.
     """
 
     job_id: UUID | None
     claim_id: UUID | None
     attempt: int | None
     started_at: datetime
-    verdict: str | None = None
+    verdict: Verdict | StopReason | None = None
     status: str | None = None
     exit_code: int | None = None
     signal: int | None = None
-    reason: str | None = None
+    reason: StopReason | None = None
     finished_at: datetime | None = None
     duration_seconds: float = 0.0
     heartbeats: int = 0
@@ -55,16 +59,17 @@ class JobRecord:
     reported: bool = False
 
     def to_json(self) -> str:
+        """The record as one line of JSON (camelCase fields, as on the wire)."""
         return json.dumps(
             {
-                "verdict": self.verdict,
+                "verdict": None if self.verdict is None else self.verdict.value,
                 "jobId": str(self.job_id) if self.job_id else None,
                 "claimId": str(self.claim_id) if self.claim_id else None,
                 "attempt": self.attempt,
                 "status": self.status,
                 "exitCode": self.exit_code,
                 "signal": self.signal,
-                "reason": self.reason,
+                "reason": None if self.reason is None else self.reason.value,
                 "startedAt": _rfc3339(self.started_at),
                 "finishedAt": _rfc3339(self.finished_at),
                 "durationSeconds": round(self.duration_seconds, 3),

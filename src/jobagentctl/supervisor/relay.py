@@ -45,11 +45,13 @@ class Relay:
 
     @property
     def pending(self) -> int:
+        """Bytes queued or being written."""
         with self._cond:
             return self._pending
 
     @property
     def full(self) -> bool:
+        """Whether the limit is reached (the watching phase then stops reading the child)."""
         with self._cond:
             return self._pending >= self.limit and self.broken is None
 
@@ -149,16 +151,19 @@ class RelayText(io.TextIOBase):
         self._encoding = encoding
 
     def writable(self) -> bool:
+        """Always: a stream to write to."""
         return True
 
     def write(self, text: str) -> int:
+        """Queue ``text`` (encoded) on the relay; never blocks."""
         self._relay.write(text.encode(self._encoding, errors="backslashreplace"))
         return len(text)
 
     def flush(self) -> None:
-        pass
+        """Nothing to do: the relay's thread writes as soon as it can."""
 
     def fileno(self) -> int:
+        """The descriptor the relay writes to."""
         return self._relay.fd
 
 

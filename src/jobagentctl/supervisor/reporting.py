@@ -7,15 +7,16 @@ from __future__ import annotations
 import random
 import signal
 import time
-from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from functools import partial
 
 from jobagentctl.durations import format_duration
 from jobagentctl.errors import ClaimLost, ClaimMismatch, JobTerminal, NotFound
 from jobagentctl.models import ClaimedJob, ClaimNext, JobStatus
 from jobagentctl.supervisor.child import SpawnError
-from jobagentctl.supervisor.heartbeat import Beat
-from jobagentctl.supervisor.outcome import Outcome, Verdict
+from jobagentctl.supervisor.lease import Beat
+from jobagentctl.supervisor.log import Log
+from jobagentctl.supervisor.outcome import Outcome, StopReason, Verdict
 from jobagentctl.supervisor.protocol import SupervisorClient, describe_error, is_transient
 from jobagentctl.supervisor.record import JobRecord
 from jobagentctl.supervisor.retry import Retry
@@ -33,32 +34,24 @@ RETRY_BASE_SECONDS = 0.5
 RETRY_CAP_SECONDS = 15.0
 
 
+@dataclass
 class Reporter:
     """Reports results and releases jobs through the main side's client."""
 
-    def __init__(
-        self,
-        client: SupervisorClient,
-        waiter: Waiter,
-        policy: SignalPolicy,
-        *,
-        report_timeout: float,
-        rng: random.Random,
-        info: Callable[[str], None],
-        warn: Callable[[str], None],
-    ) -> None:
-        self.client = client
-        self.waiter = waiter
-        self.policy = policy
-        self.report_timeout = report_timeout
-        self._rng = rng
-        self._info, self._warn = info, warn
-        # ``run --loop`` sets what the next report asks to claim along with it (see report).
-        self.claim_next: ClaimNext | None = None
-        self.next_claim: tuple[ClaimedJob, float, float] | None = None
+    client: SupervisorClient
+    waiter: Waiter
+    policy: SignalPolicy
+    _: KW_ONLY
+    report_timeout: float
+    rng: random.Random
+    log: Log
+    # ``run --loop`` sets what the next report asks to claim along with it (see report).
+    claim_next: ClaimNext | None = None
+    next_claim: tuple[ClaimedJob, float, float] | None = field(default=None, init=False)
 
     def retry(self, budget: float) -> Retry:
-        return Retry(base=RETRY_BASE_SECONDS, cap=RETRY_CAP_SECONDS, rng=self._rng, budget=budget)
+        """The backoff of claims, reports and releases, within ``budget`` seconds."""
+        return Retry(base=RETRY_BASE_SECONDS, cap=RETRY_CAP_SECONDS, rng=self.rng, budget=budget)
 
     def settle(
         self,
@@ -67,57 +60,48 @@ class Reporter:
         record: JobRecord,
         *,
         timeout: float,
-        lease_lost: tuple[Beat, str] | None,
+        lease_verdict: tuple[Beat, str] | None,
     ) -> Outcome:
-        """Report (or release) according to how the child ended; fill ``record``."""
+        """Report (or release) according to how the child ended; fill ``record``.
+
+        ``lease_verdict`` is what the lease learnt before the claim went (if it did).
+        """
         if isinstance(end, SpawnError):
             record.exit_code = end.exit_code
             return self._report_result(
                 job, record, JobStatus.FAILURE, end.message,
                 Outcome(Verdict.NOT_STARTED, end.exit_code),
             )  # fmt: skip
-        rc = end.returncode
-        record.reason = end.reason
+        rc, reason = end.returncode, end.reason
+        record.reason = reason
         if rc is not None and rc < 0:
             record.signal = -rc
         else:
             record.exit_code = rc
-        if end.reason == "interrupted":
+        if reason is StopReason.INTERRUPTED:
             sig = self.policy.interrupted or signal.SIGTERM
             if self.release(job, f"interrupted by {sig.name}"):
                 record.status, record.reported = JobStatus.QUEUED.value, True
-            return Outcome(Verdict.INTERRUPTED, rc, sig)
-        if end.reason == "cancelled":
+            return Outcome(reason, rc, sig)
+        if reason is StopReason.CANCELLED:
             record.status = JobStatus.CANCELLED.value
-            self._warn(f"job {job.id} was cancelled: stopped it")
-            return Outcome(Verdict.CANCELLED, rc)
-        if end.reason == "lease_lost":
-            beat, why = lease_lost or (Beat.LEASE_LOST, "the lease expired")
+            self.log.warn(f"job {job.id} was cancelled: stopped it")
+            return Outcome(reason, rc)
+        if reason is StopReason.LEASE_LOST:
+            beat, why = lease_verdict or (Beat.LEASE_LOST, "the lease expired")
             if beat is Beat.JOB_GONE:
-                self._warn(f"job {job.id} is gone ({why}): the result is not reported")
+                self.log.warn(f"job {job.id} is gone ({why}): the result is not reported")
                 return Outcome(Verdict.JOB_GONE, rc)
-            self._warn(f"lease lost ({why}): the result is not reported")
-            return Outcome(Verdict.LEASE_LOST, rc)
+            self.log.warn(f"lease lost ({why}): the result is not reported")
+            return Outcome(reason, rc)
         assert rc is not None
-        if end.reason == "timeout":
-            status, message = JobStatus.FAILURE, f"timed out after {format_duration(timeout)}"
-            outcome = Outcome(Verdict.TIMEOUT, rc)
-        elif rc == 0:
-            status, message, outcome = JobStatus.SUCCESSFUL, None, Outcome(Verdict.COMPLETED, 0)
-        elif rc < 0:
-            status = JobStatus.FAILURE
-            message = f"killed by signal {-rc} ({_signal_name(-rc)})"
-            outcome = Outcome(Verdict.COMPLETED, rc)
-        else:
-            status, message, outcome = (
-                JobStatus.FAILURE,
-                f"exit code {rc}",
-                Outcome(Verdict.COMPLETED, rc),
-            )
+        status, message = _result(rc, reason, timeout)
         if message is not None and end.tail:
             room = MAX_MESSAGE_CHARS - len(message) - 1
             message = f"{message}\n{end.tail[-room:]}" if room > 0 else message
-        return self._report_result(job, record, status, message, outcome)
+        return self._report_result(
+            job, record, status, message, Outcome(reason or Verdict.COMPLETED, rc)
+        )
 
     def _report_result(
         self,
@@ -131,7 +115,7 @@ class Reporter:
         if failed is None:
             record.status, record.reported = status.value, True
             return outcome
-        if failed.verdict is Verdict.CANCELLED:
+        if failed.verdict is StopReason.CANCELLED:
             record.status = JobStatus.CANCELLED.value
         return Outcome(failed.verdict, outcome.returncode, failed.interrupted_by)
 
@@ -144,7 +128,6 @@ class Reporter:
         Retries do not ask again: a first try whose answer was lost may have claimed one
         already (its lease then runs out and the reaper puts it back).
         """
-        client = self.client
         retry = self.retry(self.report_timeout)
         # Stopping (a drain, an interrupt): no next job wanted.
         ask = None if self.policy.stopping or job.claim_id is None else self.claim_next
@@ -153,54 +136,56 @@ class Reporter:
             sent_at = time.monotonic()
             call = self.waiter.call(
                 partial(
-                    client.update_status,
-                    job.id,
-                    status,
-                    claim_id=job.claim_id,
-                    message=message,
-                    claim_next=following,
+                    self.client.update_status, job.id, status,
+                    claim_id=job.claim_id, message=message, claim_next=following,
                 ),
                 "report",
                 on_abandoned=self._give_back_claimed,
-            )
+            )  # fmt: skip
             if not call.finished:
-                sig = self.policy.interrupted
-                assert sig is not None
-                self._warn(
-                    f"interrupted by {sig.name}: {status.value} not reported "
+                self.log.warn(
+                    f"interrupted by {self._interrupted().name}: {status.value} not reported "
                     "(the lease will expire)"
                 )
-                return Outcome(Verdict.INTERRUPTED, interrupted_by=sig)
+                return Outcome(StopReason.INTERRUPTED, interrupted_by=self._interrupted())
             error = call.error
             if error is None:
                 claimed = getattr(call.value, "claimed", None)
                 if claimed:
                     self.next_claim = (claimed[0], sent_at, time.monotonic())
                 return None
-            if isinstance(error, ClaimLost) and error.job_status == JobStatus.CANCELLED:
-                self._warn(f"job {job.id} was cancelled: {status.value} not reported")
-                return Outcome(Verdict.CANCELLED)
-            if isinstance(error, NotFound):
-                # Deleted (our server), or a job ctrlplane no longer has: not a lease matter.
-                self._warn(
-                    f"job {job.id} is gone ({describe_error(error)}): {status.value} not reported"
-                )
-                return Outcome(Verdict.JOB_GONE)
-            if isinstance(error, ClaimLost | ClaimMismatch | JobTerminal):
-                self._warn(
-                    f"lease lost before the report ({describe_error(error)}): "
-                    f"{status.value} not reported"
-                )
-                return Outcome(Verdict.LEASE_LOST)
+            refused = self._refused(job, status, error)
+            if refused is not None:
+                return refused
             delay = retry.failed()
             if delay is None or not is_transient(error):
-                self._warn(f"cannot report {status.value}: {describe_error(error)}")
+                self.log.warn(f"cannot report {status.value}: {describe_error(error)}")
                 return Outcome(Verdict.FAILED)
-            self._warn(f"report failed, retrying in {delay:.1f}s: {describe_error(error)}")
+            self.log.warn(f"report failed, retrying in {delay:.1f}s: {describe_error(error)}")
             if self.waiter.pause(delay, "report"):
-                sig = self.policy.interrupted
-                assert sig is not None
-                return Outcome(Verdict.INTERRUPTED, interrupted_by=sig)
+                return Outcome(StopReason.INTERRUPTED, interrupted_by=self._interrupted())
+
+    def _refused(self, job: ClaimedJob, status: JobStatus, error: BaseException) -> Outcome | None:
+        """How the run ends when the server refused the report because the claim is no longer
+        ours (cancelled, deleted, lost); None for any other error."""
+        not_reported = f"{status.value} not reported"
+        if isinstance(error, ClaimLost) and error.job_status == JobStatus.CANCELLED:
+            self.log.warn(f"job {job.id} was cancelled: {not_reported}")
+            return Outcome(StopReason.CANCELLED)
+        if isinstance(error, NotFound):
+            # Deleted (our server), or a job ctrlplane no longer has: not a lease matter.
+            self.log.warn(f"job {job.id} is gone ({describe_error(error)}): {not_reported}")
+            return Outcome(Verdict.JOB_GONE)
+        if isinstance(error, ClaimLost | ClaimMismatch | JobTerminal):
+            self.log.warn(f"lease lost before the report ({describe_error(error)}): {not_reported}")
+            return Outcome(StopReason.LEASE_LOST)
+        return None
+
+    def _interrupted(self) -> signal.Signals:
+        """The signal that interrupted the run (a wait ended by a signal means there is one)."""
+        sig = self.policy.interrupted
+        assert sig is not None
+        return sig
 
     def release(self, job: ClaimedJob, why: str) -> bool:
         """Put the job back in the queue (status ``queued`` with our claim id)."""
@@ -211,11 +196,11 @@ class Reporter:
             if not call.finished:
                 return False
             if call.error is None:
-                self._info(f"{why}: released job {job.id} back to the queue")
+                self.log.info(f"{why}: released job {job.id} back to the queue")
                 return True
             delay = retry.failed()
             if delay is None or not is_transient(call.error):
-                self._warn(
+                self.log.warn(
                     f"{why}: could not release job {job.id} "
                     f"({describe_error(call.error)}); its lease will expire instead"
                 )
@@ -238,12 +223,12 @@ class Reporter:
         try:
             self.client.release(job.id, claim_id=job.claim_id)
         except Exception as exc:
-            self._warn(
+            self.log.warn(
                 f"claimed job {job.id} while stopping and could not release it "
                 f"({describe_error(exc)}): its lease will expire"
             )
         else:
-            self._info(f"claimed job {job.id} while stopping: released it")
+            self.log.info(f"claimed job {job.id} while stopping: released it")
 
 
 def _signal_name(signum: int) -> str:
@@ -251,3 +236,15 @@ def _signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
+
+
+def _result(rc: int, reason: StopReason | None, timeout: float) -> tuple[JobStatus, str | None]:
+    """The terminal status to report for a command that ended with ``rc`` (stopped for
+    ``reason``, if it was), and the message that says why it failed."""
+    if reason is StopReason.TIMEOUT:
+        return JobStatus.FAILURE, f"timed out after {format_duration(timeout)}"
+    if rc == 0:
+        return JobStatus.SUCCESSFUL, None
+    if rc < 0:
+        return JobStatus.FAILURE, f"killed by signal {-rc} ({_signal_name(-rc)})"
+    return JobStatus.FAILURE, f"exit code {rc}"

@@ -50,4 +50,5 @@ class Retry:
         return delay
 
     def succeeded(self) -> None:
+        """A try succeeded: the next failure starts the backoff afresh."""
         self.failures = 0

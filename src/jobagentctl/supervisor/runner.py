@@ -16,26 +16,22 @@ import os
 import random
 import select
 import signal
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from functools import partial
 
 from jobagentctl.durations import format_duration
 from jobagentctl.models import ClaimNext, JobStatus
-from jobagentctl.supervisor.child import (
-    Child,
-    JobFiles,
-    SpawnError,
-    child_environment,
-    sweep_stale_job_files,
-)
+from jobagentctl.supervisor.child import Child, SpawnError
 from jobagentctl.supervisor.claiming import Claim, Claimer
+from jobagentctl.supervisor.claimwatch import ClaimWatcher
 from jobagentctl.supervisor.events import Events
-from jobagentctl.supervisor.heartbeat import Beat
+from jobagentctl.supervisor.heartbeat import Heartbeater
+from jobagentctl.supervisor.jobfiles import JobFiles, child_environment, sweep_stale_job_files
 from jobagentctl.supervisor.lease import JobLease
+from jobagentctl.supervisor.log import Log
 from jobagentctl.supervisor.options import RunOptions
-from jobagentctl.supervisor.outcome import Outcome, Verdict, exit_code
+from jobagentctl.supervisor.outcome import Outcome, StopReason, Verdict, exit_code
 from jobagentctl.supervisor.protocol import SupervisorClient
 from jobagentctl.supervisor.record import JobRecord, open_report, utc_now, write_record
 from jobagentctl.supervisor.relay import Relay, relayed_stderr
@@ -43,25 +39,7 @@ from jobagentctl.supervisor.reporting import Reporter
 from jobagentctl.supervisor.waiting import SignalPolicy, Waiter
 from jobagentctl.supervisor.watching import ChildEnd, Watch
 
-__all__ = ["Log", "Supervisor"]
-
-
-def _stderr(message: str) -> None:
-    sys.stderr.write(f"jobagentctl: {message}\n")
-    sys.stderr.flush()
-
-
-def _silent(message: str) -> None:
-    del message
-
-
-@dataclass(frozen=True)
-class Log:
-    """Where the supervisor's conversation goes (stderr by default; the CLI decides)."""
-
-    info: Callable[[str], None] = _stderr
-    warn: Callable[[str], None] = _stderr
-    debug: Callable[[str], None] = _silent
+__all__ = ["Supervisor"]
 
 
 class Supervisor:
@@ -92,10 +70,12 @@ class Supervisor:
 
     @property
     def draining(self) -> bool:
+        """Whether a SIGTERM asked ``--loop`` to finish the current job and claim no more."""
         return self.policy.draining
 
     @property
     def interrupted(self) -> signal.Signals | None:
+        """The signal that told the run to stop, if one did."""
         return self.policy.interrupted
 
     def run(self) -> int:
@@ -104,6 +84,7 @@ class Supervisor:
         return exit_code(self.outcome)
 
     def run_outcome(self) -> Outcome:
+        """The whole run; returns how it ended (:meth:`run` makes that the exit code)."""
         # Our stdout and stderr are written by relays: a reader that never reads blocks
         # neither the command's supervision nor our own messages (see relay.py).
         self._relays = {"stdout": Relay(1, name="stdout"), "stderr": Relay(2, name="stderr")}
@@ -133,25 +114,13 @@ class Supervisor:
         if swept:
             log.debug(f"removed the job files of {swept} run(s) killed before cleaning up")
         with Events() as events:
-            waiter = Waiter(
-                events,
-                self.policy,
-                on_news=self._on_news,
-                suspend=lambda: self._suspend(None),
-                info=log.info,
-                warn=log.warn,
-                debug=log.debug,
-            )
+            suspend = partial(self._suspend, None)
+            waiter = Waiter(events, self.policy, on_news=self._on_news, suspend=suspend, log=log)
             reporter = Reporter(
-                client,
-                waiter,
-                self.policy,
-                report_timeout=self.options.report_timeout,
-                rng=self._rng,
-                info=log.info,
-                warn=log.warn,
-            )
-            claimer = Claimer(self.options, client, waiter, self.policy, reporter, warn=log.warn)
+                client, waiter, self.policy,
+                report_timeout=self.options.report_timeout, rng=self._rng, log=log,
+            )  # fmt: skip
+            claimer = Claimer(self.options, client, waiter, self.policy, reporter, log)
             try:
                 if self.options.loop:
                     return self._run_loop(claimer, reporter, events)
@@ -197,7 +166,7 @@ class Supervisor:
                 self._run_job(claimed, reporter, events)
                 done += 1
                 if self.policy.interrupted is not None:
-                    return Outcome(Verdict.INTERRUPTED, interrupted_by=self.policy.interrupted)
+                    return Outcome(StopReason.INTERRUPTED, interrupted_by=self.policy.interrupted)
         finally:
             # Claimed with the last report but not to be run (drained, interrupted, failed):
             # back to the queue at once rather than when its lease runs out.
@@ -209,7 +178,7 @@ class Supervisor:
         """News from a thread while no child runs (a heartbeat verdict while reporting)."""
         lease = self._lease
         if lease is not None and (beat := lease.note(news)) is not None:
-            self._log.debug(f"heartbeat verdict: {beat.value} ({lease.why})")
+            self._log.debug(f"heartbeat verdict: {beat} ({lease.why})")
 
     def _suspend(self, child: Child | None) -> None:
         """Ctrl-Z (SIGTSTP): stop the command's group, then ourselves; on resume, the group.
@@ -247,10 +216,7 @@ class Supervisor:
         started = time.monotonic()
         lease = self._lease = JobLease(job, claim.sent_at, claim.received_at)
         if lease.leased:
-            lease.start_heartbeats(
-                self._factory(), post=events.post, warn=log.warn, debug=log.debug, rng=self._rng,
-                watch_client=self._factory(),
-            )  # fmt: skip
+            self._keep(lease, events)
             lease_text = f"lease {job.lease_seconds}s"
         else:
             lease_text = "unleased: no heartbeats"
@@ -261,7 +227,7 @@ class Supervisor:
             files = JobFiles(job)
             end = self._execute(claim, files, lease, events)
             outcome = reporter.settle(
-                job, end, record, timeout=opts.timeout, lease_lost=lease.verdict
+                job, end, record, timeout=opts.timeout, lease_verdict=lease.verdict
             )
         except OSError as exc:
             # Our side failed before the child could start (no temp dir, …): give the job back.
@@ -285,6 +251,22 @@ class Supervisor:
             f" {record.heartbeats} heartbeat(s))"
         )
         return outcome
+
+    def _keep(self, lease: JobLease, events: Events) -> None:
+        """Start the threads that keep ``lease``, each on a client of its own (a slow
+        heartbeat never holds up a report, and a long-poll keeps its connection): heartbeats,
+        and the claim long-poll, which brings a cancel within about a second whatever the
+        lease. Their news comes to the main loop through ``events``."""
+        job, log, rng = lease.job, self._log, self._rng
+        assert lease.lease is not None and job.claim_id is not None
+        heartbeater = Heartbeater(
+            self._factory(), job.id, job.claim_id, lease.lease, post=events.post, log=log, rng=rng
+        )
+        watcher = ClaimWatcher(
+            self._factory(), job.id, job.claim_id,
+            confirm=heartbeater.beat_once, post=events.post, log=log, rng=rng,
+        )  # fmt: skip
+        lease.keep(heartbeater, watcher)
 
     def _report_writable(self) -> bool:
         """Open (and without --loop empty) --report before claiming: a path that cannot be
@@ -316,8 +298,7 @@ class Supervisor:
         opts, log = self.options, self._log
         gone = lease.gone_before_start()
         if gone is not None:
-            reason = "cancelled" if gone is Beat.CANCELLED else "lease_lost"
-            return ChildEnd(returncode=None, reason=reason, tail="")
+            return ChildEnd(returncode=None, reason=gone, tail="")
         env = child_environment(os.environ, claim.job, opts, files)
         try:
             # The watchdog enforces the lease even if we die or freeze (docs/run.md), unless
@@ -336,6 +317,6 @@ class Supervisor:
             child.lease_holds_until(enforce.deadline)  # a renewal while it started
         watch = Watch(
             opts, child, files, lease, events, self.policy, self._relays,
-            suspend=self._suspend, info=log.info, warn=log.warn, debug=log.debug,
+            suspend=self._suspend, log=log,
         )  # fmt: skip
         return watch.run()

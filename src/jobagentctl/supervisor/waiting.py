@@ -14,10 +14,11 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Generic, Literal, TypeVar
 
 from jobagentctl.supervisor.events import Events, SignalReceived
+from jobagentctl.supervisor.log import Log
 
 __all__ = ["Action", "Call", "Phase", "SignalPolicy", "Waiter"]
 
@@ -46,6 +47,7 @@ class SignalPolicy:
 
     @property
     def stopping(self) -> bool:
+        """Whether the run was asked to stop: drain or interrupt."""
         return self.draining or self.interrupted is not None
 
     def classify(self, signum: signal.Signals) -> Action:
@@ -79,6 +81,7 @@ class Call(Generic[T]):
 
     @property
     def finished(self) -> bool:
+        """Whether the call has answered (a value or an error)."""
         return self.done.is_set()
 
     def abandon(self) -> bool:
@@ -89,26 +92,18 @@ class Call(Generic[T]):
         return self.abandoned
 
 
+@dataclass
 class Waiter:
-    """Runs calls and pauses in the main thread, acting on signals meanwhile."""
+    """Runs calls and pauses in the main thread, acting on signals meanwhile: news from other
+    threads goes to ``on_news``, a Ctrl-Z to ``suspend``."""
 
-    def __init__(
-        self,
-        events: Events,
-        policy: SignalPolicy,
-        *,
-        on_news: Callable[[object], None],
-        suspend: Callable[[], None],
-        info: Callable[[str], None],
-        warn: Callable[[str], None],
-        debug: Callable[[str], None],
-    ) -> None:
-        self.events = events
-        self.policy = policy
-        self._on_news = on_news
-        self._suspend = suspend
-        self._info, self._warn, self._debug = info, warn, debug
-        self._abandoned: list[threading.Thread] = []
+    events: Events
+    policy: SignalPolicy
+    _: KW_ONLY
+    on_news: Callable[[object], None]
+    suspend: Callable[[], None]
+    log: Log
+    _abandoned: list[threading.Thread] = field(default_factory=list, init=False)
 
     def call(
         self,
@@ -159,7 +154,7 @@ class Waiter:
                     if self._on_signal(event.signum, phase):
                         return True
                 elif not isinstance(event, Call):
-                    self._on_news(event)
+                    self.on_news(event)
         return False
 
     def join_abandoned(self) -> bool:
@@ -173,18 +168,18 @@ class Waiter:
     def _on_signal(self, signum: signal.Signals, phase: Phase) -> bool:
         """A signal while no child runs. True when the current wait must end."""
         if signum == signal.SIGTSTP:
-            self._suspend()
+            self.suspend()
             return False
         if signum == signal.SIGCONT:
             return False
         action = self.policy.classify(signum)
         if action == "drain":
-            self._info(f"{signum.name}: draining (no new jobs)")
+            self.log.info(f"{signum.name}: draining (no new jobs)")
             # While claiming, stop now; while reporting, the current job is finished first.
             return phase == "idle"
         if action in ("interrupt", "kill"):
             if action == "kill":
-                self._warn(f"{signum.name} again: giving up at once")
+                self.log.warn(f"{signum.name} again: giving up at once")
             return True
-        self._debug(f"{signum.name}: no child to forward it to")
+        self.log.debug(f"{signum.name}: no child to forward it to")
         return False

@@ -48,7 +48,7 @@ import time
 # Only what the interpreter has loaded anyway, plus ctypes: no typing, no contextlib (they
 # would double the start-up of this helper, which every job pays).
 
-__all__ = ["descendants", "main"]
+__all__ = ["STOP_REASON", "Watchdog", "descendants", "main"]
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -62,6 +62,10 @@ _CLOCK_BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
 # Once the tree is being SIGKILLed, how long to wait for processes that do not die (a process
 # in uninterruptible sleep, another user's setuid program) before giving up on them.
 KILL_PATIENCE_SECONDS = 10.0
+# The one reason the watchdog stops a job for, written to the stop-reason file and said on the
+# status pipe: the lease ran out, or the supervisor (who alone could renew it) is gone. It is
+# StopReason.LEASE_LOST's value (this file imports nothing of ours; a test holds the two equal).
+STOP_REASON = "lease_lost"
 # Signals a job might send its parent by pid; ignored here (the job gets them back at exec).
 IGNORED = (
     signal.SIGINT,
@@ -123,7 +127,8 @@ class _BootTimer:
     def __init__(self) -> None:
         self.fd: int | None = None
         self._settime: ctypes._NamedFuncPointer | None = None
-        self._spec = (ctypes.c_long * 4)()  # struct itimerspec: interval, then value
+        # timerfd_settime's argument: the interval (seconds, nanoseconds), then the expiry.
+        self._spec = (ctypes.c_long * 4)()
         self._armed: float | None = None
         if _CLOCK_BOOTTIME is None or not sys.platform.startswith("linux"):
             return
@@ -200,6 +205,8 @@ def descendants(root: int) -> list[int]:
 
 
 class Watchdog:
+    """The watchdog of one job: its pipes to the supervisor, the job's tree, the deadlines."""
+
     def __init__(
         self,
         control_fd: int,
@@ -239,6 +246,7 @@ class Watchdog:
     # --- talking to the supervisor -----------------------------------------------------------
 
     def say(self, line: str, *, wake: bool = False) -> None:
+        """Write ``line`` to the status pipe; with ``wake``, SIGCHLD the supervisor too."""
         with _suppress(OSError):
             os.write(self.status_fd, line.encode() + b"\n")
         if wake and self.supervisor_alive:
@@ -247,6 +255,7 @@ class Watchdog:
                 os.kill(self.supervisor, signal.SIGCHLD)
 
     def read_control(self) -> None:
+        """Act on every whole line the supervisor sent; its end-of-file means it is gone."""
         while True:
             try:
                 data = os.read(self.control_fd, 4096)
@@ -263,6 +272,7 @@ class Watchdog:
                 self.command(line.decode("ascii", "replace").split())
 
     def command(self, words: list[str]) -> None:
+        """One control line: ``lease STOP KILL`` (monotonic times) or ``kill``."""
         if words[:1] == ["lease"] and len(words) == 3 and self.stopping is None:
             offset = _boottime() - time.monotonic()
             stop_at, kill_at = float(words[1]) + offset, float(words[2]) + offset
@@ -295,14 +305,16 @@ class Watchdog:
         kill_at = now + grace
         if self.kill_at is not None:
             kill_at = min(kill_at, max(now, self.kill_at))
-        self.begin_stop("lease_lost", kill_at)
+        self.begin_stop(kill_at)
 
     # --- stopping ----------------------------------------------------------------------------
 
-    def begin_stop(self, reason: str, kill_at: float) -> None:
+    def begin_stop(self, kill_at: float) -> None:
+        """Stop the job for its lease: the reason file, the stop signal and SIGCONT to its
+        group now, SIGKILL at ``kill_at``; the supervisor is told (and woken)."""
         if self.stopping is not None:
             return
-        self.stopping = reason
+        reason = self.stopping = STOP_REASON
         self.stop_at, self.kill_at = None, kill_at
         self.write_reason(reason)
         self.say(f"stopping {reason}", wake=True)
@@ -351,6 +363,7 @@ class Watchdog:
             self.say(f"exit {signal.SIGKILL}", wake=True)
 
     def reap(self) -> None:
+        """Collect every child that has exited (the job's leader, or an orphan it left)."""
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -361,6 +374,7 @@ class Watchdog:
             self.noted(pid, status)
 
     def noted(self, pid: int, status: int) -> None:
+        """A child exited: when it is the job's leader, tell the supervisor its status."""
         if pid == self.leader and self.leader_status is None:
             self.leader_status = status
             self.say(f"exit {status}", wake=True)
@@ -421,17 +435,18 @@ class Watchdog:
         return self.kill_at
 
     def run(self) -> None:
+        """Watch until the tree is killed: deadlines, the control pipe, exits, the outputs."""
         while True:
             now = _boottime()
             if self.kill_at is not None and now >= self.kill_at:
                 if self.stopping is None:
                     # Past the kill time already (a suspended machine resuming): no grace.
-                    self.begin_stop("lease_lost", now)
+                    self.begin_stop(now)
                 self.kill_tree()
                 return
             if self.stopping is None and self.stop_at is not None and now >= self.stop_at:
                 assert self.kill_at is not None
-                self.begin_stop("lease_lost", self.kill_at)
+                self.begin_stop(self.kill_at)
             wait = self.timer.timeout(self.next_deadline(), now)
             watched = [self.wake_r, *self.draining]
             if self.supervisor_alive:

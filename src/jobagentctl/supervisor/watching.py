@@ -14,14 +14,16 @@ import selectors
 import signal
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 from jobagentctl.durations import format_duration
-from jobagentctl.supervisor.child import Child, JobFiles
+from jobagentctl.supervisor.child import Child
 from jobagentctl.supervisor.events import Events, SignalReceived
-from jobagentctl.supervisor.heartbeat import Beat
+from jobagentctl.supervisor.jobfiles import JobFiles
 from jobagentctl.supervisor.lease import JobLease
+from jobagentctl.supervisor.log import Log
 from jobagentctl.supervisor.options import RunOptions
+from jobagentctl.supervisor.outcome import StopReason
 from jobagentctl.supervisor.relay import Relay
 from jobagentctl.supervisor.tail import OutputTail
 from jobagentctl.supervisor.waiting import TICK_SECONDS, SignalPolicy
@@ -34,61 +36,50 @@ REMIND_SECONDS = 5.0
 
 @dataclass(frozen=True)
 class ChildEnd:
-    """How the child's run ended: its return code (``-N``: killed by signal N), why run
-    stopped it (``lease_lost``, ``cancelled``, ``timeout``, ``interrupted``) if it did, and
-    the tail of its output."""
+    """How the child's run ended: its return code (``-N``: killed by signal N; None: it never
+    started), why run stopped it if it did, and the tail of its output."""
 
     returncode: int | None
-    reason: str | None
+    reason: StopReason | None
     tail: str
 
 
+@dataclass(eq=False)
 class Watch:
     """Runs the main loop for one started child. Use :meth:`run` once."""
 
-    def __init__(
-        self,
-        options: RunOptions,
-        child: Child,
-        files: JobFiles,
-        lease: JobLease,
-        events: Events,
-        policy: SignalPolicy,
-        relays: Mapping[str, Relay],
-        *,
-        suspend: Callable[[Child], None],
-        info: Callable[[str], None],
-        warn: Callable[[str], None],
-        debug: Callable[[str], None],
-    ) -> None:
-        self.opts = options
-        self.child = child
-        self.files = files
-        self.lease = lease
-        self.events = events
-        self.policy = policy
-        self._info, self._warn, self._debug = info, warn, debug
-        self._suspend = suspend
-        self.tail = OutputTail(options.output_tail_bytes)
-        self.reason: str | None = None
+    opts: RunOptions
+    child: Child
+    files: JobFiles
+    lease: JobLease
+    events: Events
+    policy: SignalPolicy
+    relays: Mapping[str, Relay]
+    _: KW_ONLY
+    suspend: Callable[[Child], None]
+    log: Log
+
+    def __post_init__(self) -> None:
+        self.tail = OutputTail(self.opts.output_tail_bytes)
+        self.reason: StopReason | None = None
         self.kill_at: float | None = None
         self.killed = False
         # While a stopped command takes its time, say now and then what we wait for.
         self.remind_at: float | None = None
         self.started = time.monotonic()
-        self.timeout_at = self.started + options.timeout
-        self.relays = relays
+        self.timeout_at = self.started + self.opts.timeout
         self.selector = selectors.DefaultSelector()
-        self.selector.register(events.read_fd, selectors.EVENT_READ, None)
+        self.selector.register(self.events.read_fd, selectors.EVENT_READ, None)
         # The child's open pipes; the paused ones are not read while their relay is full.
         self.pipes: dict[int, str] = {}
         self.paused: set[int] = set()
-        for fd, stream in ((child.stdout_fd, "stdout"), (child.stderr_fd, "stderr")):
+        for fd, stream in ((self.child.stdout_fd, "stdout"), (self.child.stderr_fd, "stderr")):
             if fd is not None:
                 self.pipes[fd] = stream
                 self.selector.register(fd, selectors.EVENT_READ, stream)
 
     def run(self) -> ChildEnd:
+        """Watch the child to its end (and its pipes to EOF, or --grace after it)."""
         try:
             self._loop()
         finally:
@@ -110,7 +101,7 @@ class Watch:
                 # The watchdog stopped it at the local lease deadline (we were late or frozen).
                 self.lease.expire()
                 self.lease.lose()
-                self.reason = "lease_lost"
+                self.reason = self.child.stopped_by_watchdog
             if exited and not self._pipes_open():
                 return
             self._resume_pipes(everything=exited)
@@ -138,8 +129,8 @@ class Watch:
 
     def _check_deadlines(self, now: float, exited: bool) -> None:
         if not exited and self.kill_at is None and now >= self.timeout_at:
-            self._warn(f"timed out after {format_duration(self.opts.timeout)}: stopping")
-            self._stop("timeout", self.opts.stop_signal)
+            self.log.warn(f"timed out after {format_duration(self.opts.timeout)}: stopping")
+            self._stop(StopReason.TIMEOUT, self.opts.stop_signal)
         # Once the child has exited its result is known: the report (fenced by the claim id)
         # decides whether the lease still holds, so the local deadline only matters before.
         if not exited and self.lease.watched and now >= self.lease.deadline:
@@ -153,7 +144,7 @@ class Watch:
             and now >= self.remind_at
         ):
             self.remind_at = now + REMIND_SECONDS
-            self._warn(
+            self.log.warn(
                 f"still waiting for the command to exit ({self.reason}): SIGKILL in "
                 f"{format_duration(max(0.0, round(self.kill_at - now)))}"
             )
@@ -161,7 +152,7 @@ class Watch:
             if not self.killed:
                 self.killed = True
                 if not exited:
-                    self._warn(
+                    self.log.warn(
                         f"still running {format_duration(self.opts.grace)} after the stop "
                         "signal: SIGKILL"
                     )
@@ -175,30 +166,29 @@ class Watch:
                 self._on_signal(event.signum)
                 continue
             verdict = self.lease.note(event)
-            if verdict is not None:
-                self._debug(f"heartbeat verdict: {verdict.value} ({self.lease.why})")
-            if verdict is Beat.CANCELLED:
-                self._stop("cancelled", self.opts.stop_signal)
-            elif verdict in (Beat.LEASE_LOST, Beat.JOB_GONE):
-                # The command is told "lease_lost" either way: it must stop, nothing it
-                # reports would be kept. The verdict (job_gone) tells them apart for us.
-                self._lease_lost()
+            if verdict is None:
+                continue
+            self.log.debug(f"heartbeat verdict: {verdict} ({self.lease.why})")
+            if verdict.stop_reason is StopReason.LEASE_LOST:
+                self._lease_lost()  # the verdict (job_gone or not) tells the report more
+            else:
+                self._stop(verdict.stop_reason, self.opts.stop_signal)
 
     def _lease_lost(self) -> None:
         self.lease.lose()
         if self.opts.on_lease_lost == "stop":
-            self._stop("lease_lost", self.opts.stop_signal)
+            self._stop(StopReason.LEASE_LOST, self.opts.stop_signal)
         else:
-            self._warn(
+            self.log.warn(
                 "lease lost: letting the child finish (--on-lease-lost "
                 "continue); its result will not be reported"
             )
             if self.reason is None:
-                self.reason = "lease_lost"
+                self.reason = StopReason.LEASE_LOST
 
     def _on_signal(self, signum: signal.Signals) -> None:
         if signum == signal.SIGTSTP:
-            self._suspend(self.child)
+            self.suspend(self.child)
             return
         if signum == signal.SIGCONT:
             # Resumed (by `fg`, or a SIGCONT after a SIGSTOP): the command too.
@@ -206,25 +196,30 @@ class Watch:
             return
         action = self.policy.classify(signum)
         if action == "drain":
-            self._info(f"{signum.name}: draining: the current job finishes, then exit")
+            self.log.info(f"{signum.name}: draining: the current job finishes, then exit")
         elif action == "interrupt":
-            self._stop("interrupted", signum)
+            self._stop(StopReason.INTERRUPTED, signum)
             again = f"; {signum.name} again kills it now" if signum != signal.SIGHUP else ""
-            self._warn(
+            self.log.warn(
                 f"{signum.name}: stopping the job: sent {signum.name} to the command "
                 f"(process group {self.child.pgid}); waiting up to "
                 f"{format_duration(self.opts.grace)} for it to exit, then SIGKILL{again}"
             )
         elif action == "kill":
-            self._warn(f"{signum.name} again: SIGKILL")
+            self.log.warn(f"{signum.name} again: SIGKILL")
             self.killed = True
             self.child.signal_group(signal.SIGKILL)
         else:
             self.child.signal_group(signum)
 
-    def _stop(self, reason: str, signum: int) -> None:
-        """Ask the child to stop: reason file, signal to the group, SIGKILL after --grace."""
-        if self.reason is None or (self.reason == "lease_lost" and reason != "lease_lost"):
+    def _stop(self, reason: StopReason, signum: int) -> None:
+        """Ask the child to stop: reason file, signal to the group, SIGKILL after --grace.
+
+        The first reason stands, but any later one replaces a lost lease (with
+        ``--on-lease-lost continue`` the command runs on, and what then stops it, a timeout
+        or an interrupt, is what the command and the report are told)."""
+        lease_lost = StopReason.LEASE_LOST
+        if self.reason is None or (self.reason is lease_lost and reason is not lease_lost):
             self.reason = reason
             with contextlib.suppress(OSError):
                 self.files.write_stop_reason(reason)
@@ -253,7 +248,7 @@ class Watch:
         if relay.full:
             # Back-pressure: stop reading until the relay has room (the child then blocks
             # in its own write, as with a plain pipe); everything else goes on.
-            self._debug(f"our {stream} is not being read: pausing the command's {stream}")
+            self.log.debug(f"our {stream} is not being read: pausing the command's {stream}")
             self.selector.unregister(fd)
             self.paused.add(fd)
             relay.when_room(lambda: self.events.post(RelayRoom(stream)))

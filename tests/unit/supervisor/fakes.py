@@ -61,9 +61,9 @@ class FakeClient:
     on_heartbeat: Callable[[int], None] | None = None
     on_update_status: Callable[[int], None] | None = None
     on_release: Callable[[int], None] | None = None
-    # The claim long-poll: by default the server has none (as before issue 12 §6).
+    # The claim long-poll: by default the server has none (as an older server).
     on_wait: Callable[[int], JobWait] | None = None
-    # A server whose status update claims the next jobs when asked (claimNext, issue 14 §3);
+    # A server whose status update claims the next jobs when asked (claimNext);
     # by default it ignores the request, as ctrlplane and older servers do.
     claims_next: bool = False
     calls: list[Call] = field(default_factory=list)

@@ -1,4 +1,4 @@
-"""The child's files, environment and start-up errors."""
+"""The child's files and environment (jobfiles.py), its start-up errors and its group."""
 
 from __future__ import annotations
 
@@ -12,14 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from jobagentctl.supervisor.child import (
-    Child,
-    JobFiles,
-    SpawnError,
-    child_environment,
-    sweep_stale_job_files,
-)
+from jobagentctl.supervisor.child import Child, SpawnError
+from jobagentctl.supervisor.jobfiles import JobFiles, child_environment, sweep_stale_job_files
 from jobagentctl.supervisor.options import RunOptions
+from jobagentctl.supervisor.outcome import StopReason
 
 from .fakes import claimed_job
 
@@ -47,7 +43,7 @@ def test_job_file_is_private_and_removed() -> None:
         assert data["claimId"] == str(job.claim_id)
         assert data["jobAgentConfig"] == {"script": "demo"}
         assert not files.stop_reason_file.exists()
-        files.write_stop_reason("timeout")
+        files.write_stop_reason(StopReason.TIMEOUT)
         assert files.stop_reason_file.read_text() == "timeout\n"
     finally:
         files.remove()

@@ -1,6 +1,6 @@
-"""The claim long-poll thread (issue 12 §6): a cancel reaches the command at once whatever the
-lease, a claim that ended otherwise is confirmed by a heartbeat, servers without the endpoint
-and V1 claims run as before. Real child processes, a scripted client."""
+"""The claim long-poll thread: a cancel reaches the command at once whatever the lease, a claim
+that ended otherwise is confirmed by a heartbeat, servers without the endpoint and V1 claims run
+as they would without it. Real child processes, a scripted client."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ import pytest
 from jobagentctl.errors import ClaimLost, ServerUnavailable
 from jobagentctl.models import JobStatus, JobWait
 from jobagentctl.supervisor.claimwatch import MIN_REOPEN_SECONDS, RETRY_CAP, ClaimWatcher
-from jobagentctl.supervisor.heartbeat import Beat
+from jobagentctl.supervisor.lease import Beat, LeaseNews
+from jobagentctl.supervisor.log import Log
 
 from .fakes import FakeClient, claimed_job
-from .test_supervisor import DEADLINE, options, reports, run, sh, trap_reason
+from .support import DEADLINE, options, reports, run, sh, trap_reason
 
 LONG_LEASE = 300  # heartbeats every 100 s: none during these tests
 
@@ -129,14 +130,19 @@ def test_an_unleased_v1_claim_is_never_watched(tmp_path: Path) -> None:
 def watcher(
     client: FakeClient, verdicts: list[tuple[Beat, str]], confirm: Beat = Beat.LEASE_LOST
 ) -> ClaimWatcher:
+    job_id = uuid.uuid4()
+
+    def post(news: object) -> None:
+        assert isinstance(news, LeaseNews) and news.job_id == job_id
+        verdicts.append((news.beat, news.why))
+
     return ClaimWatcher(
         client,
-        uuid.uuid4(),
+        job_id,
         uuid.uuid4(),
         confirm=lambda: confirm,
-        on_verdict=lambda beat, why: verdicts.append((beat, why)),
-        log=lambda _: None,
-        debug=lambda _: None,
+        post=post,
+        log=Log(info=lambda _: None, warn=lambda _: None),
         rng=random.Random(1),
     )
 
@@ -200,8 +206,8 @@ class _InstantStop(threading.Event):
 
 
 def test_after_a_long_outage_the_long_poll_is_back_within_a_few_seconds() -> None:
-    """Issue 12 follow-up §4: the retry backoff doubled up to a minute, so a cancel could take
-    a minute to arrive once the server was back. It is capped at a few seconds now."""
+    """A retry backoff that doubled up to a minute would make a cancel take a minute to arrive
+    once the server was back: it is capped at a few seconds."""
     outage = 20  # failures in a row: minutes of outage at the old cap
 
     def down_then_cancelled(n: int) -> JobWait:

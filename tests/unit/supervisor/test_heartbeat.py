@@ -18,12 +18,9 @@ from jobagentctl.errors import (
     ServerUnavailable,
 )
 from jobagentctl.models import heartbeat_interval
-from jobagentctl.supervisor.heartbeat import (
-    Beat,
-    Heartbeater,
-    Lease,
-    backoff_delay,
-)
+from jobagentctl.supervisor.heartbeat import Heartbeater, backoff_delay
+from jobagentctl.supervisor.lease import Beat, Lease, LeaseNews
+from jobagentctl.supervisor.log import Log
 from jobagentctl.supervisor.protocol import is_transient
 
 from .fakes import FakeClient, claimed_job
@@ -39,21 +36,33 @@ def test_interval_is_a_third_of_the_lease_within_1_and_60_seconds(
 
 
 def make(
-    client: FakeClient, *, sent_at: float = 100.0, lease: int = 30
+    client: FakeClient,
+    *,
+    sent_at: float = 100.0,
+    lease: int = 30,
+    posted: threading.Event | None = None,
 ) -> tuple[Heartbeater, list[tuple[Beat, str]], list[str], list[float]]:
+    """A heartbeater on a fake clock; the verdicts it posted, its warnings, and the clock.
+    ``posted`` is set when it posts news."""
     job = claimed_job(lease_seconds=lease)
     assert job.claim_id is not None
     verdicts: list[tuple[Beat, str]] = []
     logs: list[str] = []
     now = [sent_at]
+
+    def post(news: object) -> None:
+        assert isinstance(news, LeaseNews) and news.job_id == job.id
+        verdicts.append((news.beat, news.why))
+        if posted is not None:
+            posted.set()
+
     hb = Heartbeater(
         client,
         job.id,
         job.claim_id,
         Lease(sent_at, lease),
-        on_verdict=lambda v, why: verdicts.append((v, why)),
-        log=logs.append,
-        debug=lambda _: None,
+        post=post,
+        log=Log(info=logs.append, warn=logs.append, debug=lambda _: None),
         rng=random.Random(7),
         clock=lambda: now[0],
     )
@@ -169,7 +178,7 @@ def test_the_thread_retries_failures_then_reports_the_verdict() -> None:
         raise ClaimLost("gone", details={"jobStatus": "cancelled"})
 
     client = FakeClient(on_heartbeat=flaky)
-    hb, verdicts, _, _ = make(client)
+    hb, verdicts, _, _ = make(client, posted=done)
     delays: list[int] = []
 
     def fast(failures: int) -> float:
@@ -177,7 +186,6 @@ def test_the_thread_retries_failures_then_reports_the_verdict() -> None:
         return 0.01
 
     hb.next_delay = fast  # type: ignore[method-assign]
-    hb._on_verdict = lambda v, why: (verdicts.append((v, why)), done.set())  # type: ignore[assignment]
     hb.start()
     assert done.wait(30)
     hb.stop(30)

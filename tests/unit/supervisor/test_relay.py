@@ -1,4 +1,4 @@
-"""The relays behind `run`'s stdout and stderr, on real pipes (issue 12 §2)."""
+"""The relays behind `run`'s stdout and stderr, on real pipes."""
 
 from __future__ import annotations
 

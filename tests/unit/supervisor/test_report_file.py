@@ -1,48 +1,26 @@
-"""`run --report PATH` is opened before anything is claimed (issue 12 follow-up, §2).
+"""`run --report PATH` is opened before anything is claimed.
 
-An unwritable path used to be noticed only after the job ran (exit 7 or the command's own
-code, no verdict to read); a record left by an earlier run could be read as this run's because
-the file was only rewritten at the end. Now: 125 before claiming, and the file emptied at start.
+An unwritable path noticed only after the job ran would give exit 7 or the command's own code
+and no verdict to read; a record left by an earlier run could be read as this run's if the file
+were only rewritten at the end. So: 125 before claiming, and the file emptied at start.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import uuid
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from jobagentctl.cli.app import app
-from jobagentctl.supervisor import Log, RunOptions, Supervisor
 
 from .fakes import FakeClient, claimed_job
+from .support import options, run
 from .test_run_cmd import ENV, KEY
 
 STALE = json.dumps({"verdict": "completed", "jobId": "earlier", "exitCode": 0}) + "\n"
-
-
-def _options(report: Path, command: list[str], **overrides: object) -> RunOptions:
-    base: dict[str, object] = {
-        "command": command,
-        "agent_id": uuid.uuid4(),
-        "url": "http://127.0.0.1:9",
-        "workspace_id": uuid.uuid4(),
-        "api_key": "jac_x.secret",
-        "grace": 5.0,
-        "report_path": report,
-        "report_timeout": 5.0,
-    }
-    base.update(overrides)
-    return RunOptions(**base)  # type: ignore[arg-type]
-
-
-def _run(client: FakeClient, opts: RunOptions) -> tuple[int, list[str]]:
-    logs: list[str] = []
-    log = Log(info=logs.append, warn=logs.append, debug=logs.append)
-    return Supervisor(opts, lambda: client, log=log).run(), logs
 
 
 def _unwritable(tmp_path: Path) -> Path:
@@ -52,7 +30,8 @@ def _unwritable(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("loop", [False, True])
 def test_an_unwritable_report_fails_with_125_before_claiming(tmp_path: Path, loop: bool) -> None:
     client = FakeClient(jobs=[claimed_job()])
-    code, logs = _run(client, _options(_unwritable(tmp_path), ["true"], loop=loop))
+    opts = options(tmp_path, ["true"], report_path=_unwritable(tmp_path), loop=loop)
+    code, logs, _ = run(client, opts)
     assert code == 125
     assert not client.calls, "nothing is claimed"
     (line,) = [m for m in logs if "--report" in m]
@@ -66,7 +45,7 @@ def test_a_stale_report_is_emptied_before_the_command_runs(tmp_path: Path) -> No
     # The command sees an empty report: a run killed now would leave no verdict, not a stale one.
     client = FakeClient(jobs=[claimed_job()])
     script = f'test ! -s "{report}"'
-    code, _ = _run(client, _options(report, ["sh", "-c", script]))
+    code, _, _ = run(client, options(tmp_path, ["sh", "-c", script], report_path=report))
     assert code == 0, "the report was not emptied before the command ran"
     (line,) = report.read_text().splitlines()
     assert json.loads(line)["verdict"] == "completed"
@@ -77,7 +56,7 @@ def test_with_loop_earlier_records_are_kept(tmp_path: Path) -> None:
     report = tmp_path / "runs.jsonl"
     report.write_text(STALE)
     client = FakeClient(jobs=[claimed_job()])
-    code, _ = _run(client, _options(report, ["true"], loop=True, max_jobs=1))
+    code, _, _ = run(client, options(tmp_path, ["true"], report_path=report, loop=True, max_jobs=1))
     assert code == 0
     first, second = report.read_text().splitlines()
     assert first == STALE.strip()
@@ -103,7 +82,7 @@ def test_set_up_failures_use_the_apps_error_reporter(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`run`'s own failures before the command starts go through the app's reporter: the text
-    made terminal-safe, the JSON error line with exitCode 125 (issue 12 follow-up, §7)."""
+    made terminal-safe, the JSON error line with exitCode 125."""
     monkeypatch.chdir(tmp_path)
     key_file = tmp_path / "key\x1b]0;owned\x07"
     result = CliRunner().invoke(

@@ -5,14 +5,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,75 +23,11 @@ from jobagentctl.errors import (
     ServerUnavailable,
 )
 from jobagentctl.models import JobStatus
-from jobagentctl.supervisor import Log, RunOptions, Supervisor
+from jobagentctl.supervisor import Log, Supervisor
 from jobagentctl.supervisor.child import enforcement_window
 
 from .fakes import FakeClient, claimed_job
-
-DEADLINE = 30.0  # generous: two busy cores
-
-
-def options(tmp_path: Path, command: list[str], **overrides: object) -> RunOptions:
-    base: dict[str, object] = {
-        "command": command,
-        "agent_id": uuid.uuid4(),
-        "url": "http://127.0.0.1:9",
-        "workspace_id": uuid.uuid4(),
-        "api_key": "jac_x.secret",
-        "grace": 5.0,
-        "report_path": tmp_path / "report.jsonl",
-        "report_timeout": 5.0,
-    }
-    base.update(overrides)
-    return RunOptions(**base)  # type: ignore[arg-type]
-
-
-def run(client: FakeClient, opts: RunOptions) -> tuple[int, list[str], list[dict[str, object]]]:
-    logs: list[str] = []
-    log = Log(info=logs.append, warn=logs.append, debug=logs.append)
-    code = Supervisor(opts, lambda: client, log=log).run()
-    records = []
-    if opts.report_path is not None and opts.report_path.exists():
-        lines = opts.report_path.read_text().splitlines()
-        records = [json.loads(line) for line in lines]
-    return code, logs, records
-
-
-def when(condition: Callable[[], bool], action: Callable[[], None]) -> threading.Thread:
-    """Run ``action`` in a thread as soon as ``condition()`` holds (polled, with a deadline)."""
-
-    def target() -> None:
-        deadline = time.monotonic() + DEADLINE
-        while not condition():
-            if time.monotonic() > deadline:
-                return
-            time.sleep(0.02)
-        action()
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread
-
-
-def sh(script: str) -> list[str]:
-    return ["sh", "-c", script]
-
-
-def trap_reason(tmp_path: Path, signame: str = "TERM", code: int = 0) -> str:
-    """Shell that records the stop reason (and that it got ``signame``), then exits."""
-    return (
-        f'trap \'cat "$JOBAGENTCTL_STOP_REASON_FILE" > {tmp_path}/reason; '
-        f"echo {signame} > {tmp_path}/got; exit {code}' {signame}; "
-        f"touch {tmp_path}/ready; while :; do sleep 0.05; done"
-    )
-
-
-def reports(client: FakeClient) -> list[tuple[JobStatus, str | None, object]]:
-    return [
-        (c.args[1], c.kwargs["message"], c.kwargs["claim_id"])
-        for c in client.named("update_status")
-    ]
-
+from .support import DEADLINE, options, reports, run, sh, trap_reason, when
 
 # --- results and reports -------------------------------------------------------------------
 
@@ -552,13 +486,13 @@ def test_a_report_retry_does_not_claim_again(tmp_path: Path) -> None:
     assert asked == [True, False, False]  # the retry did not ask; the last job did not ask
 
 
-def test_a_job_claimed_with_the_last_report_is_released_when_the_loop_drains(
-    tmp_path: Path,
-) -> None:
-    jobs = [claimed_job(), claimed_job()]
-    client = FakeClient(jobs=list(jobs), claims_next=True)
+def _drained_during_the_first_job(
+    tmp_path: Path, client: FakeClient, *, trap: str = ":"
+) -> list[dict[str, object]]:
+    """Run ``--loop``, its first job running ``trap`` and then waiting until `run` got its
+    SIGTERM (a drain); the records, once it exited 0."""
     ready, go = tmp_path / "ready", tmp_path / "go"
-    script = f"touch {ready}; while [ ! -e {go} ]; do sleep 0.05; done"
+    script = f"{trap}; touch {ready}; while [ ! -e {go} ]; do sleep 0.05; done"
 
     def term_then_go() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
@@ -567,6 +501,15 @@ def test_a_job_claimed_with_the_last_report_is_released_when_the_loop_drains(
     when(ready.exists, term_then_go)
     code, _, records = run(client, options(tmp_path, sh(script), loop=True))
     assert code == 0
+    return records
+
+
+def test_a_job_claimed_with_the_last_report_is_released_when_the_loop_drains(
+    tmp_path: Path,
+) -> None:
+    jobs = [claimed_job(), claimed_job()]
+    client = FakeClient(jobs=list(jobs), claims_next=True)
+    records = _drained_during_the_first_job(tmp_path, client)
     assert [r["jobId"] for r in records] == [str(jobs[0].id)]
     # Drained: the report did not ask for a next job, or gave it straight back.
     claimed = sum(1 for c in client.named("update_status") if c.kwargs["next"] is not None)
@@ -603,18 +546,8 @@ def test_loop_retries_a_server_that_is_down(tmp_path: Path) -> None:
 
 def test_first_sigterm_in_loop_drains(tmp_path: Path) -> None:
     client = FakeClient(jobs=[claimed_job(), claimed_job()])
-    ready, go = tmp_path / "ready", tmp_path / "go"
-    script = (
-        f"trap 'touch {tmp_path}/got' TERM; touch {ready}; while [ ! -e {go} ]; do sleep 0.05; done"
-    )
-
-    def term_then_go() -> None:
-        os.kill(os.getpid(), signal.SIGTERM)
-        go.touch()
-
-    when(ready.exists, term_then_go)
-    code, _, records = run(client, options(tmp_path, sh(script), loop=True))
-    assert code == 0
+    trap = f"trap 'touch {tmp_path}/got' TERM"
+    records = _drained_during_the_first_job(tmp_path, client, trap=trap)
     assert not (tmp_path / "got").exists()  # the job was not signalled
     assert [r["status"] for r in records] == ["successful"]
     # No second job ran: it is still queued, or (claimed in the instant of the signal) given
@@ -648,7 +581,7 @@ def test_a_job_claimed_while_stopping_is_released(tmp_path: Path) -> None:
     assert sup.records == []  # it never ran
 
 
-# --- the command's own exit codes never pass for run's (issue 12 §3) ---------------------
+# --- the command's own exit codes never pass for run's: the verdict says who chose it ------
 
 
 @pytest.mark.parametrize("own", [7, 75, 124, 125, 126, 127, 130, 143])

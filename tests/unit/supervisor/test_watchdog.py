@@ -1,5 +1,5 @@
 """The watchdog with real processes: a supervisor that dies or freezes, a job that double-forks
-or turns on its watchdog, a watchdog that is killed (issue 13).
+or turns on its watchdog, a watchdog that is killed.
 
 Every wait is on an event — a pidfd becoming readable, a FIFO the job writes, a line the host
 prints — with generous deadlines, so the tests hold with both cores busy. Linux only (pidfd,
@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -174,10 +174,10 @@ class Host:
         self,
         tmp_path: Path,
         *,
-        lease: float,
-        renew: bool,
-        grace: float,
         job: str,
+        lease: float = 600.0,
+        renew: bool = False,
+        grace: float = 1.0,
         watchdog_script: Path | None = None,
         preexec_fn: Any = None,
     ):
@@ -244,17 +244,26 @@ class Host:
         self.proc.wait(PATIENCE)
 
 
+StartHost = Callable[..., Host]
+
+
 @pytest.fixture
-def hosts(tmp_path: Path) -> Iterator[list[Host]]:
+def start_host(tmp_path: Path) -> Iterator[StartHost]:
+    """Starts a :class:`Host` in ``tmp_path`` (its keywords), cleaned up after the test."""
     started: list[Host] = []
-    yield started
+
+    def start(**kwargs: Any) -> Host:
+        host = Host(tmp_path, **kwargs)
+        started.append(host)
+        return host
+
+    yield start
     for host in started:
         host.cleanup()
 
 
-def test_the_tree_is_two_sessions_under_the_watchdog(tmp_path: Path, hosts: list[Host]) -> None:
-    host = Host(tmp_path, lease=600, renew=False, grace=1, job=TREE)
-    hosts.append(host)
+def test_the_tree_is_two_sessions_under_the_watchdog(start_host: StartHost) -> None:
+    host = start_host(job=TREE)
     leader, background, daemon = host.tree
     assert leader == host.leader
     assert os.getsid(leader) == leader == os.getpgid(background)
@@ -265,12 +274,9 @@ def test_the_tree_is_two_sessions_under_the_watchdog(tmp_path: Path, hosts: list
     assert set(host.tree) <= set(descendants(watchdog))
 
 
-def test_supervisor_sigkilled_the_tree_is_gone_before_the_lease_ends(
-    tmp_path: Path, hosts: list[Host]
-) -> None:
+def test_supervisor_sigkilled_the_tree_is_gone_before_the_lease_ends(start_host: StartHost) -> None:
     lease = 30.0
-    host = Host(tmp_path, lease=lease, renew=False, grace=1, job=TREE)
-    hosts.append(host)
+    host = start_host(lease=lease, renew=False, grace=1, job=TREE)
     started = time.monotonic()
     os.kill(host.proc.pid, signal.SIGKILL)
     killed = time.monotonic()
@@ -283,12 +289,9 @@ def test_supervisor_sigkilled_the_tree_is_gone_before_the_lease_ends(
     wait_gone([host.watchdog])  # and then it exits
 
 
-def test_supervisor_frozen_the_tree_is_gone_by_the_last_deadline(
-    tmp_path: Path, hosts: list[Host]
-) -> None:
+def test_supervisor_frozen_the_tree_is_gone_by_the_last_deadline(start_host: StartHost) -> None:
     lease = 3.0
-    host = Host(tmp_path, lease=lease, renew=True, grace=5, job=TREE)
-    hosts.append(host)
+    host = start_host(lease=lease, renew=True, grace=5, job=TREE)
     # Renewals keep it alive well past one lease …
     time.sleep(lease * 1.5)
     assert all(alive(pid) for pid in host.tree)
@@ -307,24 +310,22 @@ def test_supervisor_frozen_the_tree_is_gone_by_the_last_deadline(
     assert host.proc.wait(PATIENCE) == 0
 
 
-def test_a_stopped_job_is_still_stopped_at_the_deadline(tmp_path: Path, hosts: list[Host]) -> None:
+def test_a_stopped_job_is_still_stopped_at_the_deadline(start_host: StartHost) -> None:
     # The job freezes its own group: the watchdog (in another group) is not frozen with it.
     job = 'echo "$$" > ready; kill -STOP 0'
-    host = Host(tmp_path, lease=4, renew=False, grace=1, job=job)
-    hosts.append(host)
+    host = start_host(lease=4, renew=False, grace=1, job=job)
     wait_gone(host.tree)
     assert host.last() == {"returncode": -signal.SIGTERM, "stopped": "lease_lost"}
 
 
-def test_the_job_cannot_signal_its_watchdog_away(tmp_path: Path, hosts: list[Host]) -> None:
+def test_the_job_cannot_signal_its_watchdog_away(start_host: StartHost) -> None:
     names = "TERM INT HUP QUIT USR1 USR2 ALRM TSTP TTIN TTOU PIPE"
     job = (
         f"trap '' TERM; for s in {names}; do kill -$s $PPID; done; "
         # kill 0 reaches the job's own group only (which ignores it), never the watchdog's.
         'kill -TERM 0; kill -STOP $PPID; echo "$$" > ready; exec sleep 1000'
     )
-    host = Host(tmp_path, lease=600, renew=False, grace=1, job=job)
-    hosts.append(host)
+    host = start_host(job=job)
     # SIGSTOP by pid cannot be refused, but the supervisor resumes its watchdog at once. Wait
     # for that event itself: the host's SIGCONT to a watchdog that was stopped ("T"). (Seeing
     # the watchdog not stopped proves nothing: the job's SIGSTOP may not have landed yet, and
@@ -338,9 +339,8 @@ def test_the_job_cannot_signal_its_watchdog_away(tmp_path: Path, hosts: list[Hos
     wait_gone([host.leader, host.watchdog])
 
 
-def test_a_killed_watchdog_takes_the_job_leader_with_it(tmp_path: Path, hosts: list[Host]) -> None:
-    host = Host(tmp_path, lease=600, renew=False, grace=1, job=TREE)
-    hosts.append(host)
+def test_a_killed_watchdog_takes_the_job_leader_with_it(start_host: StartHost) -> None:
+    host = start_host(job=TREE)
     # The supervisor frozen, so that only the kernel can act: PR_SET_PDEATHSIG.
     os.kill(host.proc.pid, signal.SIGSTOP)
     try:
@@ -433,7 +433,7 @@ def _yama_scope() -> int:
         return 0
 
 
-def test_the_job_cannot_ptrace_its_watchdog(tmp_path: Path, hosts: list[Host]) -> None:
+def test_the_job_cannot_ptrace_its_watchdog(tmp_path: Path, start_host: StartHost) -> None:
     if _yama_scope() >= 1:
         pytest.skip("Yama's ptrace_scope refuses a child's ptrace of its parent anyway")
     # Opening /proc/PID/mem is the ptrace attach check: same user, same capabilities, and the
@@ -447,22 +447,18 @@ def test_the_job_cannot_ptrace_its_watchdog(tmp_path: Path, hosts: list[Host]) -
         'echo "$w $b" > access; echo "$$ $bg" > ready; wait'
     )
     try:
-        host = Host(
-            tmp_path, lease=600, renew=False, grace=1, job=job, preexec_fn=_without_cap_sys_ptrace
-        )
+        start_host(job=job, preexec_fn=_without_cap_sys_ptrace)
     except subprocess.SubprocessError as exc:
         pytest.skip(f"cannot drop CAP_SYS_PTRACE here: {exc}")
-    hosts.append(host)
     effective = int((tmp_path / "caps").read_text().split()[1], 16)
     assert not effective & (1 << CAP_SYS_PTRACE), "the job still has CAP_SYS_PTRACE"
     assert (tmp_path / "access").read_text() == "denied open\n"
 
 
-def test_between_events_the_watchdog_sleeps(tmp_path: Path, hosts: list[Host]) -> None:
+def test_between_events_the_watchdog_sleeps(start_host: StartHost) -> None:
     # A lease that ends in minutes and nothing happening: no wake-up until then (a timerfd
     # armed for the deadline, not a tick).
-    host = Host(tmp_path, lease=600, renew=False, grace=1, job='echo "$$" > ready; exec sleep 1000')
-    hosts.append(host)
+    host = start_host(job='echo "$$" > ready; exec sleep 1000')
     before = sleeps(host.watchdog)
     time.sleep(4.0)
     # At most the one sleep it may not have reached yet when we looked (a tick of 0.5 s: 8).
@@ -506,13 +502,12 @@ def elsewhere(tmp_path: Path) -> Path:
 
 
 def test_without_linux_extras_the_group_is_still_stopped_at_the_deadline(
-    tmp_path: Path, hosts: list[Host], elsewhere: Path
+    start_host: StartHost, elsewhere: Path
 ) -> None:
     lease = 4.0
     began = time.monotonic()
-    host = Host(tmp_path, lease=lease, renew=False, grace=1, job=TREE, watchdog_script=elsewhere)
+    host = start_host(lease=lease, renew=False, grace=1, job=TREE, watchdog_script=elsewhere)
     started = time.monotonic()
-    hosts.append(host)
     leader, background, daemon = host.tree
     seen = wait_gone([leader, background])
     assert min(seen.values()) > began + enforcement_window(lease, 0, 1)[0] - 0.5
@@ -525,10 +520,9 @@ def test_without_linux_extras_the_group_is_still_stopped_at_the_deadline(
 
 
 def test_without_linux_extras_the_group_is_still_stopped_when_the_supervisor_dies(
-    tmp_path: Path, hosts: list[Host], elsewhere: Path
+    start_host: StartHost, elsewhere: Path
 ) -> None:
-    host = Host(tmp_path, lease=600, renew=False, grace=1, job=TREE, watchdog_script=elsewhere)
-    hosts.append(host)
+    host = start_host(job=TREE, watchdog_script=elsewhere)
     leader, background, daemon = host.tree
     killed = time.monotonic()
     os.kill(host.proc.pid, signal.SIGKILL)

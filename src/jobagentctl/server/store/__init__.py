@@ -1,7 +1,6 @@
-"""Storage: the ``Store`` protocol, implemented once (``SqlStore``) over a SQLite or a
-PostgreSQL connector.
-
-``open_store(url)`` picks the connector from the URL's scheme; drivers load only then.
+"""Storage: ``Store`` (``SqlStore``, every operation written once with its contract) over a
+SQLite or a PostgreSQL connector. ``open_store(url)`` picks the connector from the URL's
+scheme; drivers load only then.
 """
 
 from __future__ import annotations
@@ -10,9 +9,26 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from jobagentctl.errors import ConfigError
-from jobagentctl.server.store.base import ApiKeyRecord, ReapResult, Store
+from jobagentctl.server.store.records import (
+    ApiKeyRecord,
+    OutageGrace,
+    ReapResult,
+    StatusChange,
+    WorkspaceRecord,
+)
+from jobagentctl.server.store.sql_store import SqlStore, Store
 
-__all__ = ["ApiKeyRecord", "ReapResult", "Store", "open_store", "sqlite_path"]
+__all__ = [
+    "ApiKeyRecord",
+    "OutageGrace",
+    "ReapResult",
+    "SqlStore",
+    "StatusChange",
+    "Store",
+    "WorkspaceRecord",
+    "open_store",
+    "sqlite_path",
+]
 
 _SQLITE_PREFIX = "sqlite:///"
 
@@ -28,8 +44,8 @@ def sqlite_path(database_url: str) -> str:
     return path
 
 
-def open_store(database_url: str, **options: Any) -> Store:
-    """A ``Store`` for ``database_url`` (not yet opened: ``await store.open()``, then
+def open_store(database_url: str, **options: Any) -> SqlStore:
+    """A store for ``database_url`` (not yet opened: ``await store.open()``, then
     ``await store.migrate()`` where wanted).
 
     ``sqlite:///path`` → SQLite (options: ``busy_timeout_ms``, ``poll_interval``,
@@ -39,8 +55,6 @@ def open_store(database_url: str, **options: Any) -> Store:
     None = unbounded; past it an operation is ``ServerUnavailable`` at once). Any other scheme
     is a ``ConfigError``.
     """
-    from jobagentctl.server.store.sql_store import SqlStore
-
     scheme = urlsplit(database_url).scheme.lower()
     if scheme == "sqlite":
         from jobagentctl.server.store.sqlite import SqliteConnector

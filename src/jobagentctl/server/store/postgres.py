@@ -31,14 +31,9 @@ from jobagentctl.errors import (
     ServerUnavailable,
     ValidationError,
 )
-from jobagentctl.server.store._sql import (
-    Row,
-    Waiters,
-    load_queries,
-    migrations,
-    poll_for_waiters,
-)
-from jobagentctl.server.store.sql_store import Decide, Params
+from jobagentctl.server.store.connector import Decide, Params, Row
+from jobagentctl.server.store.queries import load_queries, migrations
+from jobagentctl.server.store.waiters import Waiters
 
 __all__ = ["PostgresConnector", "translate_error"]
 
@@ -77,6 +72,7 @@ class PostgresConnector:
     """``Connector`` on PostgreSQL (≥ 13)."""
 
     dialect = "postgres"
+    merges_json = True  # jsonb || jsonb
 
     def __init__(
         self,
@@ -112,9 +108,8 @@ class PostgresConnector:
         # then may wait for the server): kept referenced until they finish.
         self._abandoned: set[asyncio.Task[Any]] = set()
         # While LISTEN is down, one poller re-checks the queue of every agent with waiters this
-        # often (issue 11 §6).
+        # often (one query a tick for all of them, not one per waiter).
         self._poll_interval = poll_interval
-        self._poller: asyncio.Task[None] | None = None
         self._listen = listen
         self.pool: AsyncConnectionPool[Conn] | None = None
         self.waiters = Waiters()
@@ -137,6 +132,7 @@ class PostgresConnector:
     # --- lifecycle -----------------------------------------------------------------------------
 
     async def open(self) -> None:
+        """Open the pool (waiting for its first connections), the listener and the poller."""
         if self.pool is not None:
             return
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
@@ -158,10 +154,7 @@ class PostgresConnector:
         self.pool = pool
         if self._listen:
             self._listener = asyncio.create_task(self._listen_forever(), name="jobagentctl-listen")
-        self._poller = asyncio.create_task(
-            poll_for_waiters(self.waiters, self._poll_interval, self._queued_counts),
-            name="jobagentctl-poller",
-        )
+        self.waiters.start_poller(self._poll_interval, self._queued_counts)
 
     async def _configure(self, conn: Conn) -> None:
         # The database gives up on a statement (a lock wait, say) when we do.
@@ -200,14 +193,14 @@ class PostgresConnector:
             task.exception()  # retrieved: it was answered as a timeout already
 
     async def close(self) -> None:
-        listener, poller, pool = self._listener, self._poller, self.pool
-        self._listener = self._poller = None
-        self.pool = None
-        for task in (listener, poller):
-            if task is not None:
-                task.cancel()
-                with suppress(asyncio.CancelledError):
-                    await task
+        """Stop the listener and the poller, close the pool."""
+        listener, pool = self._listener, self.pool
+        self._listener = self.pool = None
+        if listener is not None:
+            listener.cancel()
+            with suppress(asyncio.CancelledError):
+                await listener
+        await self.waiters.stop_poller()
         if pool is not None:
             await pool.close()
 
@@ -241,7 +234,7 @@ class PostgresConnector:
             except Exception as exc:  # the listener must outlive any failure: log, retry
                 log.warning("LISTEN connection lost (%s); reconnecting", type(exc).__name__)
             # Until it is back, the poller asks for the waiters (one query per tick, not one
-            # per waiter, and no wake-up of every waiter: issue 11 §6).
+            # per waiter, and no wake-up of every waiter: each would run a claim).
             self._listening.clear()
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
@@ -274,6 +267,8 @@ class PostgresConnector:
         return self._listening.is_set()
 
     async def migrate(self) -> list[int]:
+        """Apply pending migrations in one transaction, after any other replica's (an advisory
+        lock); never bounded by ``statement_timeout``."""
         applied_now: list[int] = []
         async with self._connection() as conn, conn.transaction():
             await conn.execute(Q["unbounded"])  # a migration may rewrite big tables
@@ -292,6 +287,7 @@ class PostgresConnector:
     # --- queries -------------------------------------------------------------------------------
 
     async def one(self, name: str, params: Params | None = None) -> Row | None:
+        """The first row of statement ``name``, within ``statement_timeout``."""
         return await self._bounded(self._one(name, params))
 
     async def _one(self, name: str, params: Params | None) -> Row | None:
@@ -300,6 +296,7 @@ class PostgresConnector:
             return await cur.fetchone() if cur.description else None
 
     async def all(self, name: str, params: Params | None = None) -> list[Row]:
+        """Every row of statement ``name``, within ``statement_timeout``."""
         return await self._bounded(self._all(name, params))
 
     async def _all(self, name: str, params: Params | None) -> list[Row]:
@@ -308,10 +305,12 @@ class PostgresConnector:
             return list(await cur.fetchall())
 
     async def each(self, name: str, params: Callable[[], Params], limit: int) -> list[Row]:
-        # One statement claims the whole batch (its LIMIT): the rows it answers.
+        """The rows of one statement that claims the whole batch (``limit`` bound)."""
         return await self.all(name, {**params(), "limit": limit})
 
     async def locked(self, read: str, params: Params, decide: Decide) -> Row | None:
+        """One pipelined transaction locking the claim row, then the job row (every writer's
+        order), within ``statement_timeout``."""
         return await self._bounded(self._locked(read, params, decide))
 
     async def _locked(self, read: str, params: Params, decide: Decide) -> Row | None:
@@ -368,7 +367,8 @@ class PostgresConnector:
         return row
 
     async def writable(self) -> bool:
-        # A failing write on PostgreSQL fails its request; reachability is readiness enough.
+        """Always: a failing write on PostgreSQL fails its request; reachability is readiness
+        enough."""
         return True
 
     def notify(self, agent_id: UUID, jobs: int) -> None:

@@ -17,7 +17,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import contextmanager, nullcontext
 from functools import cache, partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,14 +31,9 @@ from jobagentctl.errors import (
     ServerUnavailable,
     ValidationError,
 )
-from jobagentctl.server.store._sql import (
-    Row,
-    Waiters,
-    load_queries,
-    migrations,
-    poll_for_waiters,
-)
-from jobagentctl.server.store.sql_store import Decide, Params
+from jobagentctl.server.store.connector import Decide, Params, Row
+from jobagentctl.server.store.queries import load_queries, migrations
+from jobagentctl.server.store.waiters import Waiters
 
 __all__ = ["SqliteConnector"]
 
@@ -180,6 +175,7 @@ class SqliteConnector:
     """``Connector`` on one SQLite file."""
 
     dialect = "sqlite"
+    merges_json = False  # no top-level merge operator: json_patch() merges nested objects too
 
     def __init__(
         self,
@@ -204,7 +200,6 @@ class SqliteConnector:
         # Other server processes on the same file cannot signal us: one poller re-checks the
         # queue of every agent with waiters this often (not one query per waiter).
         self._poll_interval = poll_interval
-        self._poller: asyncio.Task[None] | None = None
         self._data_version: int | None = None  # PRAGMA data_version at the last poll
         self._conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -272,6 +267,7 @@ class SqliteConnector:
     # --- lifecycle -----------------------------------------------------------------------------
 
     async def open(self) -> None:
+        """Open the file (created owner-only) on the one worker thread; start the poller."""
         if self._conn is not None:
             return
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobagentctl-sqlite")
@@ -282,10 +278,7 @@ class SqliteConnector:
             self._executor.shutdown(wait=False)
             self._executor = None
             raise
-        self._poller = asyncio.create_task(
-            poll_for_waiters(self.waiters, self._poll_interval, self._queued_counts),
-            name="jobagentctl-sqlite-poller",
-        )
+        self.waiters.start_poller(self._poll_interval, self._queued_counts)
 
     def _connect(self) -> sqlite3.Connection:
         file = None if self.path == ":memory:" else Path(self.path)
@@ -321,11 +314,8 @@ class SqliteConnector:
         return conn
 
     async def close(self) -> None:
-        poller, self._poller = self._poller, None
-        if poller is not None:
-            poller.cancel()
-            with suppress(asyncio.CancelledError):
-                await poller
+        """Stop the poller, close the connection and its thread."""
+        await self.waiters.stop_poller()
         conn, executor = self._conn, self._executor
         self._conn = self._executor = None
         if conn is not None and executor is not None:
@@ -335,6 +325,8 @@ class SqliteConnector:
             executor.shutdown(wait=True)
 
     async def migrate(self) -> list[int]:
+        """Apply pending migrations in one transaction, waiting for another process's."""
+
         # Statement by statement inside our own transaction: executescript() would commit first.
         # Foreign keys off (outside the transaction: the pragma is a no-op inside one) and
         # checked before COMMIT, SQLite's documented way to rebuild a table without firing the
@@ -365,9 +357,12 @@ class SqliteConnector:
     # --- queries -------------------------------------------------------------------------------
 
     async def one(self, name: str, params: Params | None = None) -> Row | None:
+        """The first row of the chain ``name`` (its rows merged, see the module docstring)."""
         return await self._run(partial(_run_chain, name=name, params=params))
 
     async def all(self, name: str, params: Params | None = None) -> list[Row]:
+        """Every row of the single statement ``name``."""
+
         def run(conn: sqlite3.Connection) -> list[Row]:
             rows: list[Row] = conn.execute(Q[name], params or {}).fetchall()
             return rows
@@ -375,9 +370,10 @@ class SqliteConnector:
         return await self._run(run)
 
     async def each(self, name: str, params: Callable[[], Params], limit: int) -> list[Row]:
-        # A chain answers one row (SQLite has no data-modifying CTEs): the batch is the chain
-        # run again, each time with fresh parameters, in one write transaction, until a run
-        # answers none.
+        """The chain ``name`` run again, each time with fresh ``params()``, in one write
+        transaction, until a run answers none or ``limit`` rows are in (a chain answers one
+        row: SQLite has no data-modifying CTEs)."""
+
         def run(conn: sqlite3.Connection) -> list[Row]:
             rows: list[Row] = []
             with _transaction(conn):
@@ -391,7 +387,9 @@ class SqliteConnector:
         return await self._run(run)
 
     async def locked(self, read: str, params: Params, decide: Decide) -> Row | None:
-        # lock_job is BEGIN IMMEDIATE: SQLite's lock is the whole database.
+        """``read``, ``decide`` and the write in one ``BEGIN IMMEDIATE`` transaction
+        (``lock_job``: SQLite's lock is the whole database)."""
+
         def run(conn: sqlite3.Connection) -> Row | None:
             with _transaction(conn, Q["lock_job"]):
                 row = _first(conn, Q[read], params)
@@ -401,6 +399,7 @@ class SqliteConnector:
         return await self._run(run)
 
     def notify(self, agent_id: UUID, jobs: int) -> None:
+        """Wake this process's waiters (other processes' pollers see the commit)."""
         self.waiters.notify(agent_id, jobs)
 
     async def _queued_counts(self, agents: list[UUID]) -> dict[UUID, int]:

@@ -271,6 +271,20 @@ LEFT JOIN job_claim AS c ON c.job_id = j.id
 WHERE j.id = %(job_id)s AND j.workspace_id = %(workspace_id)s
   AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid)
 
+-- fragment: end_released
+-- The attempt of the claim row deleted as "released", its row written once from it.
+    INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at, ended_at,
+                             outcome)
+    SELECT r.job_id, r.attempt, r.claim_id, r.job_agent_id, r.claimed_at, now(),
+           %(outcome)s::text
+    FROM released AS r
+
+-- fragment: wake_updated
+-- Long-polls of the agent of a job the statement queued ("updated"), woken at commit.
+    SELECT pg_notify('jobagentctl_job_queued', u.job_agent_id::text)
+    FROM updated AS u
+    WHERE u.status = 'queued' AND u.job_agent_id IS NOT NULL
+
 -- name: finish_claimed
 -- The common status update in one fenced statement: the holder of the claim moves its job out
 -- of inProgress. The claim row is deleted (the fence: this claim id, the job in scope and
@@ -287,11 +301,7 @@ WITH released AS (
     RETURNING c.job_id, c.attempt, c.claim_id, c.job_agent_id, c.claimed_at
 ),
 ended AS (
-    INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at, ended_at,
-                             outcome)
-    SELECT r.job_id, r.attempt, r.claim_id, r.job_agent_id, r.claimed_at, now(),
-           %(outcome)s::text
-    FROM released AS r
+-- include: end_released
 ),
 updated AS (
     UPDATE job AS j
@@ -307,9 +317,7 @@ updated AS (
     RETURNING j.id, j.status, j.job_agent_id
 ),
 woken AS (
-    SELECT pg_notify('jobagentctl_job_queued', u.job_agent_id::text)
-    FROM updated AS u
-    WHERE u.status = 'queued' AND u.job_agent_id IS NOT NULL
+-- include: wake_updated
 )
 SELECT u.id, u.status, u.job_agent_id, (SELECT count(*) FROM woken) AS woken FROM updated AS u
 
@@ -337,11 +345,7 @@ released AS (
     RETURNING c.job_id, c.attempt, c.claim_id, c.job_agent_id, c.claimed_at
 ),
 ended AS (
-    INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at, ended_at,
-                             outcome)
-    SELECT r.job_id, r.attempt, r.claim_id, r.job_agent_id, r.claimed_at, now(),
-           %(outcome)s::text
-    FROM released AS r
+-- include: end_released
     ON CONFLICT (job_id, attempt) DO UPDATE
     SET ended_at = excluded.ended_at, outcome = excluded.outcome
 ),
@@ -353,9 +357,7 @@ closed AS (
     RETURNING t.attempt
 ),
 woken AS (
-    SELECT pg_notify('jobagentctl_job_queued', u.job_agent_id::text)
-    FROM updated AS u
-    WHERE u.status = 'queued' AND u.job_agent_id IS NOT NULL
+-- include: wake_updated
 )
 SELECT u.*, (SELECT count(*) FROM woken) AS woken FROM updated AS u
 
@@ -365,15 +367,16 @@ SELECT u.*, (SELECT count(*) FROM woken) AS woken FROM updated AS u
 -- by a set_status (which locks job, then claim) is left for the next pass instead of
 -- deadlocking. The N-th expiry with N >= max_reclaims fails the job instead of requeueing it.
 -- Outage grace (reaper.py): a lease that ran out since the outage began is spared until one
--- heartbeat interval (as `run` computes it: lease/3 within [1 s, 60 s]) after the store came
--- back.
+-- heartbeat interval after the store came back: a third of the lease within
+-- [heartbeat_min, heartbeat_max] seconds, as models.heartbeat_interval says.
 WITH expiring AS (
     SELECT c.job_id
     FROM job_claim AS c
     WHERE c.claim_expires_at < now()
       AND NOT (c.claim_expires_at >= now() - make_interval(secs => %(outage_began_ago)s::float8)
                AND %(outage_ended_ago)s::float8
-                   < LEAST(60, GREATEST(1, c.lease_seconds / 3.0)))
+                   < LEAST(%(heartbeat_max)s::float8,
+                           GREATEST(%(heartbeat_min)s::float8, c.lease_seconds / 3.0)))
     LIMIT %(batch_size)s
     FOR UPDATE OF c SKIP LOCKED
 ),

@@ -264,28 +264,37 @@ RETURNING id, status, job_agent_id, updated_at;
 INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at, ended_at, outcome)
 VALUES (:job_id, :attempt, :claim_id, :claim_agent_id, :claimed_at, :updated_at, :outcome)
 
+-- fragment: reap_expired
+-- The claims a reap takes: expired before n.now, the first :batch_size by job id. Outage
+-- grace (reaper.py): a lease that ran out since the outage began is spared until one
+-- heartbeat interval after the store came back: a third of the lease within
+-- [:heartbeat_min, :heartbeat_max] seconds, as models.heartbeat_interval says.
+WHERE c.claim_expires_at < n.now
+  AND NOT (c.claim_expires_at >= n.now - :outage_began_ago
+           AND :outage_ended_ago
+               < MIN(:heartbeat_max, MAX(:heartbeat_min, c.lease_seconds / 3.0)))
+ORDER BY c.job_id LIMIT :batch_size
+
+-- fragment: reap_batch
+SELECT c.job_id FROM job_claim AS c, (SELECT :now AS now) AS n
+-- include: reap_expired
+
 -- name: reap
--- One batch. The batch is "the first :batch_size claims by job id that expired before :now",
--- the same set in every statement: :now is read once, and the write lock keeps job_claim
--- unchanged until the last statement deletes the batch. The N-th expiry with
--- N >= max_reclaims fails the job instead of requeueing it. Outage grace (reaper.py): a lease
--- that ran out since the outage began is spared until one heartbeat interval (as `run`
--- computes it: lease/3 within [1 s, 60 s]) after the store came back.
+-- One batch, the same set in every statement: :now is read once (the first statement), and the
+-- write lock keeps job_claim unchanged until the last statement deletes the batch. The N-th
+-- expiry with N >= max_reclaims fails the job instead of requeueing it.
 SELECT n.now
 FROM (SELECT (julianday('now') - 2440587.5) * 86400.0 AS now) AS n
 WHERE EXISTS (SELECT 1 FROM job_claim AS c
-              WHERE c.claim_expires_at < n.now
-                   AND NOT (c.claim_expires_at >= n.now - :outage_began_ago
-                            AND :outage_ended_ago < MIN(60, MAX(1, c.lease_seconds / 3.0))));
+-- include: reap_expired
+);
 -- The expired attempts' rows, written once from their claim rows.
 INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at, ended_at, outcome)
 SELECT c.job_id, c.attempt, c.claim_id, c.job_agent_id, c.claimed_at, :now, 'expired'
 FROM job_claim AS c
-WHERE c.job_id IN (SELECT c.job_id FROM job_claim AS c
-                   WHERE c.claim_expires_at < :now
-                   AND NOT (c.claim_expires_at >= :now - :outage_began_ago
-                            AND :outage_ended_ago < MIN(60, MAX(1, c.lease_seconds / 3.0)))
-                   ORDER BY c.job_id LIMIT :batch_size)
+WHERE c.job_id IN (
+-- include: reap_batch
+)
 ON CONFLICT (job_id, attempt) DO UPDATE
 SET ended_at = excluded.ended_at, outcome = excluded.outcome;
 UPDATE job
@@ -298,11 +307,9 @@ FROM (SELECT t.job_id,
              COUNT(*) AS expiries,
              :max_reclaims > 0 AND COUNT(*) >= :max_reclaims AS give_up
       FROM job_attempt AS t
-      WHERE t.job_id IN (SELECT c.job_id FROM job_claim AS c
-                 WHERE c.claim_expires_at < :now
-                   AND NOT (c.claim_expires_at >= :now - :outage_began_ago
-                            AND :outage_ended_ago < MIN(60, MAX(1, c.lease_seconds / 3.0)))
-                 ORDER BY c.job_id LIMIT :batch_size)
+      WHERE t.job_id IN (
+-- include: reap_batch
+      )
         AND t.outcome = 'expired'
       GROUP BY t.job_id) AS x
 WHERE job.id = x.job_id AND job.status = 'inProgress';
@@ -314,16 +321,12 @@ SELECT COUNT(*) AS reaped,
            FILTER (WHERE j.updated_at = :now AND j.status = 'queued'
                    AND j.job_agent_id IS NOT NULL) AS requeued_agents
 FROM job AS j
-WHERE j.id IN (SELECT c.job_id FROM job_claim AS c
-                 WHERE c.claim_expires_at < :now
-                   AND NOT (c.claim_expires_at >= :now - :outage_began_ago
-                            AND :outage_ended_ago < MIN(60, MAX(1, c.lease_seconds / 3.0)))
-                 ORDER BY c.job_id LIMIT :batch_size);
-DELETE FROM job_claim WHERE job_id IN (SELECT c.job_id FROM job_claim AS c
-                 WHERE c.claim_expires_at < :now
-                   AND NOT (c.claim_expires_at >= :now - :outage_began_ago
-                            AND :outage_ended_ago < MIN(60, MAX(1, c.lease_seconds / 3.0)))
-                 ORDER BY c.job_id LIMIT :batch_size)
+WHERE j.id IN (
+-- include: reap_batch
+);
+DELETE FROM job_claim WHERE job_id IN (
+-- include: reap_batch
+)
 
 -- name: list_claims
 -- inProgress jobs with their claim row (active/expired) or without one (unleased); equal

@@ -1,0 +1,204 @@
+"""The entity operations of ``SqlStore``: workspaces, API keys, agents and jobs, created, read,
+listed and deleted. No lease logic here (``sql_store.py``): a job is created ``queued``."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID, uuid4
+
+from jobagentctl.errors import Conflict, NotFound
+from jobagentctl.models import Job, JobAgent, JobStatus
+from jobagentctl.server.store import rows
+from jobagentctl.server.store.connector import Connector, Params, Row
+from jobagentctl.server.store.records import ApiKeyRecord, WorkspaceRecord
+from jobagentctl.server.store.validation import check_slug, slugify
+
+__all__ = ["Entities"]
+
+
+class Entities:
+    """``SqlStore``'s operations on workspaces, keys, agents and jobs (its base class; see
+    ``SqlStore`` for what every operation shares: scopes, errors, the database clock)."""
+
+    _db: Connector
+
+    async def _page(self, name: str, params: Params) -> tuple[list[Row], int]:
+        found = await self._db.all(name, params)
+        if found:
+            return found, int(found[0]["total"])
+        if params["offset"] == 0:
+            return [], 0
+        # Past the end: the window count needs one row to ride on.
+        first = await self._db.all(name, {**params, "offset": 0, "limit": 1})
+        return [], int(first[0]["total"]) if first else 0
+
+    # --- workspaces and keys -------------------------------------------------------------------
+
+    async def create_workspace(self, name: str, slug: str | None = None) -> UUID:
+        """A new workspace. ``slug`` None → derived from ``name`` (``slugify``), with ``-`` and
+        8 characters of the id appended if taken. A given slug must be valid (``check_slug``:
+        ``ValidationError``) and free (``Conflict``)."""
+        workspace_id = uuid4()
+        if slug is None:
+            slug = slugify(name)
+            if await self.get_workspace_by_slug(slug) is not None:
+                slug = f"{slug[:41].strip('-')}-{workspace_id.hex[:8]}"
+        params = {"id": workspace_id, "name": name, "slug": check_slug(slug)}
+        try:
+            await self._db.one("create_workspace", params)
+        except Conflict as exc:
+            raise Conflict(f"a workspace with slug {slug!r} already exists") from exc
+        return workspace_id
+
+    async def workspace_exists(self, workspace_id: UUID) -> bool:
+        """Whether the workspace of that id exists."""
+        return await self._db.one("workspace_exists", {"id": workspace_id}) is not None
+
+    async def get_workspace(self, workspace_id: UUID) -> WorkspaceRecord | None:
+        """The workspace of that id, or None."""
+        row = await self._db.one("get_workspace", {"id": workspace_id})
+        return None if row is None else rows.workspace_from_row(row)
+
+    async def get_workspace_by_slug(self, slug: str) -> WorkspaceRecord | None:
+        """The workspace of that slug (exact match), or None."""
+        row = await self._db.one("get_workspace_by_slug", {"slug": slug})
+        return None if row is None else rows.workspace_from_row(row)
+
+    async def create_api_key(
+        self, workspace_id: UUID, job_agent_id: UUID | None, prefix: str, secret_hash: str
+    ) -> UUID:
+        """A new key of the workspace (of one agent of it when ``job_agent_id`` is given): its
+        id. A prefix in use → ``Conflict``; unknown workspace or agent → ``NotFound``."""
+        key_id = uuid4()
+        params = {
+            "id": key_id,
+            "workspace_id": workspace_id,
+            "job_agent_id": job_agent_id,
+            "prefix": prefix,
+            "secret_hash": secret_hash,
+        }
+        try:
+            row = await self._db.one("create_api_key", params)
+        except Conflict as exc:
+            raise Conflict("an API key with this prefix already exists") from exc
+        if row is None:
+            raise NotFound("workspace or job agent not found")
+        return key_id
+
+    async def get_api_key(self, prefix: str) -> ApiKeyRecord | None:
+        """The key of that prefix (revoked ones too: the caller checks), or None."""
+        row = await self._db.one("get_api_key", {"prefix": prefix})
+        return None if row is None else rows.api_key_from_row(row)
+
+    async def revoke_api_key(self, key_id: UUID) -> bool:
+        """Revoke the key; False when there is no such key not yet revoked."""
+        return await self._db.one("revoke_api_key", {"id": key_id}) is not None
+
+    # --- agents --------------------------------------------------------------------------------
+
+    async def upsert_agent(
+        self,
+        workspace_id: UUID,
+        agent_id: UUID,
+        name: str,
+        type: str,
+        config: dict[str, Any],
+        metadata: dict[str, Any] | None,
+    ) -> JobAgent:
+        """Create or replace. An id that exists in another workspace → ``NotFound``."""
+        params = {
+            "id": agent_id,
+            "workspace_id": workspace_id,
+            "name": name,
+            "type": type,
+            "config": rows.dump_json(config),
+            "metadata": None if metadata is None else rows.dump_json(metadata),
+        }
+        try:
+            row = await self._db.one("upsert_agent", params)
+        except NotFound as exc:  # the foreign key: unknown workspace
+            raise NotFound("workspace not found") from exc
+        if row is None:
+            raise NotFound("job agent not found")
+        return rows.agent_from_row(row)
+
+    async def get_agent(self, workspace_id: UUID, agent_id: UUID) -> JobAgent | None:
+        """The agent of that id in the workspace, or None."""
+        row = await self._db.one("get_agent", {"id": agent_id, "workspace_id": workspace_id})
+        return None if row is None else rows.agent_from_row(row)
+
+    async def list_agents(
+        self, workspace_id: UUID, limit: int, offset: int
+    ) -> tuple[list[JobAgent], int]:
+        """A page of the workspace's agents and how many it has in all."""
+        params = {"workspace_id": workspace_id, "limit": limit, "offset": offset}
+        found, total = await self._page("list_agents", params)
+        return [rows.agent_from_row(row) for row in found], total
+
+    async def delete_agent(self, workspace_id: UUID, agent_id: UUID) -> bool:
+        """Delete the agent and its keys; False when there was none. Its jobs stay, as in
+        ctrlplane's V1 API: readable by id and in the workspace's lists with ``job_agent_id``
+        None (``""`` on the wire). A claim row of one of them keeps the deleted agent's id; the
+        reaper requeues it as any other (the job is then queued for no agent: nobody claims it
+        until an operator acts)."""
+        params = {"id": agent_id, "workspace_id": workspace_id}
+        return await self._db.one("delete_agent", params) is not None
+
+    # --- jobs ----------------------------------------------------------------------------------
+
+    async def create_job(
+        self,
+        workspace_id: UUID,
+        agent_id: UUID,
+        job_agent_config: dict[str, Any] | None,
+        dispatch_context: dict[str, Any] | None,
+        metadata: dict[str, Any] | None,
+    ) -> Job:
+        """Insert a ``queued`` job (``NotFound`` for an unknown agent) and wake long-polls of
+        that agent (``NOTIFY`` on PostgreSQL, in-process event on SQLite). ``job_agent_config``
+        defaults to the agent's config."""
+        params = {
+            "id": uuid4(),
+            "agent_id": agent_id,
+            "workspace_id": workspace_id,
+            "job_agent_config": None
+            if job_agent_config is None
+            else rows.dump_json(job_agent_config),
+            "dispatch_context": rows.dump_json(dispatch_context or {}),
+            "metadata": rows.dump_json(metadata or {}),
+        }
+        row = await self._db.one("create_job", params)
+        if row is None:
+            raise NotFound("job agent not found")
+        self._db.notify(agent_id, 1)
+        return rows.job_from_row(row)
+
+    async def get_job(
+        self, workspace_id: UUID, job_id: UUID, agent_scope: UUID | None = None
+    ) -> Job | None:
+        """The job with ``dispatch_context`` filled, or None."""
+        params = {"job_id": job_id, "workspace_id": workspace_id, "agent_scope": agent_scope}
+        row = await self._db.one("get_job", params)
+        return None if row is None else rows.job_from_row(row)
+
+    async def list_jobs(
+        self,
+        workspace_id: UUID,
+        *,
+        agent_id: UUID | None,
+        statuses: list[JobStatus] | None,
+        include_dispatch_context: bool,
+        limit: int,
+        offset: int,
+    ) -> tuple[list[Job], int]:
+        """A page of jobs, newest first (``created_at DESC, id DESC``), and how many match in
+        all; ``agent_id`` None = every agent's, ``statuses`` None = any status."""
+        params = {
+            "workspace_id": workspace_id,
+            "agent_id": agent_id,
+            "statuses": None if statuses is None else [s.value for s in statuses],
+            "limit": limit,
+            "offset": offset,
+        }
+        found, total = await self._page("list_jobs", params)
+        return [rows.job_from_row(row, include_dispatch_context) for row in found], total

@@ -1,0 +1,148 @@
+"""The files and environment one job's command gets: the job as JSON (JOBAGENTCTL_JOB_FILE),
+the stop-reason file (JOBAGENTCTL_STOP_REASON_FILE), and the variables that name them.
+
+The files live in a private directory per job, removed when the job ends; one that a killed run
+left behind is swept by a later run (:func:`sweep_stale_job_files`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from jobagentctl.models import (
+    AGENT_ENV,
+    API_KEY_ENV,
+    API_KEY_FILE_ENV,
+    ATTEMPT_ENV,
+    CLAIM_ID_ENV,
+    CTRLPLANE_ENV,
+    JOB_FILE_ENV,
+    JOB_ID_ENV,
+    LEASE_SECONDS_ENV,
+    STOP_REASON_FILE_ENV,
+    URL_ENV,
+    WORKSPACE_ENV,
+    ClaimedJob,
+)
+from jobagentctl.supervisor.options import RunOptions
+from jobagentctl.supervisor.outcome import StopReason
+
+__all__ = ["JobFiles", "child_environment", "sweep_stale_job_files"]
+
+# Variables that carry the API key (or point at it); never inherited unless --pass-api-key.
+_SECRET_VARIABLES = (API_KEY_ENV, API_KEY_FILE_ENV, CTRLPLANE_ENV["api_key"])
+# Job directories are named so a later run can find the ones a killed run left behind.
+_DIRECTORY_PREFIX = "jobagentctl-job-"
+_LOCK_NAME = ".lock"
+# A directory younger than this is never swept: its run may not have locked it yet.
+_SWEEP_MIN_AGE_SECONDS = 60.0
+
+
+class JobFiles:
+    """A private directory (0700) with the claimed job as JSON (0600) and the stop-reason file.
+
+    The stop-reason file does not exist until the run asks the child to stop. The run holds an
+    exclusive lock on the directory's lock file while it lives (the kernel drops it even on
+    SIGKILL), which is how :func:`sweep_stale_job_files` tells leftovers from live runs.
+    """
+
+    def __init__(self, job: ClaimedJob) -> None:
+        self.directory = Path(tempfile.mkdtemp(prefix=f"{_DIRECTORY_PREFIX}{job.id}-"))
+        self._lock_fd = os.open(
+            self.directory / _LOCK_NAME, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600
+        )
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self.job_file = self.directory / "job.json"
+        self.stop_reason_file = self.directory / "stop-reason"
+        fd = os.open(self.job_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(job.model_dump_json(by_alias=True))
+            handle.write("\n")
+
+    def write_stop_reason(self, reason: StopReason) -> None:
+        """Tell the command why it is being stopped: ``reason``'s value, one line."""
+        # Write then rename, so a child polling for the file never reads it half-written.
+        partial = self.stop_reason_file.with_suffix(".partial")
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(reason.value + "\n")
+        os.replace(partial, self.stop_reason_file)
+
+    def remove(self) -> None:
+        """Remove the directory and give up its lock (the job is over)."""
+        shutil.rmtree(self.directory, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.close(self._lock_fd)
+
+
+def sweep_stale_job_files(base: Path | None = None) -> int:
+    """Remove job directories whose run is gone (killed before it could); how many.
+
+    Only directories older than a minute whose lock nobody holds: a live run holds its lock,
+    and a directory that young may belong to a run that has not taken it yet.
+    """
+    root = Path(base or tempfile.gettempdir())
+    removed = 0
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return 0
+    cutoff = time.time() - _SWEEP_MIN_AGE_SECONDS
+    for entry in entries:
+        try:
+            if not (
+                entry.name.startswith(_DIRECTORY_PREFIX)
+                and entry.is_dir(follow_symlinks=False)
+                and entry.stat(follow_symlinks=False).st_mtime < cutoff
+            ):
+                continue
+            fd = os.open(
+                os.path.join(entry.path, _LOCK_NAME), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
+            )
+        except OSError:
+            continue  # not a job directory of ours (or not ours to open)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # held: its run is alive
+        finally:
+            os.close(fd)
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed += 1
+    return removed
+
+
+def child_environment(
+    base: Mapping[str, str], job: ClaimedJob, options: RunOptions, files: JobFiles
+) -> dict[str, str]:
+    """The child's environment: ours, minus the API key (unless ``--pass-api-key``), plus the
+    job's context: its ids, the lease, where the server is, and the job's two files."""
+    env = {key: value for key, value in base.items() if key not in _SECRET_VARIABLES}
+    if options.pass_api_key and options.api_key:
+        env[API_KEY_ENV] = options.api_key
+    context = {
+        JOB_ID_ENV: str(job.id),
+        CLAIM_ID_ENV: str(job.claim_id) if job.claim_id else None,
+        ATTEMPT_ENV: str(job.attempt) if job.attempt is not None else None,
+        # 0 for an unleased claim: the same meaning as `--lease-seconds 0`.
+        LEASE_SECONDS_ENV: str(job.lease_seconds or 0),
+        WORKSPACE_ENV: str(options.workspace_id),
+        AGENT_ENV: str(options.agent_id),
+        URL_ENV: options.url,
+        JOB_FILE_ENV: str(files.job_file),
+        STOP_REASON_FILE_ENV: str(files.stop_reason_file),
+    }
+    for key, value in context.items():
+        if value is None:
+            # Absent rather than empty: an empty claim id would not parse as a UUID.
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
