@@ -18,8 +18,8 @@ demo: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/demo.sh
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks tools
+	$(BIN)/ruff format --check src tests benchmarks tools
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src
@@ -30,9 +30,10 @@ unit: $(STAMP)
 test: $(STAMP) lint typecheck
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -p no:cacheprovider -n 3 --durations=10
 
-# The timing-sensitive suites with a CPU hog spinning on each of two cores (issue 11): a test must
-# not fail because the machine is busy. The hogs are this recipe's own children, killed when it
-# ends however it ends; the exit status is pytest's. Result of a run: docs/reliability.md §9.
+# The timing-sensitive suites with a CPU hog spinning on each of two cores: a test must not fail
+# because the machine is busy (CI and developers share small machines). The hogs are this
+# recipe's own children, killed when it ends however it ends; the exit status is pytest's.
+# Result of a run: docs/reliability.md, "the suite under load".
 UNDER_LOAD := tests/e2e tests/server tests/store tests/integration tests/docs tests/chaos
 test-under-load: $(STAMP)
 	@hogs=""; \
@@ -48,7 +49,7 @@ bench-quick: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m benchmarks.run --mode quick
 
 chaos: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tests.chaos.harness --long
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tools.chaos.harness --long
 
 completions: $(STAMP)
 	for sh in bash zsh fish; do $(BIN)/jobagentctl completion $$sh > completions/jobagentctl.$$sh; done

@@ -69,7 +69,8 @@ class Figure:
         return self.busiest_client >= 0.8
 
 
-def _gate(smoke: bool) -> Gate:
+def quiet_gate(smoke: bool) -> Gate:
+    """Wait for a quiet machine before a measured run (at once in a smoke run)."""
     return wait_quiet(0 if smoke else GATE_WAIT, sample=0.3 if smoke else 1.0)
 
 
@@ -102,7 +103,7 @@ def api(
             prefix = first.path("")
             # Wait for quiet before the load generator connects: the server closes idle
             # keep-alive connections after a few seconds.
-            gate = _gate(smoke)
+            gate = quiet_gate(smoke)
             mode, args = "http", [urls, prefix, first.api_key, first.agent]
             if batch:
                 mode, args = "http-batch", [*args, str(batch)]
@@ -136,7 +137,7 @@ def direct(jobs: int, *, processes: int = 4, smoke: bool = False) -> Figure:
         ws, agent = pgbench.prepare_database(url, "project", jobs)
         with Workers("direct", [url, ws, agent], processes, AGENTS) as workers:
             backends = BackendCpu(url)
-            gate = _gate(smoke)
+            gate = quiet_gate(smoke)
             with Measured(gate, lambda: cpu_of([*backends.pids(), *workers.pids])):
                 result = workers.go()
             db_cpu = backends.seconds()
@@ -167,7 +168,7 @@ def pgbench_design(
         script, defines = pgbench.SCRIPTS[design].read_text(), {}
     with postgres_database() as url:
         ws, agent = pgbench.prepare_database(url, design, per_client * AGENTS + AGENTS)
-        gate = _gate(smoke)
+        gate = quiet_gate(smoke)
         # pgbench (our child) and its backends come and go inside the block: the backends'
         # CPU, from their probes, is added to ours afterwards.
         with Measured(gate, dict) as m:
@@ -222,7 +223,7 @@ def procrastinate_script(jobs: int, *, smoke: bool = False) -> Figure:
             if proc.stdout.readline().strip() != "ready":
                 raise RuntimeError("procrastinate peer failed before its run")
             backends = BackendCpu(url)
-            gate = _gate(smoke)
+            gate = quiet_gate(smoke)
             with Measured(gate, lambda: cpu_of([proc.pid, *backends.pids()])):
                 proc.stdin.write("go\n")
                 proc.stdin.flush()
@@ -252,7 +253,7 @@ def procrastinate_cli(jobs: int, *, smoke: bool = False) -> Figure:
     with postgres_database("jabpeer") as url:
         _peer_defer(url, jobs)
         backends = BackendCpu(url)
-        gate = _gate(smoke)
+        gate = quiet_gate(smoke)
         exe = os.path.join(os.path.dirname(sys.executable), "procrastinate")
         live: list[int] = []
         with Measured(gate, lambda: cpu_of([*live, *backends.pids()])):

@@ -23,7 +23,7 @@ from benchmarks.common import (
     self_cpu_seconds,
 )
 from benchmarks.httpclient import Connection
-from jobagentctl.models import JobStatus
+from jobagentctl.models import ClaimedJob, JobStatus
 from jobagentctl.server.store import Store, open_store
 
 
@@ -40,7 +40,9 @@ class DirectResult:
         return self.cycles / self.seconds if self.seconds else 0.0
 
 
-async def _setup(store: Store, jobs: int) -> tuple[uuid.UUID, uuid.UUID]:
+async def setup_store(store: Store, jobs: int) -> tuple[uuid.UUID, uuid.UUID]:
+    """Open and migrate ``store``, create a workspace and an agent, queue ``jobs`` jobs; the
+    workspace and agent ids (shared by every benchmark that works on a store directly)."""
     await store.open()
     await store.migrate()
     ws = await store.create_workspace("bench")
@@ -51,33 +53,48 @@ async def _setup(store: Store, jobs: int) -> tuple[uuid.UUID, uuid.UUID]:
     return ws, agent
 
 
+async def complete(store: Store, ws: uuid.UUID, job: ClaimedJob) -> None:
+    """Report ``job`` successful under its claim, as an agent does (the store's own call)."""
+    await store.set_status(
+        ws,
+        job.id,
+        JobStatus.SUCCESSFUL,
+        claim_id=job.claim_id,
+        message=None,
+        external_id=None,
+        metadata=None,
+    )
+
+
+async def agent_loop(store: Store, ws: uuid.UUID, agent: uuid.UUID) -> int:
+    """One agent: claim and complete jobs until none is queued; how many it did."""
+    done = 0
+    while (job := await store.claim_next(ws, agent, 60)) is not None:
+        await complete(store, ws, job)
+        done += 1
+    return done
+
+
+async def prepare_reap(store: Store, url: str, claims: int, expired: int) -> None:
+    """A store with ``claims`` running claims, ``expired`` of them expired, analysed, and its
+    connection and plan cache warmed on an empty reaper pass."""
+    _, agent = await setup_store(store, 0)
+    await store.reap(500, 0)
+    # Benchmark set-up only: bulk rows through psql (the values are ours, not user input).
+    psql(url, FILL_CLAIMS.format(claims=claims, expired=expired, agent=agent))
+    for table in ("job_claim", "job", "job_attempt"):
+        psql(url, f"VACUUM ANALYZE {table}")
+
+
 async def _cycles(url: str, concurrency: int, jobs: int, kind: str) -> DirectResult:
     options = {"max_size": max(4, concurrency + 2)} if kind == "postgres" else {}
     store = open_store(url, **options)
-    ws, agent = await _setup(store, jobs)
-    done = 0
-
-    async def agent_loop() -> None:
-        nonlocal done
-        while True:
-            job = await store.claim_next(ws, agent, 60)
-            if job is None:
-                return
-            await store.set_status(
-                ws,
-                job.id,
-                JobStatus.SUCCESSFUL,
-                claim_id=job.claim_id,
-                message=None,
-                external_id=None,
-                metadata=None,
-            )
-            done += 1
-
+    ws, agent = await setup_store(store, jobs)
     try:
         cpu0, pg = self_cpu_seconds(), PostgresCpu()
         t0 = time.perf_counter()
-        await asyncio.gather(*(agent_loop() for _ in range(concurrency)))
+        loops = [agent_loop(store, ws, agent) for _ in range(concurrency)]
+        done = sum(await asyncio.gather(*loops))
         elapsed = time.perf_counter() - t0
         return DirectResult(
             done,
@@ -117,7 +134,7 @@ def _hot_share(url: str, before: tuple[int, int]) -> float:
 
 async def _heartbeats_direct(url: str, concurrency: int, count: int) -> DirectResult:
     store = open_store(url, max_size=concurrency + 2)
-    ws, agent = await _setup(store, concurrency)
+    ws, agent = await setup_store(store, concurrency)
     try:
         claims = [await store.claim_next(ws, agent, 60) for _ in range(concurrency)]
         per = count // concurrency
@@ -186,7 +203,9 @@ def heartbeats_http(kind: str, concurrency: int, count: int) -> DirectResult:
 
 # --- reaper --------------------------------------------------------------------------------------
 
-_FILL = """
+# Bulk-insert ``{claims}`` running claims of ``{agent}``, ``{expired}`` of them already expired
+# (psql; the reaper benchmarks' starting point).
+FILL_CLAIMS = """
 WITH ids AS (
     SELECT gen_random_uuid() AS id, g AS n FROM generate_series(1, {claims}) AS g
 ), jobs AS (
@@ -209,13 +228,8 @@ FROM attempts AS a JOIN ids AS i ON i.id = a.job_id
 
 async def _reaper(url: str, claims: int, expired: int) -> tuple[float, float]:
     store = open_store(url)
-    _, agent = await _setup(store, 0)
     try:
-        await store.reap(500, 0)  # warm the connection and plan cache on an empty pass
-        # Benchmark set-up only: bulk rows through psql (the values are ours, not user input).
-        psql(url, _FILL.format(claims=claims, expired=expired, agent=agent))
-        for table in ("job_claim", "job", "job_attempt"):
-            psql(url, f"VACUUM ANALYZE {table}")
+        await prepare_reap(store, url, claims, expired)
         t0 = time.perf_counter()
         result = await store.reap(500, 0)
         busy = time.perf_counter() - t0

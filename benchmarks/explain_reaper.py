@@ -14,7 +14,7 @@ import argparse
 import asyncio
 
 from benchmarks.common import postgres_database, psql
-from benchmarks.direct import _FILL, _setup
+from benchmarks.direct import FILL_CLAIMS, setup_store
 from benchmarks.growth import load_history
 from jobagentctl.models import HEARTBEAT_INTERVAL_MAX, HEARTBEAT_INTERVAL_MIN
 from jobagentctl.server.store import open_store
@@ -35,11 +35,11 @@ async def main(rows: int, plan: bool) -> None:
     for setting in ("", "SET enable_hashjoin = off; "):
         with postgres_database() as url:
             store = open_store(url)
-            _, agent = await _setup(store, 0)
+            _, agent = await setup_store(store, 0)
             await store.close()
             if rows:
                 load_history(url, str(agent), rows)
-            psql(url, _FILL.format(claims=10000, expired=1000, agent=agent))
+            psql(url, FILL_CLAIMS.format(claims=10000, expired=1000, agent=agent))
             for table in ("job_claim", "job", "job_attempt"):
                 psql(url, f"VACUUM ANALYZE {table}")
             out = psql(url, f"{setting}EXPLAIN (ANALYZE, BUFFERS) {reap}")

@@ -39,7 +39,8 @@ class Row:
     gate: str = "not gated"
 
 
-def _verdict(ok: bool | None) -> str:
+def verdict(ok: bool | None) -> str:
+    """A target's cell in a figures table: met, missed (bold), or not judged."""
     return "—" if ok is None else ("yes" if ok else "**no**")
 
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from benchmarks import ceilings, pgbench
 from benchmarks.ceilings import Figure
 from benchmarks.common import Server, postgres_database, psql
-from benchmarks.direct import _FILL, _setup
-from benchmarks.gate import Gate, Measured, wait_quiet
+from benchmarks.direct import prepare_reap
+from benchmarks.gate import Gate, Measured
 
 HISTORY = """
 WITH done AS (
@@ -63,13 +63,9 @@ async def _reap(url: str, claims: int, expired: int, smoke: bool) -> tuple[float
     from jobagentctl.server.store import open_store
 
     store = open_store(url, min_size=1, max_size=2)
-    _, agent = await _setup(store, 0)
     try:
-        await store.reap(500, 0)  # warm the connection and plan cache on an empty pass
-        psql(url, _FILL.format(claims=claims, expired=expired, agent=agent))
-        for table in ("job_claim", "job", "job_attempt"):
-            psql(url, f"VACUUM ANALYZE {table}")
-        gate = wait_quiet(0 if smoke else ceilings.GATE_WAIT, sample=0.3 if smoke else 1.0)
+        await prepare_reap(store, url, claims, expired)
+        gate = ceilings.quiet_gate(smoke)
         loop = asyncio.get_running_loop()
         with Measured(gate, dict):
             t0 = loop.time()
@@ -95,7 +91,7 @@ def measure(rows: int, jobs: int, project: tuple[str, dict[str, str]], smoke: bo
         ws, agent = pgbench.prepare_database(url, "project", 0)
         load_history(url, agent, rows)
         pgbench.seed_queue(url, agent, per_client * ceilings.AGENTS + ceilings.AGENTS)
-        gate = wait_quiet(0 if smoke else ceilings.GATE_WAIT, sample=0.3 if smoke else 1.0)
+        gate = ceilings.quiet_gate(smoke)
         with Measured(gate, dict) as m:
             r = pgbench.run(url, "project", script, ws, agent, ceilings.AGENTS, per_client, defines)
         m.add_ours(r.backend_cpu)

@@ -20,11 +20,11 @@ from benchmarks.ceilings import Figure
 from benchmarks.common import PG_URL, percentile, psql
 from benchmarks.figures import (
     Row,
-    _verdict,
     http_cycles,
     pickup_latency,
     recovery,
     supervision,
+    verdict,
 )
 from benchmarks.gate import Measured
 
@@ -163,7 +163,7 @@ def section_ceilings(mode: str) -> list[Row]:
             f"pgbench, seed's minimal design {_fmt(seed_rate)}",
             f"{api_rate / seed_rate:.2f}×",
             "≥ 0.5×",
-            _verdict(api_rate >= 0.5 * seed_rate),
+            verdict(api_rate >= 0.5 * seed_rate),
             gates(api_gate, seed_gate),
         ),
         Row(
@@ -176,7 +176,7 @@ def section_ceilings(mode: str) -> list[Row]:
             f"pgbench, seed's minimal design (unbatched) {_fmt(seed_rate)}",
             f"{batch_rate / seed_rate:.2f}×",
             "≥ 1.0×",
-            _verdict(batch_rate >= seed_rate),
+            verdict(batch_rate >= seed_rate),
             gates(batch_gate, seed_gate),
         ),
         Row(
@@ -217,7 +217,7 @@ def section_ceilings(mode: str) -> list[Row]:
             f"seed design {seed_cpu:.3f} ms ({_fmt(seed_rate)}/s)",
             f"{proj_cpu / seed_cpu:.2f}×",
             "≤ 1.3×",
-            _verdict(proj_cpu <= 1.3 * seed_cpu),
+            verdict(proj_cpu <= 1.3 * seed_cpu),
             gates(proj_gate, seed_gate),
         ),
         Row(
@@ -227,7 +227,7 @@ def section_ceilings(mode: str) -> list[Row]:
             f"{peer.cpu_ms_per_job:.2f} ms; direct {dir_cpu:.2f} ms",
             f"{api_cpu / peer.cpu_ms_per_job:.2f}× peer",
             "≤ 0.5× peer",
-            _verdict(api_cpu <= 0.5 * peer.cpu_ms_per_job),
+            verdict(api_cpu <= 0.5 * peer.cpu_ms_per_job),
             gates(api_gate, peer_gate),
         ),
         Row(
@@ -323,7 +323,7 @@ def section_growth(mode: str) -> list[Row]:
                 f"empty pass {_fmt(1000 * g.reap_empty, ' ms')}",
                 "",
                 "≤ 20 ms",
-                _verdict(g.reap_busy <= 0.020),
+                verdict(g.reap_busy <= 0.020),
                 rgate,
             )
         )
@@ -349,7 +349,7 @@ def section_heartbeats(mode: str) -> list[Row]:
             f"direct {100 * raw.hot_share:.1f} %",
             "",
             "≥ 95 %",
-            _verdict(api.hot_share >= 0.95),
+            verdict(api.hot_share >= 0.95),
         ),
     ]
 
@@ -364,7 +364,7 @@ def section_reaper(mode: str) -> list[Row]:
             f"empty pass {_fmt(empty * 1000, ' ms')}",
             "",
             "≤ 20 ms / ≤ 5 ms",
-            _verdict(busy <= 0.020 and empty <= 0.005),
+            verdict(busy <= 0.020 and empty <= 0.005),
         )
     ]
 
@@ -382,7 +382,7 @@ def section_pickup(mode: str) -> list[Row]:
                 f"{_fmt(1000 * percentile(poll, 99), ' ms')}",
                 f"{percentile(lp, 50) / percentile(poll, 50):.3f}×",
                 "p50 ≤ 20 ms",
-                _verdict(percentile(lp, 50) <= 0.020),
+                verdict(percentile(lp, 50) <= 0.020),
             )
         )
     return rows
@@ -403,7 +403,7 @@ def section_recovery(mode: str) -> list[Row]:
                 f"lease + reap interval {_fmt(bound, ' s')}",
                 f"{worst / bound:.2f}×",
                 "≤ 1.0× every time",
-                _verdict(worst <= bound),
+                verdict(worst <= bound),
             )
         )
     return rows
@@ -415,7 +415,7 @@ def section_cli(mode: str) -> list[Row]:
     from benchmarks import cli_startup
 
     runs = pick(mode, full=15, quick=5, smoke=1)
-    gate = ceilings._gate(mode == "smoke")
+    gate = ceilings.quiet_gate(mode == "smoke")
     with Measured(gate, dict):
         f = cli_startup.measure(runs)
     _, cell = _pick_runs([Figure("cli", 1, 1.0, 0.0, 0.0, gate=gate)])
@@ -428,7 +428,7 @@ def section_cli(mode: str) -> list[Row]:
             f"`python -c pass` {_fmt(1000 * base, ' ms')}",
             f"{f['--version'] / base:.1f}×",
             "≤ 4×",
-            _verdict(f["--version"] <= 4 * base),
+            verdict(f["--version"] <= 4 * base),
             cell,
         )
     ]
@@ -440,7 +440,7 @@ def section_cli(mode: str) -> list[Row]:
                 f"floor `import typer, httpx, pydantic_settings` {_fmt(1000 * floor, ' ms')}",
                 f"{f[name] / floor:.2f}×",
                 f"≤ {limit:.1f}×",
-                _verdict(f[name] <= limit * floor),
+                verdict(f[name] <= limit * floor),
                 cell,
             )
         )
@@ -452,7 +452,7 @@ def section_cli(mode: str) -> list[Row]:
             f"floor {_fmt(1000 * floor, ' ms')}",
             f"{tab / floor:.2f}×",
             "≤ 0.10 s",
-            _verdict(tab <= 0.10),
+            verdict(tab <= 0.10),
             cell,
         )
     )
@@ -468,7 +468,7 @@ def section_supervision(mode: str) -> list[Row]:
             "one core / 80 MB",
             f"{share:.4f}× / {rss / 80:.2f}×",
             "≤ 1 % / ≤ 80 MB",
-            _verdict(share <= 0.01 and rss <= 80),
+            verdict(share <= 0.01 and rss <= 80),
         )
     ]
 
@@ -528,7 +528,7 @@ def main() -> None:
             continue
         print(f"… {name}", file=sys.stderr, flush=True)
         # Sections without a gate per run get one for the whole section.
-        gate = ceilings._gate(args.mode == "smoke")
+        gate = ceilings.quiet_gate(args.mode == "smoke")
         with Measured(gate, dict):
             got = section(args.mode)
         _, cell = _pick_runs([Figure(name, 1, 1.0, 0.0, 0.0, gate=gate)])

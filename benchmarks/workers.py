@@ -112,7 +112,7 @@ async def _http(
 
 
 async def _direct(url: str, ws: str, agent_id: str, agents: int) -> int:
-    from jobagentctl.models import JobStatus
+    from benchmarks.direct import agent_loop
     from jobagentctl.server.store import open_store
 
     store = open_store(url, min_size=agents, max_size=agents)
@@ -122,27 +122,8 @@ async def _direct(url: str, ws: str, agent_id: str, agents: int) -> int:
     await store.claim_next(wsid, UUID(int=0), 60)
     print("ready", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
-    done = 0
-
-    async def agent() -> None:
-        nonlocal done
-        while True:
-            job = await store.claim_next(wsid, aid, 60)
-            if job is None:
-                return
-            await store.set_status(
-                wsid,
-                job.id,
-                JobStatus.SUCCESSFUL,
-                claim_id=job.claim_id,
-                message=None,
-                external_id=None,
-                metadata=None,
-            )
-            done += 1
-
     cpu0, t0 = _cpu(), time.perf_counter()
-    await asyncio.gather(*(agent() for _ in range(agents)))
+    done = sum(await asyncio.gather(*(agent_loop(store, wsid, aid) for _ in range(agents))))
     _report(done, time.perf_counter() - t0, _cpu() - cpu0)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
     await store.close()

@@ -1,5 +1,5 @@
-"""The architecture as a test: which part of jobagentctl may import which, and who owns each
-third-party library (STYLE.md, issue 9 §8; drawn in docs/architecture.md).
+"""The architecture as a test: which part of jobagentctl may import which, who owns each
+third-party library, and no import circle (STYLE.md; drawn in docs/architecture.md).
 
 Every ``import`` in ``src/jobagentctl`` (top-level and lazy ones inside functions alike, read
 with ``ast``; relative imports resolved) is checked against two tables:
@@ -10,6 +10,15 @@ with ``ast``; relative imports resolved) is checked against two tables:
   talks to the server through the client the CLI hands it). The one ``cli → server`` edge is
   the ``server …`` command group (``cli/server/``), which starts and administers the server.
 - ``OWNERS``: the modules (or packages, ending in ``.``) that may import a library.
+
+And no two modules of ``src/jobagentctl`` import each other, directly or through others
+(:func:`circles`). Imports inside functions count: a lazy import only postpones the circle to
+the first call, where a half-initialised module is just as likely (and the direction of calls is
+as muddled). Imports under ``if TYPE_CHECKING:`` do not: they never run, and with
+``from __future__ import annotations`` they name a type without executing anything. A module
+imports the module it names (``from pkg import mod`` imports ``pkg.mod``; ``from pkg.mod import
+name`` imports ``pkg.mod``), not the packages above it: a package's ``__init__`` that only
+re-exports its own modules is no circle.
 """
 
 from __future__ import annotations
@@ -67,14 +76,32 @@ def module_name(path: Path, src: Path = SRC) -> str:
     return ".".join(parts)
 
 
-def imports(path: Path, src: Path = SRC) -> Iterator[tuple[int, str]]:
-    """``(line, imported module)`` for every import in the file, relative ones resolved."""
+def _type_checking_only(tree: ast.Module) -> set[ast.AST]:
+    """The import nodes under ``if TYPE_CHECKING:`` (never run)."""
+    nodes: set[ast.AST] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                nodes.update(ast.walk(child))
+    return nodes
+
+
+def imports(
+    path: Path, src: Path = SRC, *, runtime_only: bool = False
+) -> Iterator[tuple[int, str, tuple[str, ...]]]:
+    """``(line, imported module, names)`` for every import in the file, relative ones resolved
+    (``names``: what a ``from … import`` takes); ``runtime_only``: not those under
+    ``if TYPE_CHECKING:``."""
     name = module_name(path, src)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    skipped = _type_checking_only(tree) if runtime_only else set()
+    for node in ast.walk(tree):
+        if node in skipped:
+            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield node.lineno, alias.name
+                yield node.lineno, alias.name, ()
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -82,11 +109,17 @@ def imports(path: Path, src: Path = SRC) -> Iterator[tuple[int, str]]:
                 module = ".".join([*base, node.module] if node.module else base)
             else:
                 module = node.module or ""
-            yield node.lineno, module
-            if module.startswith("jobagentctl") and module.count(".") < 1:
-                # `from jobagentctl import models` imports the part `models`
-                for alias in node.names:
-                    yield node.lineno, f"{module}.{alias.name}"
+            yield node.lineno, module, tuple(alias.name for alias in node.names)
+
+
+def imported(path: Path, src: Path = SRC) -> Iterator[tuple[int, str]]:
+    """``(line, module)`` for the layer check: ``from jobagentctl import models`` imports the
+    part ``models``."""
+    for line, module, names in imports(path, src):
+        yield line, module
+        if module == "jobagentctl":
+            for name in names:
+                yield line, f"{module}.{name}"
 
 
 def part(module: str) -> str:
@@ -106,7 +139,7 @@ def violations(src: Path = SRC) -> list[str]:
             if importer == prefix or importer.startswith(prefix + "."):
                 allowed |= extra
         where = f"{path.relative_to(src.parent.parent)}"
-        for line, module in imports(path, src):
+        for line, module in imported(path, src):
             top = module.split(".")[0]
             if top == "jobagentctl":
                 if part(module) not in allowed:
@@ -124,6 +157,46 @@ def violations(src: Path = SRC) -> list[str]:
     return found
 
 
+def circles(src: Path = SRC) -> list[list[str]]:
+    """Every import circle between modules of ``src``: the strongly connected components of
+    the runtime import graph (Tarjan), each as its sorted module names."""
+    modules = {module_name(p, src): p for p in src.rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for _, module, names in imports(path, src, runtime_only=True):
+            # `from pkg import mod` imports the module pkg.mod; `from mod import name` mod.
+            targets = {f"{module}.{n}" for n in names} & modules.keys() or {module}
+            graph[name] |= (targets & modules.keys()) - {name}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return sorted(found)
+
+
 def test_every_part_is_in_the_table() -> None:
     parts = {part(module_name(p)) for p in SRC.rglob("*.py")}
     assert parts <= set(ALLOWED), f"parts missing from ALLOWED: {sorted(parts - set(ALLOWED))}"
@@ -133,6 +206,13 @@ def test_imports_follow_the_layers_and_owners() -> None:
     found = violations()
     assert not found, "imports against the architecture (see docs/architecture.md):\n" + "\n".join(
         found
+    )
+
+
+def test_no_import_circles() -> None:
+    found = circles()
+    assert not found, "modules that import each other (directly or through others):\n" + (
+        "\n".join(" ↔ ".join(circle) for circle in found)
     )
 
 
@@ -167,3 +247,53 @@ def test_the_check_catches(tmp_path: Path, module: str, source: str, problem: st
     (copy / module).write_text(source, encoding="utf-8")
     found = violations(copy)
     assert len(found) == 1 and problem in found[0], found
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "circle"),
+    [
+        # Direct, at the top of the module.
+        (
+            "cli/context.py",
+            "from jobagentctl.cli import output\n",
+            ["jobagentctl.cli.context", "jobagentctl.cli.output"],
+        ),
+        # Through a third module, and lazy (inside a function).
+        (
+            "errors.py",
+            "def f():\n    from jobagentctl.cli.params import uuid_arg\n",
+            ["jobagentctl.cli.params", "jobagentctl.errors", "jobagentctl.settings"],
+        ),
+        # Relative, inside a method.
+        (
+            "cli/messages.py",
+            "class C:\n    def m(self):\n        from . import output\n",
+            ["jobagentctl.cli.messages", "jobagentctl.cli.output"],
+        ),
+    ],
+)
+def test_the_circle_check_catches(
+    tmp_path: Path, module: str, source: str, circle: list[str]
+) -> None:
+    """The circle check can fail: one import added to a copy of the tree closes a circle."""
+    copy = tmp_path / "src" / "jobagentctl"
+    shutil.copytree(SRC, copy, ignore=shutil.ignore_patterns("__pycache__", "*.sql"))
+    assert circles(copy) == []
+    path = copy / module
+    path.write_text(path.read_text(encoding="utf-8") + "\n" + source, encoding="utf-8")
+    found = circles(copy)
+    assert len(found) == 1 and set(circle) <= set(found[0]), found
+
+
+def test_type_checking_imports_make_no_circle(tmp_path: Path) -> None:
+    """An import that never runs (``if TYPE_CHECKING:``) closes no circle."""
+    copy = tmp_path / "src" / "jobagentctl"
+    shutil.copytree(SRC, copy, ignore=shutil.ignore_patterns("__pycache__", "*.sql"))
+    path = copy / "errors.py"
+    extra = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from jobagentctl.cli.params import uuid_arg\n"
+    )
+    path.write_text(path.read_text(encoding="utf-8") + "\n" + extra, encoding="utf-8")
+    assert circles(copy) == []

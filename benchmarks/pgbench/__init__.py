@@ -73,8 +73,7 @@ def _query_text(query: Any, conn: Any) -> str:
 async def _trace(url: str) -> tuple[list[Traced], dict[str, Any]]:
     import psycopg
 
-    from benchmarks.direct import _setup
-    from jobagentctl.models import JobStatus
+    from benchmarks.direct import complete, setup_store
     from jobagentctl.server.store import open_store
 
     log: list[Traced] = []
@@ -107,7 +106,7 @@ async def _trace(url: str) -> tuple[list[Traced], dict[str, Any]]:
         return rows
 
     store = open_store(url, min_size=1, max_size=1)
-    ws, agent = await _setup(store, 1)
+    ws, agent = await setup_store(store, 1)
     try:
         psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
         psycopg.AsyncCursor.fetchone = fetchone  # type: ignore[method-assign]
@@ -117,15 +116,7 @@ async def _trace(url: str) -> tuple[list[Traced], dict[str, Any]]:
         if job is None:
             raise RuntimeError("trace: the store claimed nothing")
         phase[0] = "complete"
-        await store.set_status(
-            ws,
-            job.id,
-            JobStatus.SUCCESSFUL,
-            claim_id=job.claim_id,
-            message=None,
-            external_id=None,
-            metadata=None,
-        )
+        await complete(store, ws, job)
     finally:
         psycopg.AsyncCursor.execute = orig_execute  # type: ignore[method-assign]
         psycopg.AsyncCursor.fetchone = orig_fetchone  # type: ignore[method-assign]
@@ -259,13 +250,13 @@ def seed_queue(url: str, agent: uuid.UUID | str, jobs: int) -> None:
 def prepare_database(url: str, design: str, jobs: int) -> tuple[str, str]:
     """Migrate ``url`` (an empty database), create a workspace and agent, apply the design's
     schema changes and seed ``jobs`` jobs. Returns (workspace id, agent id)."""
-    from benchmarks.direct import _setup
+    from benchmarks.direct import setup_store
     from jobagentctl.server.store import open_store
 
     async def setup() -> tuple[uuid.UUID, uuid.UUID]:
         store = open_store(url, min_size=1, max_size=1)
         try:
-            return await _setup(store, 0)
+            return await setup_store(store, 0)
         finally:
             await store.close()
 

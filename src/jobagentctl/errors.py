@@ -1,7 +1,8 @@
 """The one exception tree of jobagentctl, shared by client and server.
 
 Each class carries its wire ``code`` (the ``code`` of the API's error body), the HTTP status the
-server answers with, and the CLI exit code of SPEC §7. The tree::
+server answers with, and the CLI exit code a script branches on (README.md, "Exit codes").
+The tree::
 
     JobAgentError                    1   base; unexpected errors
     ├── UsageError                   2   bad flag, bad duration, bad config
@@ -61,6 +62,18 @@ class JobAgentError(Exception):
     http_status: ClassVar[int] = 500
     exit_code: ClassVar[int] = 1
 
+    def __init_subclass__(
+        cls, *, code: str, http_status: int | None = None, exit_code: int | None = None
+    ) -> None:
+        """Each class names its wire ``code`` in its ``class`` line (so none is forgotten), and
+        its HTTP status and exit code where they differ from its parent's."""
+        super().__init_subclass__()
+        cls.code = code
+        if http_status is not None:
+            cls.http_status = http_status
+        if exit_code is not None:
+            cls.exit_code = exit_code
+
     def __init__(
         self,
         message: str,
@@ -82,57 +95,44 @@ class JobAgentError(Exception):
         return {"message": self.message, "code": self.code, "details": self.details}
 
 
-class UsageError(JobAgentError):
-    code = "USAGE_ERROR"
-    http_status = 400
-    exit_code = 2
+class UsageError(JobAgentError, code="USAGE_ERROR", http_status=400, exit_code=2):
+    """A bad flag, duration or argument: the command line must change."""
 
 
-class ConfigError(UsageError):
-    code = "CONFIG_ERROR"
+class ConfigError(UsageError, code="CONFIG_ERROR"):
+    """The settings or config file are unusable (no URL, no workspace, bad profile)."""
 
 
-class ValidationError(JobAgentError):
-    code = "VALIDATION_ERROR"
-    http_status = 400
-    exit_code = 2
+class ValidationError(JobAgentError, code="VALIDATION_ERROR", http_status=400, exit_code=2):
+    """The server refused the request as malformed."""
 
 
-class PayloadTooLarge(ValidationError):
-    code = "PAYLOAD_TOO_LARGE"
-    http_status = 413
+class PayloadTooLarge(ValidationError, code="PAYLOAD_TOO_LARGE", http_status=413):
+    """The request body is over the server's size limit."""
 
 
-class ServerUnavailable(JobAgentError):
-    code = "SERVICE_UNAVAILABLE"
-    http_status = 503
-    exit_code = 3
+class ServerUnavailable(JobAgentError, code="SERVICE_UNAVAILABLE", http_status=503, exit_code=3):
+    """No answer: connection refused, timeout, or a 502/503/504 on the way."""
 
 
-class AuthError(JobAgentError):
-    code = "UNAUTHORIZED"
-    http_status = 401
-    exit_code = 4
+class AuthError(JobAgentError, code="UNAUTHORIZED", http_status=401, exit_code=4):
+    """No API key, or one the server does not accept for this request."""
 
 
-class NotFound(JobAgentError):
-    code = "NOT_FOUND"
-    http_status = 404
-    exit_code = 5
+class NotFound(JobAgentError, code="NOT_FOUND", http_status=404, exit_code=5):
+    """No such job, agent or workspace, or one outside the key's scope."""
 
 
-class Conflict(JobAgentError):
-    code = "CONFLICT"
-    http_status = 409
-    exit_code = 6
+class Conflict(JobAgentError, code="CONFLICT", http_status=409, exit_code=6):
+    """The request contradicts the job's state."""
 
 
-class NotClaimable(Conflict):
-    code = "NOT_CLAIMABLE"
+class NotClaimable(Conflict, code="NOT_CLAIMABLE"):
+    """The job is not queued, so it cannot be claimed."""
 
 
-class ClaimLost(Conflict):
-    code = "CLAIM_LOST"
+class ClaimLost(Conflict, code="CLAIM_LOST"):
+    """The claim is gone (reaped, released, cancelled): stop working on the job."""
 
     @property
     def job_status(self) -> str | None:
@@ -141,38 +141,32 @@ class ClaimLost(Conflict):
         return value if isinstance(value, str) else None
 
 
-class ClaimMismatch(Conflict):
-    code = "CLAIM_MISMATCH"
+class ClaimMismatch(Conflict, code="CLAIM_MISMATCH"):
+    """Another attempt holds the job's claim now."""
 
 
-class JobTerminal(Conflict):
-    code = "JOB_TERMINAL"
+class JobTerminal(Conflict, code="JOB_TERMINAL"):
+    """The job has already ended; its status cannot change."""
 
 
-class StuckClaims(Conflict):
-    code = "STUCK_CLAIMS"
+class StuckClaims(Conflict, code="STUCK_CLAIMS"):
+    """inspect-claims --fail-if-stuck found expired, unleased or stale claims."""
 
 
-class NoJob(JobAgentError):
-    code = "NO_JOB"
-    http_status = 204
-    exit_code = 7
+class NoJob(JobAgentError, code="NO_JOB", http_status=204, exit_code=7):
+    """Nothing queued to claim (claim-next answered 204)."""
 
 
-class ServerError(JobAgentError):
-    code = "INTERNAL_ERROR"
-    http_status = 500
-    exit_code = 1
+class ServerError(JobAgentError, code="INTERNAL_ERROR", http_status=500, exit_code=1):
+    """The server failed (500 or another 5xx)."""
 
 
-class ProtocolError(JobAgentError):
-    code = "PROTOCOL_ERROR"
-    http_status = 502
-    exit_code = 1
+class ProtocolError(JobAgentError, code="PROTOCOL_ERROR", http_status=502, exit_code=1):
+    """The server's answer is malformed or not one the protocol allows."""
 
 
-class LeaseUnsupported(ProtocolError):
-    code = "LEASE_UNSUPPORTED"
+class LeaseUnsupported(ProtocolError, code="LEASE_UNSUPPORTED"):
+    """The server has no lease support (a V1-only server)."""
 
 
 _BY_CODE: dict[str, type[JobAgentError]] = {
@@ -215,7 +209,8 @@ def error_for_code(code: str | None, http_status: int) -> type[JobAgentError]:
 
 
 def exit_code_for(exc: BaseException) -> int:
-    """The CLI exit code for any exception (SPEC §7): the one place it is decided."""
+    """The CLI exit code for any exception: the one place it is decided, so a script can tell
+    what went wrong by the code alone (130 for Ctrl-C, as shells do)."""
     if isinstance(exc, JobAgentError):
         return exc.exit_code
     if isinstance(exc, KeyboardInterrupt):

@@ -1,13 +1,16 @@
 """The benchmarks' CI smoke run: every section runs end to end at tiny sizes, so they never rot.
 
 It asserts that every row is filled, never anything about speed (the machine is shared). The
-sections run in groups, one test each, so each stays well inside the suite's per-test timeout
-and the groups spread over the xdist workers.
+sections of ``benchmarks.run`` run in groups, one test each, so each stays well inside the
+suite's per-test timeout and the groups spread over the xdist workers. The measurements the docs
+cite that ``benchmarks.run`` does not include (the long-poll herd, the reaper's plan, the
+pgbench designs) run on their own, at tiny sizes too.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -46,13 +49,11 @@ def test_groups_cover_every_section() -> None:
     assert sorted(s for g in GROUPS for s in g) == sorted(SECTIONS) == sorted(ROWS)
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(300)  # each group takes ≈ 20-40 s on a quiet machine, 2-4× that when loaded
-@pytest.mark.parametrize("group", GROUPS, ids="+".join)
-def test_benchmarks_smoke_run_fills_every_row(group: tuple[str, ...]) -> None:
+def _smoke(*argv: str) -> str:
+    """``python -m ARGV`` from the repository root without a load gate; its stdout."""
     skip_or_fail_without_postgres()
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "--mode", "smoke", "--only", *group],
+        [sys.executable, "-m", *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -64,11 +65,66 @@ def test_benchmarks_smoke_run_fills_every_row(group: tuple[str, ...]) -> None:
         },
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and "---" not in line]
-    figures = rows[1:]  # rows[0] is the header
-    assert len(figures) == sum(ROWS[s] for s in group), out.stdout
+    return out.stdout
+
+
+def _table_rows(stdout: str) -> list[list[str]]:
+    """The cells of each figure row of the markdown tables in ``stdout`` (headers left out)."""
+    lines = [line for line in stdout.splitlines() if line.startswith("|")]
+    separator = [set(line) <= set("|-") for line in lines]
+    # A header is the line just above a separator.
+    figures = [
+        line
+        for i, line in enumerate(lines)
+        if not separator[i] and not (i + 1 < len(lines) and separator[i + 1])
+    ]
     for row in figures:
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        assert cells[1] and cells[2], f"empty figure in {row!r}"
         assert "nan" not in row, row
-        assert cells[-1], f"no load-gate cell in {row!r}"
+    return [[c.strip() for c in row.strip("|").split("|")] for row in figures]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)  # each group takes ≈ 20-40 s on a quiet machine, 2-4× that when loaded
+@pytest.mark.parametrize("group", GROUPS, ids="+".join)
+def test_benchmarks_smoke_run_fills_every_row(group: tuple[str, ...]) -> None:
+    stdout = _smoke("benchmarks.run", "--mode", "smoke", "--only", *group)
+    figures = _table_rows(stdout)
+    assert len(figures) == sum(ROWS[s] for s in group), stdout
+    for cells in figures:
+        assert cells[1] and cells[2], f"empty figure in {cells!r}"
+        assert cells[-1], f"no load-gate cell in {cells!r}"
+
+
+# (command, figure rows it prints, the columns that must be filled in each)
+STANDALONE = {
+    # 2 databases × (no waiters, 10 waiters started at once)
+    "herd": (
+        ("benchmarks.herd", "--waiters", "10", "--seconds", "1", "--idle", "0.5", "--together"),
+        4,
+        range(10),
+    ),
+    # 4 designs: project, reduced, reduced+schema, seed
+    "pgbench": (("benchmarks.pgbench", "--jobs", "40", "--rounds", "1"), 4, range(6)),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", STANDALONE)
+def test_standalone_benchmark_fills_every_row(name: str) -> None:
+    argv, rows, filled = STANDALONE[name]
+    stdout = _smoke(*argv)
+    figures = _table_rows(stdout)
+    assert len(figures) == rows, stdout
+    for cells in figures:
+        assert all(cells[i] for i in filled), f"empty cell in {cells!r}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_explain_reaper_prints_both_plans() -> None:
+    """One reaper batch over 100 finished jobs, with the default plan and without hash joins:
+    each line ends with PostgreSQL's execution time."""
+    lines = _smoke("benchmarks.explain_reaper", "--rows", "100").splitlines()
+    timed = [line for line in lines if re.search(r"Execution Time: [0-9.]+ ms$", line)]
+    assert len(timed) == 2, lines

@@ -10,8 +10,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
-
-from tests.chaos.pgcluster import PgCluster, PgClusterUnavailable
+from tools.chaos.pgcluster import PgCluster, PgClusterUnavailable
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.chaos.harness import DB_MODES, ChaosConfig, ChaosRun, RunResult, figures_table
+from tools.chaos.harness import DB_MODES, ChaosConfig, ChaosRun, RunResult, figures_table
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -1,4 +1,4 @@
-"""Issue 11 §5 end to end, short version of ``python -m tests.chaos.db_freeze``: a live server on
+"""Issue 11 §5 end to end, short version of ``python -m tools.chaos.db_freeze``: a live server on
 a private PostgreSQL frozen 20 s (SIGSTOP). Requests answer 503 within ``database_timeout``,
 ``/readyz`` says 503, and no heartbeating lease is lost although every lease ran out during the
 freeze (the outage grace)."""
@@ -8,9 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from tests.chaos.db_freeze import FreezeConfig, run_freeze
-from tests.chaos.pgcluster import PgCluster
+from tools.chaos.db_freeze import FreezeConfig, run_freeze
+from tools.chaos.pgcluster import PgCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-
-from tests.chaos.faults import AGENT_KINDS, INFRA_KINDS, KINDS, Fault, draw_schedule
+from tools.chaos.faults import AGENT_KINDS, INFRA_KINDS, KINDS, Fault, draw_schedule
 
 LEASE = 2.0
 

@@ -7,9 +7,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-
-from tests.chaos.invariants import Evidence, Execution, Overlap, check, parse_executions
-from tests.chaos.proxy import Exchange
+from tools.chaos.invariants import Evidence, Execution, Overlap, check, parse_executions
+from tools.chaos.proxy import Exchange
 
 T0 = 1_800_000_000.0
 JOB = "11111111-1111-4111-8111-111111111111"

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from tools.chaos.proxy import Exchange, FaultProxy, ProxyFault
 
-from tests.chaos.proxy import Exchange, FaultProxy, ProxyFault
 from tests.fixtures.live_server import free_port
 from tests.fixtures.waiting import wait_until
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.cli import cli_command
 from tests.fixtures.live_server import LiveServer
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -39,10 +39,7 @@ def test_regression_long_poll_claim_loses_lease(live_server: LiveServer, tmp_pat
     report = tmp_path / "report.jsonl"
     env = {**live_server.base_env(), **live_server.env(), "JOBAGENTCTL_AGENT": agent}
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jobagentctl",
+        cli_command(
             "run",
             "--loop",
             "--max-jobs",
@@ -55,7 +52,7 @@ def test_regression_long_poll_claim_loses_lease(live_server: LiveServer, tmp_pat
             "sh",
             "-c",
             "sleep 0.2",
-        ],
+        ),
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

@@ -1,5 +1,5 @@
 """Load held, short version: ~30 s of steady claims and heartbeats on PostgreSQL; no lease
-heartbeated in time may be lost (``python -m tests.chaos.soak`` is the long one).
+heartbeated in time may be lost (``python -m tools.chaos.soak`` is the long one).
 """
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from tests.chaos.pgcluster import PgCluster
-from tests.chaos.soak import SoakConfig, run_soak
+from tools.chaos.pgcluster import PgCluster
+from tools.chaos.soak import SoakConfig, run_soak
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.agent_jobs import AgentJobs
 from tests.fixtures.live_server import LiveServer
 from tests.fixtures.processes import TOKEN_VARIABLE, kill_tagged, new_token, tagged
 from tests.fixtures.waiting import wait_until
@@ -122,14 +123,14 @@ class Proc:
         return f"exit {self.proc.returncode}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
 
 
-class Sandbox:
-    """A working directory and environment for running recipes against ``server``."""
+class Sandbox(AgentJobs):
+    """A working directory and environment for running recipes against ``server``, as an
+    agent of its own (its jobs and attempts: :class:`AgentJobs`)."""
 
     def __init__(self, server: LiveServer, workdir: Path) -> None:
-        self.server = server
-        self.dir = workdir
         self.token = new_token()
-        self.agent_id = server.create_agent(f"docs-{self.token[:8]}")
+        super().__init__(server, server.create_agent(f"docs-{self.token[:8]}"))
+        self.dir = workdir
         self.deploy_log = workdir / "deploys.log"
         self.release_file = workdir / "release"
         workdir.mkdir(parents=True, exist_ok=True)
@@ -175,19 +176,6 @@ class Sandbox:
         except FileNotFoundError:
             return []
 
-    def enqueue(self, **fields: Any) -> str:
-        job_id: str = self.server.enqueue(self.agent_id, **fields)["id"]
-        return job_id
-
-    def job(self, job_id: str) -> dict[str, Any]:
-        return self.server.get_job(job_id)
-
-    def attempts(self, job_id: str) -> list[dict[str, Any]]:
-        status, data = self.server.request("GET", f"jobs/{job_id}/attempts")
-        assert status == 200, (status, data)
-        items: list[dict[str, Any]] = data["items"] if isinstance(data, dict) else data
-        return items
-
     def start(self, argv: Sequence[str], **env: str) -> Proc:
         proc = Proc(argv, cwd=self.dir, env={**self.env, **env})
         self.procs.append(proc)
@@ -229,23 +217,24 @@ def needs(*tools: str) -> None:
         pytest.skip(f"the recipe needs {', '.join(missing)}, which is not installed here")
 
 
-@pytest.fixture
-def sandbox(shared_server: LiveServer, tmp_path: Path) -> Iterator[Sandbox]:
-    box = Sandbox(shared_server, tmp_path / "sandbox")
+def _sandbox(server: LiveServer, tmp_path: Path) -> Iterator[Sandbox]:
+    box = Sandbox(server, tmp_path / "sandbox")
     try:
         yield box
     finally:
         box.close()
+
+
+@pytest.fixture
+def sandbox(shared_server: LiveServer, tmp_path: Path) -> Iterator[Sandbox]:
+    """A sandbox on the module's shared server."""
+    yield from _sandbox(shared_server, tmp_path)
 
 
 @pytest.fixture
 def own_sandbox(live_server: LiveServer, tmp_path: Path) -> Iterator[Sandbox]:
     """A sandbox on a server of the test's own (SQLite and PostgreSQL), free to restart."""
-    box = Sandbox(live_server, tmp_path / "sandbox")
-    try:
-        yield box
-    finally:
-        box.close()
+    yield from _sandbox(live_server, tmp_path)
 
 
 def split_commands(text: str) -> list[str]:

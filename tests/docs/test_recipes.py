@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.cli import cli_command
 from tests.fixtures.live_server import clean_env, free_port
 from tests.fixtures.processes import TOKEN_VARIABLE, new_token
 from tests.fixtures.waiting import wait_until
@@ -318,7 +319,7 @@ def test_operators_quick_start(tmp_path: Path) -> None:
         server = box.start(["bash", "-c", start])
         wait_until(lambda: "listening on" in server.stdout + server.stderr, what="listening")
         # The profile `init --write-config` wrote is enough for a client command.
-        client = box.start(["jobagentctl", "agents", "list", "-o", "json"])
+        client = box.start(cli_command("agents", "list", "-o", "json"))
         assert client.wait() == 0, client.output()
         server.proc.send_signal(signal.SIGTERM)
         assert server.wait() == 0, server.output()
@@ -377,7 +378,7 @@ def test_run_md_stop_reason_trap(sandbox: Sandbox) -> None:
         executable=True,
     )
     sandbox.enqueue()
-    proc = sandbox.start(["jobagentctl", "run", "--timeout", "2s", "--", "./graceful.sh"])
+    proc = sandbox.start(cli_command("run", "--timeout", "2s", "--", "./graceful.sh"))
     assert proc.wait() == 124, proc.output()
     assert "stopping: timeout\ncleaned up\n" in proc.stdout, proc.output()
 
@@ -386,7 +387,7 @@ def test_run_md_report_example_has_the_real_keys(sandbox: Sandbox) -> None:
     example = json.loads(block("docs/run.md › Reports and `--report`").text)
     sandbox.enqueue()
     sandbox.release()
-    proc = sandbox.start(["jobagentctl", "run", "--report", "r.jsonl", "--", "./deploy.sh"])
+    proc = sandbox.start(cli_command("run", "--report", "r.jsonl", "--", "./deploy.sh"))
     assert proc.wait() == 0, proc.output()
     (line,) = (sandbox.dir / "r.jsonl").read_text().splitlines()
     assert set(json.loads(line)) == set(example)
@@ -423,7 +424,7 @@ def test_run_md_job_file_line(sandbox: Sandbox) -> None:
         "show.sh", f'#!/usr/bin/env bash\n{line}\necho "version=$version"\n', executable=True
     )
     sandbox.enqueue(jobAgentConfig={"version": "1.2.3"})
-    proc = sandbox.start(["jobagentctl", "run", "--", "./show.sh"])
+    proc = sandbox.start(cli_command("run", "--", "./show.sh"))
     assert proc.wait() == 0, proc.output()
     assert "version=1.2.3" in proc.stdout
 

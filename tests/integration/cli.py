@@ -7,24 +7,15 @@ an interpreter start per call. Exit codes a shell sees are checked with real pro
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from typer.testing import CliRunner
 
 from jobagentctl.cli.app import app
+from tests.fixtures.cli import Ran, run_cli
 from tests.fixtures.live_server import LiveServer
 
 __all__ = ["Ran", "env_for", "jac", "jac_process"]
-
-
-@dataclass(frozen=True)
-class Ran:
-    returncode: int
-    stdout: str
-    stderr: str
 
 
 def env_for(server: LiveServer, agent: str | None = None, **extra: str) -> dict[str, str]:
@@ -58,13 +49,5 @@ def jac(
 def jac_process(
     server: LiveServer, *args: str, agent: str | None = None, env: Mapping[str, str] | None = None
 ) -> Ran:
-    """``python -m jobagentctl ARGS`` as a real process."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "jobagentctl", *args],
-        env={**env_for(server, agent), **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
-    return _check(server, Ran(proc.returncode, proc.stdout, proc.stderr))
+    """``jobagentctl ARGS`` as a real process (the installed console script)."""
+    return _check(server, run_cli(*args, env={**env_for(server, agent), **(env or {})}))

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+from tests.fixtures.cli import run_bash
 from tests.fixtures.live_server import LiveServer
 
 from .cli import env_for, jac, jac_process
 
 AGENT_SCRIPT = r"""
 set -euo pipefail
-jobagentctl() { "$PYTHON" -m jobagentctl "$@"; }
 
 claim=$(jobagentctl claim --wait 10s -o env)
 eval "$claim"
@@ -38,16 +36,7 @@ def test_bash_agent_claims_heartbeats_and_completes(
 ) -> None:
     agent = live_server.create_agent("bash-agent")
     job = live_server.enqueue(agent, job_agent_config={"script": "make"})
-    env = env_for(live_server, agent, PYTHON=sys.executable)
-    proc = subprocess.run(
-        ["bash", "-c", AGENT_SCRIPT],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = run_bash(AGENT_SCRIPT, env=env_for(live_server, agent), cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == job["id"]
     assert f"claimed {job['id']} attempt 1 lease 60" in proc.stderr

@@ -1,4 +1,4 @@
-"""`jobagentctl … | head` under `set -o pipefail` (issue 12 §4): real processes, real pipes.
+"""`jobagentctl … | head` under `set -o pipefail`: real processes, real pipes.
 
 A reader that stops early must not turn into an error: no traceback, no INTERNAL_ERROR line,
 exit 0 (README: output). `| true` closes the pipe before the first write, so the closed pipe is
@@ -8,12 +8,11 @@ buffer (the job count below makes sure it does).
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.fixtures.cli import Ran, run_bash
 from tests.fixtures.live_server import LiveServer
 
 from .cli import env_for
@@ -35,15 +34,11 @@ def crowded(sqlite_only: None, live_server: LiveServer) -> tuple[LiveServer, str
     return live_server, agent
 
 
-def pipeline(server: LiveServer, agent: str, script: str) -> subprocess.CompletedProcess[str]:
-    env = env_for(server, agent, PY=sys.executable)
-    return subprocess.run(
-        ["bash", "-c", f'set -o pipefail\njac() {{ "$PY" -m jobagentctl "$@"; }}\n{script}'],
-        env=env,
-        capture_output=True,
-        text=True,
+def pipeline(server: LiveServer, agent: str, script: str) -> Ran:
+    return run_bash(
+        f'set -o pipefail\njac() {{ jobagentctl "$@"; }}\n{script}',
+        env=env_for(server, agent),
         timeout=120,
-        check=False,
     )
 
 

@@ -159,15 +159,6 @@ def test_operator_overrides(
     assert f"job {JOB}: {status}" in tty.stderr
 
 
-def test_requeue_unknown_job_is_5(cli: Cli, mock_api: respx.MockRouter) -> None:
-    mock_api.put(f"{WS}/jobs/{JOB}/status").respond(
-        404, json=wire.error("NOT_FOUND", "job not found")
-    )
-    result = cli("requeue", str(JOB))
-    assert result.exit_code == 5
-    assert result.stderr == "error: job not found\n"
-
-
 # --- agents -----------------------------------------------------------------------------------
 
 

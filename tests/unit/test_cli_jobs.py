@@ -219,15 +219,6 @@ def test_claim_on_a_tty_shows_the_job(cli: Cli, mock_api: respx.MockRouter) -> N
     assert "jobAgentConfig" in result.stdout  # the rest of the object is shown too
 
 
-def test_claim_not_claimable_is_6(cli: Cli, mock_api: respx.MockRouter) -> None:
-    mock_api.post(f"{WS}/job-agents/{AGENT}/jobs/{JOB}/claim").respond(
-        409, json=wire.error("NOT_CLAIMABLE", "job is inProgress")
-    )
-    result = cli("claim", str(JOB))
-    assert result.exit_code == 6
-    assert result.stderr == "error: job is inProgress\n"
-
-
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -372,12 +363,45 @@ def test_complete_v1_claim_reports_without_fencing(cli: Cli, mock_api: respx.Moc
     assert body(route) == {"status": "successful"}
 
 
-def test_complete_claim_mismatch_is_6(cli: Cli, mock_api: respx.MockRouter) -> None:
-    mock_api.put(f"{WS}/jobs/{JOB}/status").respond(
-        409, json=wire.error("CLAIM_MISMATCH", "another attempt holds the claim")
-    )
-    result = cli("complete", str(JOB), "--exit-code", "0", "--claim-id", str(CLAIM))
-    assert result.exit_code == 6
+# An API error: its class's exit code, and its message as the one error line.
+API_ERRORS = {
+    "requeue unknown job": (
+        ("PUT", f"{WS}/jobs/{JOB}/status", 404, "NOT_FOUND", "job not found"),
+        ["requeue", str(JOB)],
+        5,
+    ),
+    "claim not claimable": (
+        (
+            "POST",
+            f"{WS}/job-agents/{AGENT}/jobs/{JOB}/claim",
+            409,
+            "NOT_CLAIMABLE",
+            "job is inProgress",
+        ),
+        ["claim", str(JOB)],
+        6,
+    ),
+    "complete claim mismatch": (
+        (
+            "PUT",
+            f"{WS}/jobs/{JOB}/status",
+            409,
+            "CLAIM_MISMATCH",
+            "another attempt holds the claim",
+        ),
+        ["complete", str(JOB), "--exit-code", "0", "--claim-id", str(CLAIM)],
+        6,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(API_ERRORS))
+def test_an_api_error_is_its_exit_code(cli: Cli, mock_api: respx.MockRouter, case: str) -> None:
+    (method, url, status, code, message), args, exit_code = API_ERRORS[case]
+    mock_api.route(method=method, url=url).respond(status, json=wire.error(code, message))
+    result = cli(*args)
+    assert result.exit_code == exit_code
+    assert result.stderr == f"error: {message}\n"
 
 
 @pytest.mark.parametrize(

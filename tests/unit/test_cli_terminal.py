@@ -29,28 +29,32 @@ LIST_COMMANDS = {
 }
 
 
+def _list_without_raw_controls(
+    cli: Cli, mock_api: respx.MockRouter, name: str, *, tty: bool
+) -> str:
+    """The list command's stdout, which must not hold a raw control character."""
+    args, url, payload = LIST_COMMANDS[name]
+    mock_api.get(url).respond(200, json=payload)
+    result = cli(*args, tty=tty)
+    assert result.exit_code == 0, result.stderr
+    assert not any(c in result.stdout for c in RAW), repr(result.stdout)
+    return result.stdout
+
+
 @pytest.mark.parametrize("name", list(LIST_COMMANDS))
 def test_list_commands_on_a_tty_show_controls_visibly(
     cli: Cli, mock_api: respx.MockRouter, name: str
 ) -> None:
-    args, url, payload = LIST_COMMANDS[name]
-    mock_api.get(url).respond(200, json=payload)
-    result = cli(*args, tty=True)
-    assert result.exit_code == 0, result.stderr
-    assert not any(c in result.stdout for c in RAW), repr(result.stdout)
-    assert "\\x1b" in result.stdout  # shown, not hidden
+    stdout = _list_without_raw_controls(cli, mock_api, name, tty=True)
+    assert "\\x1b" in stdout  # shown, not hidden
 
 
 @pytest.mark.parametrize("name", list(LIST_COMMANDS))
 def test_list_commands_piped_escape_controls_in_tsv(
     cli: Cli, mock_api: respx.MockRouter, name: str
 ) -> None:
-    args, url, payload = LIST_COMMANDS[name]
-    mock_api.get(url).respond(200, json=payload)
-    result = cli(*args)
-    assert result.exit_code == 0, result.stderr
-    assert not any(c in result.stdout for c in RAW), repr(result.stdout)
-    line = result.stdout.splitlines()[0]
+    stdout = _list_without_raw_controls(cli, mock_api, name, tty=False)
+    line = stdout.splitlines()[0]
     assert "\\x1b[2J\\x1b]0;pwned\\x07\\x1b[31mred\\rover\\x9b1mdel\\x7f" in line.split("\t")
 
 

@@ -4,7 +4,6 @@ the ones Typer's own completion gives for the same words."""
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from typer.testing import CliRunner
 from jobagentctl.cli import shell_complete
 from jobagentctl.cli.app import app
 from jobagentctl.cli.completion_cmd import tree_json
+from tests.fixtures.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -154,9 +154,6 @@ def test_completion_answers_through_the_entry_point(tmp_path: Path) -> None:
         "COMP_CWORD": "1",
         "XDG_CONFIG_HOME": str(tmp_path),
     }
-    exe = ROOT / ".venv" / "bin" / "jobagentctl"
-    if not exe.exists():
-        pytest.skip("the console script is not installed in .venv (run `make venv`)")
-    result = subprocess.run([str(exe)], env=env, capture_output=True, text=True, timeout=60)
+    result = run_cli(env=env, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["inspect-claims"]

@@ -8,11 +8,12 @@ Runs the real entry point in a subprocess with ``-X importtime`` and reads what 
 from __future__ import annotations
 
 import functools
-import os
 import subprocess
 import sys
 
 import pytest
+
+from tests.fixtures.cli import clean_env, run_cli
 
 SERVER_STACK = ("fastapi", "starlette", "uvicorn", "psycopg", "psycopg_pool", "prometheus_client")
 
@@ -27,17 +28,8 @@ def _parse(stderr: str) -> set[str]:
 
 
 def imported_modules(*args: str, env: dict[str, str] | None = None, code: int = 0) -> set[str]:
-    clean = {
-        k: v for k, v in os.environ.items() if not k.startswith(("JOBAGENTCTL_", "CTRLPLANE_"))
-    }
-    clean.update(env or {})
-    result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "jobagentctl", *args],
-        capture_output=True,
-        text=True,
-        env=clean,
-        timeout=60,
-        check=False,
+    result = run_cli(
+        *args, env=clean_env(**(env or {})), python_flags=("-X", "importtime"), timeout=60
     )
     assert result.returncode == code, result.stderr[-2000:]
     modules = _parse(result.stderr)
@@ -102,8 +94,9 @@ def test_a_client_command_does_not_import_rich() -> None:
     assert not loaded & {*SERVER_STACK, "rich", "click", "pygments", "pydantic_settings"}
 
 
-# What the four script commands may import (issue 15): our modules, and third-party packages
-# (stdlib aside). A new entry here must be worth its start-up time: measure it with
+# What the four script commands may import: our modules, and third-party packages (stdlib
+# aside). They run once per step of a shell script, so their start-up is the script's overhead.
+# A new entry here must be worth its start-up time: measure it with
 # `python -m benchmarks.cli_startup` before and after.
 HOT_OWN = {
     "jobagentctl",
@@ -115,9 +108,11 @@ HOT_OWN = {
     "jobagentctl.cli.entry",
     "jobagentctl.cli.heartbeat_cmd",
     "jobagentctl.cli.list_cmd",
+    "jobagentctl.cli.messages",
     "jobagentctl.cli.options",
     "jobagentctl.cli.output",
     "jobagentctl.cli.params",
+    "jobagentctl.cli.sanitize",
     "jobagentctl.cli.status",
     "jobagentctl.client",
     "jobagentctl.client._client",

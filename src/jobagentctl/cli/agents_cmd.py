@@ -125,4 +125,5 @@ def delete_agent(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``agents`` command group to ``app``."""
     app.add_typer(agents_app, name="agents")

@@ -1,7 +1,7 @@
 """The Typer application: command registration, global options, and the exit-code decision.
 
-:class:`RootGroup` is the one place an error becomes an exit code (SPEC §7), inside the app so
-``CliRunner`` tests see the same codes a shell does.
+:class:`RootGroup` is the one place an error becomes an exit code (its class's, from errors.py),
+inside the app so ``CliRunner`` tests see the same codes a shell does.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def report_error(exc: BaseException, state: AppState | None, *, code: int | None
         if not debug:
             message += " (use --debug for the traceback)"
         wire_code, status = "INTERNAL_ERROR", None
-    from jobagentctl.cli.output import safe_text
+    from jobagentctl.cli.sanitize import safe_text
 
     # The message may quote the server or a job: no control character reaches the terminal.
     print(f"error: {safe_text(message)}", file=sys.stderr)
@@ -106,14 +106,17 @@ class RootGroup(TyperGroup):
     """The root command: loads commands on demand, maps every error to its exit code."""
 
     def list_commands(self, ctx: Any) -> list[str]:
+        """Every command name, in --help order, without importing a command's module."""
         return list(COMMANDS)
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        """The command ``cmd_name``, built (its module imported) on first use."""
         if cmd_name not in self.commands and cmd_name in COMMANDS:
             self.commands[cmd_name] = build_command(cmd_name)
         return self.commands.get(cmd_name)
 
     def invoke(self, ctx: Any) -> Any:
+        """Run the command; an error becomes its message on stderr and its exit code."""
         try:
             return super().invoke(ctx)
         except BrokenPipeError:

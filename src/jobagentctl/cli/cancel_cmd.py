@@ -28,4 +28,5 @@ def cancel(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``cancel`` command to ``app``."""
     app.command("cancel")(cancel)

@@ -2,35 +2,44 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Annotated, Any
+
 import typer
 
 from jobagentctl.cli.context import get_state
 from jobagentctl.errors import UsageError
 
-__all__ = ["register"]
+if TYPE_CHECKING:
+    from jobagentctl.models import ClaimedJob
+
+__all__ = ["claimed_env", "register"]
 
 
-def claim(
-    ctx: typer.Context,
-    job_id: str | None = typer.Argument(
-        None, metavar="JOB_ID", help="The job to claim; omit to claim the oldest queued one."
-    ),
-    wait: str = typer.Option(
-        "0",
+JobIdArg = Annotated[
+    str | None,
+    typer.Argument(metavar="JOB_ID", help="The job to claim; omit to claim the oldest queued one."),
+]
+WaitFlag = Annotated[
+    str,
+    typer.Option(
         "--wait",
         "-w",
         metavar="DURATION",
         help="Without JOB_ID: wait this long for a job (90, 30s, 5m, inf).",
     ),
-    lease_seconds: int | None = typer.Option(
-        None,
+]
+LeaseFlag = Annotated[
+    int | None,
+    typer.Option(
         "--lease-seconds",
         min=0,
         metavar="N",
         help="Lease to ask for (default 60 or JOBAGENTCTL_LEASE_SECONDS; 0 = unleased V1 claim).",
     ),
-    limit: int | None = typer.Option(
-        None,
+]
+LimitFlag = Annotated[
+    int | None,
+    typer.Option(
         "--limit",
         min=1,
         max=100,
@@ -38,6 +47,15 @@ def claim(
         help="Without JOB_ID: claim up to N of the oldest queued jobs in one request, each "
         "with its own claim; prints them as a list (not with -o env).",
     ),
+]
+
+
+def claim(
+    ctx: typer.Context,
+    job_id: JobIdArg = None,
+    wait: WaitFlag = "0",
+    lease_seconds: LeaseFlag = None,
+    limit: LimitFlag = None,
 ) -> None:
     """Claim a job and print it; exit 7 when nothing is queued.
 
@@ -57,7 +75,6 @@ def claim(
     from jobagentctl.cli import output
     from jobagentctl.cli.params import uuid_arg
     from jobagentctl.durations import parse_duration
-    from jobagentctl.settings import ATTEMPT_ENV, CLAIM_ID_ENV, JOB_ID_ENV, LEASE_SECONDS_ENV
 
     state = get_state(ctx)
     waiting = parse_duration(wait, name="--wait")
@@ -85,18 +102,23 @@ def claim(
             claimed = batch[0]
     # A claim without lease on a V1-only server: the client has said so on stderr, once.
     if state.output == "env":
-        output.emit_env(
-            state,
-            {
-                JOB_ID_ENV: claimed.id,
-                CLAIM_ID_ENV: claimed.claim_id,
-                LEASE_SECONDS_ENV: claimed.lease_seconds,
-                ATTEMPT_ENV: claimed.attempt,
-            },
-        )
+        output.emit_env(state, claimed_env(claimed))
     else:
         output.emit(state, "claimed", claimed)
 
 
+def claimed_env(claimed: ClaimedJob) -> dict[str, Any]:
+    """The claim as the environment heartbeat, complete and `run`'s child read (-o env)."""
+    from jobagentctl.settings import ATTEMPT_ENV, CLAIM_ID_ENV, JOB_ID_ENV, LEASE_SECONDS_ENV
+
+    return {
+        JOB_ID_ENV: claimed.id,
+        CLAIM_ID_ENV: claimed.claim_id,
+        LEASE_SECONDS_ENV: claimed.lease_seconds,
+        ATTEMPT_ENV: claimed.attempt,
+    }
+
+
 def register(app: typer.Typer) -> None:
+    """Add the ``claim`` command to ``app``."""
     app.command("claim")(claim)

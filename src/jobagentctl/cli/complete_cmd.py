@@ -2,37 +2,58 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Annotated
+
 import typer
 
 from jobagentctl.cli.context import get_state
 
-__all__ = ["LINKS_KEY", "register"]
+if TYPE_CHECKING:
+    from jobagentctl.models import JobStatus
+
+__all__ = ["LINKS_KEY", "final_status", "register"]
 
 # ctrlplane shows this metadata key (a JSON object string, label → URL) as links on the job.
 LINKS_KEY = "ctrlplane/links"
 
 
+JobIdArg = Annotated[
+    str | None, typer.Argument(metavar="JOB_ID", help="The job (default: $JOBAGENTCTL_JOB_ID).")
+]
+StatusFlag = Annotated[
+    str | None,
+    typer.Option("--status", "-s", metavar="S", help="successful, failure, skipped, …"),
+]
+ExitCodeFlag = Annotated[
+    int | None,
+    typer.Option("--exit-code", metavar="N", help="0 → successful, anything else → failure."),
+]
+MessageFlag = Annotated[str | None, typer.Option("--message", "-m", metavar="M", help="Message.")]
+ClaimIdFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--claim-id", metavar="ID", help="Fencing token (default: $JOBAGENTCTL_CLAIM_ID)."
+    ),
+]
+ExternalIdFlag = Annotated[
+    str | None,
+    typer.Option("--external-id", metavar="X", help="Id of the run in another system."),
+]
+LinkFlag = Annotated[
+    list[str],
+    typer.Option("--link", metavar="LABEL=URL", help="A link to show with the job (repeatable)."),
+]
+
+
 def complete(
     ctx: typer.Context,
-    job_id: str | None = typer.Argument(
-        None, metavar="JOB_ID", help="The job (default: $JOBAGENTCTL_JOB_ID)."
-    ),
-    status: str | None = typer.Option(
-        None, "--status", "-s", metavar="S", help="successful, failure, skipped, …"
-    ),
-    exit_code: int | None = typer.Option(
-        None, "--exit-code", metavar="N", help="0 → successful, anything else → failure."
-    ),
-    message: str | None = typer.Option(None, "--message", "-m", metavar="M", help="Message."),
-    claim_id: str | None = typer.Option(
-        None, "--claim-id", metavar="ID", help="Fencing token (default: $JOBAGENTCTL_CLAIM_ID)."
-    ),
-    external_id: str | None = typer.Option(
-        None, "--external-id", metavar="X", help="Id of the run in another system."
-    ),
-    links: list[str] = typer.Option(
-        [], "--link", metavar="LABEL=URL", help="A link to show with the job (repeatable)."
-    ),
+    job_id: JobIdArg = None,
+    status: StatusFlag = None,
+    exit_code: ExitCodeFlag = None,
+    message: MessageFlag = None,
+    claim_id: ClaimIdFlag = None,
+    external_id: ExternalIdFlag = None,
+    links: LinkFlag = [],  # noqa: B006 - Typer's default for a repeatable option; never mutated
 ) -> None:
     """Report a terminal status for a job (give exactly one of --status, --exit-code).
 
@@ -46,20 +67,10 @@ def complete(
 
     from jobagentctl.cli import output
     from jobagentctl.cli.params import key_values
-    from jobagentctl.cli.status import terminal_status
-    from jobagentctl.errors import UsageError
-    from jobagentctl.models import JobStatus
     from jobagentctl.settings import job_context
 
     state = get_state(ctx)
-    if (status is None) == (exit_code is None):
-        raise UsageError("give exactly one of --status and --exit-code")
-    if status is not None:
-        final = terminal_status(status)
-    else:
-        final = JobStatus.SUCCESSFUL if exit_code == 0 else JobStatus.FAILURE
-        if exit_code != 0 and message is None:
-            message = f"exit code {exit_code}"
+    final, message = final_status(status, exit_code, message)
     # No claim id (a V1 claim exports an empty one): report without fencing.
     target = job_context(job_id, claim_id)
     metadata = None
@@ -77,5 +88,24 @@ def complete(
     output.emit_accepted(state, accepted, f"job {target.job_id}: {final.value}")
 
 
+def final_status(
+    status: str | None, exit_code: int | None, message: str | None
+) -> tuple[JobStatus, str | None]:
+    """The status to report, from exactly one of --status and --exit-code, and the message
+    (a failing exit code says itself when no --message is given)."""
+    from jobagentctl.cli.status import terminal_status
+    from jobagentctl.errors import UsageError
+    from jobagentctl.models import JobStatus
+
+    if (status is None) == (exit_code is None):
+        raise UsageError("give exactly one of --status and --exit-code")
+    if status is not None:
+        return terminal_status(status), message
+    if exit_code == 0:
+        return JobStatus.SUCCESSFUL, message
+    return JobStatus.FAILURE, message if message is not None else f"exit code {exit_code}"
+
+
 def register(app: typer.Typer) -> None:
+    """Add the ``complete`` command to ``app``."""
     app.command("complete")(complete)

@@ -102,4 +102,5 @@ def completion(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``completion`` command to ``app``."""
     app.command("completion")(completion)

@@ -94,20 +94,12 @@ class AppState:
             )
         return self._settings
 
-    @settings.setter
-    def settings(self, value: ClientSettings) -> None:
-        self._settings = value
-
     @property
     def output(self) -> str:
         """table, json, tsv or env: from ``-o``/``--json``, else table on a TTY, tsv piped."""
         if self._output is None:
             self._output = resolve_output(self.output_flag, self.json_flag)
         return self._output
-
-    @output.setter
-    def output(self, value: str) -> None:
-        self._output = value
 
     def output_or_default(self) -> str:
         """The output format, or tsv when the flags themselves are in conflict (for errors)."""
@@ -118,6 +110,7 @@ class AppState:
 
     def client(self, **overrides: Any) -> Client:
         """A new API client from the settings; the caller closes it (``with state.client()``)."""
+        from jobagentctl.cli.messages import warn
         from jobagentctl.client import Client
 
         settings = self.settings
@@ -130,8 +123,6 @@ class AppState:
 
             def trace(line: str) -> None:
                 print(f"[http] {line}", file=sys.stderr)
-
-        from jobagentctl.cli.output import warn
 
         options: dict[str, Any] = {"timeout": settings.timeout, "trace": trace, "warn": warn}
         options.update(overrides)

@@ -15,6 +15,7 @@ from jobagentctl import __version__
 
 
 def main() -> None:
+    """The console script: ``--version`` and Tab completion answered before Typer loads."""
     if sys.argv[1:] == ["--version"]:
         sys.stdout.write(f"jobagentctl {__version__}\n")
         return

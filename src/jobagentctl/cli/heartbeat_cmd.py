@@ -56,4 +56,5 @@ def heartbeat(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``heartbeat`` command to ``app``."""
     app.command("heartbeat")(heartbeat)

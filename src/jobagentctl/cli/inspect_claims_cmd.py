@@ -6,9 +6,10 @@ Also the stuck-claim check for monitoring (`--fail-if-stuck`, exit 6) and a live
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,6 +19,10 @@ from jobagentctl.errors import StuckClaims, UsageError
 from jobagentctl.models import ClaimState
 
 if TYPE_CHECKING:
+    from uuid import UUID
+
+    from jobagentctl.cli.context import AppState
+    from jobagentctl.client import Client
     from jobagentctl.models import JobClaim
 
 __all__ = ["STALE", "STATES", "display_states", "register"]
@@ -54,29 +59,42 @@ def display_states(
     return states
 
 
-def inspect_claims(
-    ctx: typer.Context,
-    state_filter: str = typer.Option(
-        ClaimState.ALL.value,
-        "--state",
-        metavar="STATE",
-        help=f"{', '.join(STATES[:-1])} or {STATES[-1]}.",
-    ),
-    stale_after: str | None = typer.Option(
-        None,
+StateFlag = Annotated[
+    str,
+    typer.Option("--state", metavar="STATE", help=f"{', '.join(STATES[:-1])} or {STATES[-1]}."),
+]
+StaleAfterFlag = Annotated[
+    str | None,
+    typer.Option(
         "--stale-after",
         metavar="DURATION",
         help="Mark active claims with no heartbeat for this long as stale (e.g. 2m).",
     ),
-    watch: bool = typer.Option(False, "--watch", help="Redraw live on a terminal (Ctrl-C ends)."),
-    interval: str = typer.Option(
-        "2s", "--interval", metavar="DURATION", help="Redraw interval for --watch."
-    ),
-    fail_if_stuck: bool = typer.Option(
-        False,
+]
+WatchFlag = Annotated[
+    bool, typer.Option("--watch", help="Redraw live on a terminal (Ctrl-C ends).")
+]
+IntervalFlag = Annotated[
+    str, typer.Option("--interval", metavar="DURATION", help="Redraw interval for --watch.")
+]
+FailIfStuckFlag = Annotated[
+    bool,
+    typer.Option(
         "--fail-if-stuck",
         help="Exit 6 if any claim is expired, unleased or stale (with --watch: as soon as one is).",
     ),
+]
+# One look at the claims: the claims, their display states (as overrides), how many are stuck.
+Snapshot = tuple[list["JobClaim"], list[dict[str, Any]], int]
+
+
+def inspect_claims(
+    ctx: typer.Context,
+    state_filter: StateFlag = ClaimState.ALL.value,
+    stale_after: StaleAfterFlag = None,
+    watch: WatchFlag = False,
+    interval: IntervalFlag = "2s",
+    fail_if_stuck: FailIfStuckFlag = False,
 ) -> None:
     """Show claims: job, agent, state, attempt, age, last heartbeat and expiry.
 
@@ -88,7 +106,6 @@ def inspect_claims(
       jobagentctl inspect-claims --fail-if-stuck -q >/dev/null || alert "stuck jobs"
     """
     from jobagentctl.cli import output
-    from jobagentctl.client import iter_pages
     from jobagentctl.durations import parse_duration
 
     state = get_state(ctx)
@@ -102,33 +119,10 @@ def inspect_claims(
         raise UsageError("--interval must be a finite duration above 0")
     agent = state.settings.agent
     title = f"claims ({state_filter})" + (f" of agent {agent}" if agent else "")
-
     with state.client() as client:
-
-        def snapshot() -> tuple[list[JobClaim], list[dict[str, Any]], int]:
-            claims = list(
-                iter_pages(
-                    lambda n, off: client.list_claims(
-                        agent_id=agent, state=state_filter, limit=n, offset=off
-                    ),
-                    limit=500,
-                )
-            )
-            marks = display_states(claims, stale, datetime.now(UTC))
-            stuck = sum(mark in STUCK for mark in marks)
-            return claims, [{"state": mark} for mark in marks], stuck
-
+        snapshot = partial(_snapshot, client, agent, state_filter, stale)
         if watch:
-            seen_stuck = 0
-
-            def frame() -> tuple[Any, bool]:
-                nonlocal seen_stuck
-                claims, overrides, seen_stuck = snapshot()
-                table = output.claims_table(state, claims, overrides, title)
-                return table, fail_if_stuck and seen_stuck > 0
-
-            output.watch(state, frame, interval=every, sleep=sleep)
-            stuck = seen_stuck
+            stuck = _watch(state, snapshot, title, every, stop_when_stuck=fail_if_stuck)
         else:
             claims, overrides, stuck = snapshot()
             output.emit(state, "claim", claims, overrides=overrides, title=title)
@@ -136,5 +130,49 @@ def inspect_claims(
         raise StuckClaims(f"{stuck} stuck claim(s): expired, unleased or stale")
 
 
+def _snapshot(
+    client: Client, agent: UUID | None, state_filter: str, stale: float | None
+) -> Snapshot:
+    """Every claim (all pages) with its display state, and how many are stuck."""
+    from jobagentctl.client import iter_pages
+
+    claims = list(
+        iter_pages(
+            lambda n, off: client.list_claims(
+                agent_id=agent, state=state_filter, limit=n, offset=off
+            ),
+            limit=500,
+        )
+    )
+    marks = display_states(claims, stale, datetime.now(UTC))
+    stuck = sum(mark in STUCK for mark in marks)
+    return claims, [{"state": mark} for mark in marks], stuck
+
+
+def _watch(
+    state: AppState,
+    snapshot: Callable[[], Snapshot],
+    title: str,
+    interval: float,
+    *,
+    stop_when_stuck: bool,
+) -> int:
+    """Redraw the claims every ``interval`` (until Ctrl-C, or a stuck claim when asked to
+    stop then); the number of stuck claims last seen."""
+    from jobagentctl.cli import output
+
+    seen_stuck = 0
+
+    def frame() -> tuple[Any, bool]:
+        nonlocal seen_stuck
+        claims, overrides, seen_stuck = snapshot()
+        table = output.claims_table(state, claims, overrides, title)
+        return table, stop_when_stuck and seen_stuck > 0
+
+    output.watch(state, frame, interval=interval, sleep=sleep)
+    return seen_stuck
+
+
 def register(app: typer.Typer) -> None:
+    """Add the ``inspect-claims`` command to ``app``."""
     app.command("inspect-claims")(inspect_claims)

@@ -120,4 +120,5 @@ def attempts(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``jobs`` command group to ``app``."""
     app.add_typer(jobs_app, name="jobs")

@@ -50,4 +50,5 @@ def list_jobs(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``list`` command to ``app``."""
     app.command("list")(list_jobs)

@@ -38,9 +38,11 @@ class GlobalOption:
 
     @property
     def is_flag(self) -> bool:
+        """A boolean switch (``--json``) rather than an option that takes a value."""
         return self.annotation is bool
 
     def parameter(self, *, hidden: bool) -> inspect.Parameter:
+        """The option as a keyword-only parameter of a command's signature, for Typer."""
         default: Any = False if self.is_flag else None
         option = typer.Option(
             default, *self.decls, metavar=self.metavar, help=self.help, hidden=hidden
@@ -124,11 +126,16 @@ GLOBAL_OPTIONS: tuple[tuple[GlobalOption, Callable[[AppState, Any], None]], ...]
 
 
 def _own_flags(signature: inspect.Signature) -> set[str]:
+    """The flags a command declares itself, as a default (``= typer.Option(…)``) or in an
+    ``Annotated[…, typer.Option(…)]`` annotation."""
     flags: set[str] = set()
     for param in signature.parameters.values():
-        decls = getattr(param.default, "param_decls", None)
-        if decls:
-            flags.update(decls)
+        flags.update(getattr(param.default, "param_decls", None) or ())
+        for declared in getattr(param.annotation, "__metadata__", ()):
+            # In Annotated, an option's first flag is taken where its default would be.
+            first = getattr(declared, "default", None)
+            flags.update([first] if isinstance(first, str) else [])
+            flags.update(getattr(declared, "param_decls", None) or ())
     return flags
 
 

@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from jobagentctl.cli import context
-from jobagentctl.cli.context import AppState
+from jobagentctl.cli.messages import info, notice, warn
+from jobagentctl.cli.sanitize import (
+    CELL_WIDTH,
+    message_cell,
+    safe_text,
+    safe_tokens,
+    truncate,
+    tsv_text,
+)
 from jobagentctl.durations import format_duration
 from jobagentctl.errors import UsageError
 from jobagentctl.models import ClaimState, JobStatus, WireModel
@@ -26,6 +34,8 @@ from jobagentctl.models import ClaimState, JobStatus, WireModel
 if TYPE_CHECKING:
     from pydantic import BaseModel
     from rich.console import Console, RenderableType
+
+    from jobagentctl.cli.context import AppState
 
 __all__ = [
     "VIEWS",
@@ -46,8 +56,8 @@ __all__ = [
 ]
 
 # States shown in colour on a TTY (never when NO_COLOR / --no-color).
-# Keys are wire values (StrEnum members hash as their strings) and `stale`, the display mark
-# of inspect-claims --stale-after.
+# Keys are wire values (StrEnum members hash as their strings) and `stale`, the mark that
+# --stale-after puts on an active claim silent for too long.
 STATE_STYLES: dict[str, str] = {
     ClaimState.ACTIVE: "green",
     ClaimState.EXPIRED: "red",
@@ -123,6 +133,10 @@ class View:
     columns: tuple[Column, ...]
 
 
+# The lease of a claim, as the results of claim, heartbeat and the claims list show it.
+_LEASE = (Column("claimId", "CLAIM"), Column("attempt", "ATTEMPT"), Column("leaseSeconds", "LEASE"))
+_EXPIRES = Column("claimExpiresAt", "EXPIRES", "until")
+
 VIEWS: dict[str, View] = {
     "job": View(
         (
@@ -136,37 +150,18 @@ VIEWS: dict[str, View] = {
             Column("message", "MESSAGE"),
         )
     ),
-    "claimed": View(
-        (
-            Column("id", "JOB"),
-            Column("claimId", "CLAIM"),
-            Column("attempt", "ATTEMPT"),
-            Column("leaseSeconds", "LEASE"),
-            Column("claimExpiresAt", "EXPIRES", "until"),
-            Column("status", "STATUS"),
-        )
-    ),
-    "heartbeat": View(
-        (
-            Column("jobId", "JOB"),
-            Column("claimId", "CLAIM"),
-            Column("attempt", "ATTEMPT"),
-            Column("leaseSeconds", "LEASE"),
-            Column("claimExpiresAt", "EXPIRES", "until"),
-        )
-    ),
+    "claimed": View((Column("id", "JOB"), *_LEASE, _EXPIRES, Column("status", "STATUS"))),
+    "heartbeat": View((Column("jobId", "JOB"), *_LEASE, _EXPIRES)),
     "accepted": View((Column("id", "ID"), Column("message", "MESSAGE"))),
     "claim": View(
         (
             Column("jobId", "JOB"),
             Column("state", "STATE"),
             Column("jobAgentId", "AGENT"),
-            Column("claimId", "CLAIM"),
-            Column("attempt", "ATTEMPT"),
-            Column("leaseSeconds", "LEASE"),
+            *_LEASE,
             Column("claimedAt", "CLAIMED", "age"),
             Column("lastHeartbeatAt", "LAST HEARTBEAT", "age"),
-            Column("claimExpiresAt", "EXPIRES", "until"),
+            _EXPIRES,
         )
     ),
     "agent": View((Column("id", "ID"), Column("name", "NAME"), Column("type", "TYPE"))),
@@ -205,101 +200,12 @@ VIEWS: dict[str, View] = {
 }
 
 
-# Bidirectional embeddings, overrides and isolates (LRE…RLO, LRI…PDI): printed raw they
-# reorder what follows on the line, so text can read otherwise than it is ("Trojan Source").
-# The line and paragraph separators end a line for some programs and not for others.
-_INVISIBLE_FORMAT = frozenset(
-    [*map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A)), "\u2028", "\u2029"]
-)
-
-
-def _is_control(char: str) -> bool:
-    """C0 controls (ESC, CR, …), DEL, C1 controls (CSI, OSC, NEL as single code points), the
-    bidi controls and the Unicode line/paragraph separators."""
-    code = ord(char)
-    return code < 0x20 or 0x7F <= code < 0xA0 or char in _INVISIBLE_FORMAT
-
-
-def _escape(char: str) -> str:
-    code = ord(char)
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
-
-
-# tsv: one record per line, one field per tab, and nothing a terminal would act on.
-_TSV_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
-
-
-def tsv_text(text: str) -> str:
-    """``text`` as one tsv field: ``\\ \t \n \r`` escaped as such, other controls as ``\\xNN``
-    (bidi controls and U+2028/U+2029 as ``\\uNNNN``)."""
-    return "".join(_TSV_ESCAPES.get(c) or (_escape(c) if _is_control(c) else c) for c in text)
-
-
 def _tsv_cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, dict | list):
         value = json.dumps(value, separators=(",", ":"))
     return tsv_text(str(value))
-
-
-def safe_tokens(text: str, *, keep_newlines: bool = False) -> list[str]:
-    """``text`` for a terminal, one token per character: controls become a visible ``\\xNN``.
-
-    Job output and server messages may hold escape sequences (clear screen, window title,
-    colours); printed raw they would drive the operator's terminal. A tab becomes a space.
-    """
-    tokens = []
-    for char in text:
-        if char == "\n" and keep_newlines:
-            tokens.append(char)
-        elif char == "\t":
-            tokens.append(" ")
-        elif _is_control(char):
-            tokens.append(_escape(char))
-        else:
-            tokens.append(char)
-    return tokens
-
-
-def safe_text(text: str, *, keep_newlines: bool = False) -> str:
-    """``text`` with every control character made visible (see :func:`safe_tokens`)."""
-    return "".join(safe_tokens(text, keep_newlines=keep_newlines))
-
-
-def _truncate(tokens: list[str], width: int, *, keep_end: bool = False) -> str:
-    """At most ``width`` characters, cut between tokens (never inside an escape), with "…"."""
-    if sum(len(t) for t in tokens) <= width:
-        return "".join(tokens)
-    kept: list[str] = []
-    used = 1  # the "…"
-    for token in reversed(tokens) if keep_end else tokens:
-        if used + len(token) > width:
-            break
-        kept.append(token)
-        used += len(token)
-    if keep_end:
-        return "…" + "".join(reversed(kept))
-    return "".join(kept) + "…"
-
-
-CELL_WIDTH = 80
-
-
-def _message_cell(text: str) -> str:
-    """A message in a list: its last lines (a failure's output tail ends with what matters).
-
-    Lines end at ``\n`` (or ``\r\n``) only, not at every character ``str.splitlines`` takes
-    for a line break: a lone CR, VT, FF, NEL, … is a control like any other, shown ``\\xNN``.
-    """
-    lines = [line.removesuffix("\r").strip(" \t") for line in text.split("\n")]
-    lines = [line for line in lines if line]
-    tokens: list[str] = []
-    for line in reversed(lines):
-        tokens = safe_tokens(line) + ([" ⏎ "] if tokens else []) + tokens
-        if sum(len(t) for t in tokens) >= CELL_WIDTH:
-            break
-    return _truncate(tokens, CELL_WIDTH, keep_end=True)
 
 
 def _table_cell(column: Column, value: Any, now: datetime, *, detail: bool = False) -> str:
@@ -314,8 +220,8 @@ def _table_cell(column: Column, value: Any, now: datetime, *, detail: bool = Fal
     if detail:
         return safe_text(text, keep_newlines=True)
     if column.key == "message":
-        return _message_cell(text)
-    return _truncate(safe_tokens(text), CELL_WIDTH)
+        return message_cell(text)
+    return truncate(safe_tokens(text), CELL_WIDTH)
 
 
 def _rows(
@@ -371,22 +277,6 @@ def emit_env(state: AppState, variables: Mapping[str, Any]) -> None:
     for name, value in variables.items():
         text = "" if value is None else str(value)
         print(f"export {name}={shlex.quote(text)}")
-
-
-def info(state: AppState, message: str) -> None:
-    """A confirmation or progress note on stderr, unless ``-q``."""
-    if not state.quiet:
-        print(message, file=sys.stderr)
-
-
-def notice(message: str) -> None:
-    """Something the reader must see on stderr, even with ``-q`` (e.g. "shown only once")."""
-    print(message, file=sys.stderr)
-
-
-def warn(message: str) -> None:
-    """A warning on stderr, even with ``-q``."""
-    print(f"warning: {message}", file=sys.stderr)
 
 
 # --- Rich, imported only from here on ---------------------------------------------------------
@@ -458,6 +348,7 @@ def _detail_table(state: AppState, view: View, row: Mapping[str, Any]) -> Render
 
 
 def render_table(state: AppState, renderable: RenderableType) -> None:
+    """Draw a Rich table on stdout, coloured only when the state allows it."""
     _console(state).print(renderable)
 
 

@@ -40,4 +40,5 @@ def set_status(ctx: typer.Context, job_id: str, status: JobStatus, message: str 
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``requeue`` command to ``app``."""
     app.command("requeue")(requeue)

@@ -1,7 +1,8 @@
 """`jobagentctl run -- CMD`: claim a job, run CMD under a heartbeated lease, report its result.
 
 Parses flags into :class:`~jobagentctl.supervisor.RunOptions` and hands over to the supervisor;
-the exit code is the supervisor's (SPEC §6.9), never remapped by the app's error handler.
+the exit code is the supervisor's (the table of docs/run.md), never remapped by the app's error
+handler: a shell script tells "no job" from "the command failed" by it.
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from __future__ import annotations
 import math
 import signal
 import sys
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 import typer
 
@@ -22,9 +24,10 @@ if TYPE_CHECKING:
     from jobagentctl.cli.context import AppState
     from jobagentctl.supervisor import Log, RunOptions
 
-__all__ = ["REPORT_TIMEOUT_ENV", "parse_signal", "register"]
+__all__ = ["REPORT_TIMEOUT_ENV", "RunFlags", "parse_signal", "register"]
 
-# Hidden knob: how long the final report is retried (SPEC: 5 minutes). Tests shorten it.
+# Hidden knob: how long the final report is retried (5 minutes: long enough to ride out a server
+# restart, short enough that a run ends). Tests shorten it.
 REPORT_TIMEOUT_ENV = "JOBAGENTCTL_RUN_REPORT_TIMEOUT"
 
 
@@ -39,80 +42,116 @@ def parse_signal(text: str) -> signal.Signals:
         raise UsageError(f"--stop-signal: unknown signal {text!r} (e.g. TERM, INT, 9)") from None
 
 
-def run(
-    ctx: typer.Context,
-    command: list[str] = typer.Argument(
-        None, metavar="CMD", help="The command and its arguments, after --."
+# The flags, declared once (the signature of `run` only names them).
+Command = Annotated[
+    list[str] | None, typer.Argument(metavar="CMD", help="The command and its arguments, after --.")
+]
+JobFlag = Annotated[
+    str | None,
+    typer.Option("--job", metavar="ID", help="Claim this job instead of the next queued one."),
+]
+WaitFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--wait", metavar="DURATION", help="Wait this long for a job (default 0; inf with --loop)."
     ),
-    job: str | None = typer.Option(
-        None, "--job", metavar="ID", help="Claim this job instead of the next queued one."
-    ),
-    wait: str | None = typer.Option(
-        None,
-        "--wait",
-        metavar="DURATION",
-        help="Wait this long for a job (default 0; inf with --loop).",
-    ),
-    lease_seconds: int | None = typer.Option(
-        None,
+]
+LeaseFlag = Annotated[
+    int | None,
+    typer.Option(
         "--lease-seconds",
         min=0,
         metavar="N",
         help="Lease to ask for (default 60 or JOBAGENTCTL_LEASE_SECONDS; 0 = unleased).",
     ),
-    timeout: str = typer.Option(
-        "inf",
+]
+TimeoutFlag = Annotated[
+    str,
+    typer.Option(
         "--timeout",
         metavar="DURATION",
         help="Stop the command after this long and report failure (exit 124).",
     ),
-    grace: str = typer.Option(
-        "10s",
-        "--grace",
-        metavar="DURATION",
-        help="After the stop signal, wait this long before SIGKILL.",
+]
+GraceFlag = Annotated[
+    str,
+    typer.Option(
+        "--grace", metavar="DURATION", help="After the stop signal, wait this long before SIGKILL."
     ),
-    stop_signal: str = typer.Option(
-        "TERM", "--stop-signal", metavar="SIG", help="Signal that asks the command to stop."
-    ),
-    loop: bool = typer.Option(False, "--loop", help="Keep claiming and running jobs."),
-    max_jobs: int | None = typer.Option(
-        None, "--max-jobs", min=1, metavar="N", help="With --loop: exit 0 after N jobs."
-    ),
-    idle_timeout: str | None = typer.Option(
-        None,
+]
+StopSignalFlag = Annotated[
+    str,
+    typer.Option("--stop-signal", metavar="SIG", help="Signal that asks the command to stop."),
+]
+LoopFlag = Annotated[bool, typer.Option("--loop", help="Keep claiming and running jobs.")]
+MaxJobsFlag = Annotated[
+    int | None,
+    typer.Option("--max-jobs", min=1, metavar="N", help="With --loop: exit 0 after N jobs."),
+]
+IdleTimeoutFlag = Annotated[
+    str | None,
+    typer.Option(
         "--idle-timeout",
         metavar="DURATION",
         help="With --loop: exit 0 after this long without a job.",
     ),
-    report: Path | None = typer.Option(
-        None,
+]
+ReportFlag = Annotated[
+    Path | None,
+    typer.Option(
         "--report",
         metavar="PATH",
         help="Write a JSON record per job, with its verdict (one line; appended with --loop).",
     ),
-    output_tail_bytes: int = typer.Option(
-        8192,
+]
+TailBytesFlag = Annotated[
+    int,
+    typer.Option(
         "--output-tail-bytes",
         min=0,
         metavar="N",
         help="How much of the end of the output a failure report carries.",
     ),
-    no_capture: bool = typer.Option(
-        False, "--no-capture", help="Give the command our stdout/stderr as they are (no tail)."
-    ),
-    on_lease_lost: str = typer.Option(
-        "stop",
+]
+NoCaptureFlag = Annotated[
+    bool,
+    typer.Option("--no-capture", help="Give the command our stdout/stderr as they are (no tail)."),
+]
+OnLeaseLostFlag = Annotated[
+    str,
+    typer.Option(
         "--on-lease-lost",
         metavar="stop|continue",
         help="stop the command (default), or let it finish; never reported either way.",
     ),
-    pass_api_key: bool = typer.Option(
-        False, "--pass-api-key", help="Pass the API key to the command (JOBAGENTCTL_API_KEY)."
-    ),
-    report_timeout: str = typer.Option(
-        "5m", "--report-timeout", envvar=REPORT_TIMEOUT_ENV, hidden=True
-    ),
+]
+PassApiKeyFlag = Annotated[
+    bool,
+    typer.Option("--pass-api-key", help="Pass the API key to the command (JOBAGENTCTL_API_KEY)."),
+]
+ReportTimeoutFlag = Annotated[
+    str, typer.Option("--report-timeout", envvar=REPORT_TIMEOUT_ENV, hidden=True)
+]
+
+
+def run(
+    ctx: typer.Context,
+    command: Command = None,
+    job: JobFlag = None,
+    wait: WaitFlag = None,
+    lease_seconds: LeaseFlag = None,
+    timeout: TimeoutFlag = "inf",
+    grace: GraceFlag = "10s",
+    stop_signal: StopSignalFlag = "TERM",
+    loop: LoopFlag = False,
+    max_jobs: MaxJobsFlag = None,
+    idle_timeout: IdleTimeoutFlag = None,
+    report: ReportFlag = None,
+    output_tail_bytes: TailBytesFlag = 8192,
+    no_capture: NoCaptureFlag = False,
+    on_lease_lost: OnLeaseLostFlag = "stop",
+    pass_api_key: PassApiKeyFlag = False,
+    report_timeout: ReportTimeoutFlag = "5m",
 ) -> None:
     """Claim a job, run CMD with the job in its environment, heartbeat, report the result.
 
@@ -132,29 +171,102 @@ def run(
     from jobagentctl.supervisor import Supervisor
 
     state = get_state(ctx)
-    try:
-        # Flags first: a bad flag is a usage error (exit 2) whatever the settings say.
-        partial_options = _options(
-            command=command or [],
-            job=job,
-            wait=wait,
-            timeout=timeout,
-            grace=grace,
-            stop_signal=stop_signal,
-            loop=loop,
-            max_jobs=max_jobs,
-            idle_timeout=idle_timeout,
-            report=report,
-            output_tail_bytes=output_tail_bytes,
-            no_capture=no_capture,
-            on_lease_lost=on_lease_lost,
-            pass_api_key=pass_api_key,
-            report_timeout=report_timeout,
+    flags = RunFlags(
+        command=command or [],
+        job=job,
+        wait=wait,
+        lease_seconds=lease_seconds,
+        timeout=timeout,
+        grace=grace,
+        stop_signal=stop_signal,
+        loop=loop,
+        max_jobs=max_jobs,
+        idle_timeout=idle_timeout,
+        report=report,
+        output_tail_bytes=output_tail_bytes,
+        no_capture=no_capture,
+        on_lease_lost=on_lease_lost,
+        pass_api_key=pass_api_key,
+        report_timeout=report_timeout,
+    )
+    options = _options(state, flags)
+    raise typer.Exit(Supervisor(options, state.client, log=_log(state)).run())
+
+
+@dataclass(frozen=True)
+class RunFlags:
+    """The flags of one `run` as given, before parsing (durations and ids still text)."""
+
+    command: list[str]
+    job: str | None
+    wait: str | None
+    lease_seconds: int | None
+    timeout: str
+    grace: str
+    stop_signal: str
+    loop: bool
+    max_jobs: int | None
+    idle_timeout: str | None
+    report: Path | None
+    output_tail_bytes: int
+    no_capture: bool
+    on_lease_lost: str
+    pass_api_key: bool
+    report_timeout: str
+
+    def check(self) -> None:
+        """A :class:`UsageError` for flags that contradict each other (or no CMD)."""
+        if not self.command:
+            raise UsageError("missing CMD: jobagentctl run [OPTIONS] -- CMD [ARGS]...")
+        if self.on_lease_lost not in ("stop", "continue"):
+            raise UsageError(
+                f"--on-lease-lost: expected stop or continue, got {self.on_lease_lost!r}"
+            )
+        if self.job is not None and self.loop:
+            raise UsageError("--job claims one job: it cannot be combined with --loop")
+        if self.job is not None and self.wait is not None:
+            raise UsageError("--wait applies only when claiming the next job (no --job)")
+        if not self.loop and (self.max_jobs is not None or self.idle_timeout is not None):
+            raise UsageError("--max-jobs and --idle-timeout need --loop")
+
+    def parse(self) -> partial[RunOptions]:
+        """Flags → options, but for the connection (settings are read after). UsageError on a
+        bad flag."""
+        from jobagentctl.cli.params import uuid_arg
+        from jobagentctl.durations import parse_duration
+        from jobagentctl.supervisor import RunOptions
+
+        self.check()
+        idle = self.idle_timeout
+        return partial(
+            RunOptions,
+            command=list(self.command),
+            job_id=uuid_arg(self.job, "--job") if self.job is not None else None,
+            wait=parse_duration(self.wait or ("inf" if self.loop else "0"), name="--wait"),
+            timeout=parse_duration(self.timeout, name="--timeout"),
+            grace=parse_duration(self.grace, name="--grace"),
+            stop_signal=parse_signal(self.stop_signal),
+            loop=self.loop,
+            max_jobs=self.max_jobs,
+            idle_timeout=parse_duration(idle, name="--idle-timeout") if idle else math.inf,
+            report_path=self.report,
+            output_tail_bytes=self.output_tail_bytes,
+            capture=not self.no_capture,
+            on_lease_lost=cast(Literal["stop", "continue"], self.on_lease_lost),
+            pass_api_key=self.pass_api_key,
+            report_timeout=parse_duration(self.report_timeout, name="--report-timeout"),
         )
+
+
+def _options(state: AppState, flags: RunFlags) -> RunOptions:
+    """The options of the run: a bad flag is a usage error (exit 2) whatever the settings say;
+    settings that cannot connect are jobagentctl's own failure (exit 125, reported)."""
+    try:
+        partial_options = flags.parse()
     except UsageError as exc:
         raise typer.BadParameter(exc.message) from None
     try:
-        options = partial_options(**_connection(state, lease_seconds))
+        return partial_options(**_connection(state, flags.lease_seconds))
     except JobAgentError as exc:
         from jobagentctl.cli.app import report_error
         from jobagentctl.supervisor.outcome import Outcome, Verdict, exit_code
@@ -162,67 +274,8 @@ def run(
         # Nothing was claimed yet: jobagentctl failed (125, as timeout(1) does for its own
         # failures), not the usage or configuration code other commands give.
         code = report_error(exc, state, code=exit_code(Outcome(Verdict.FAILED)))
-        _record_setup_failure(report, loop=loop)
+        _record_setup_failure(flags.report, loop=flags.loop)
         raise typer.Exit(code) from None
-    code = Supervisor(options, state.client, log=_log(state)).run()
-    raise typer.Exit(code)
-
-
-def _options(
-    *,
-    command: list[str],
-    job: str | None,
-    wait: str | None,
-    timeout: str,
-    grace: str,
-    stop_signal: str,
-    loop: bool,
-    max_jobs: int | None,
-    idle_timeout: str | None,
-    report: Path | None,
-    output_tail_bytes: int,
-    no_capture: bool,
-    on_lease_lost: str,
-    pass_api_key: bool,
-    report_timeout: str,
-) -> partial[RunOptions]:
-    """Flags → options, but for the connection (settings are read after). UsageError on a
-    bad flag."""
-    from jobagentctl.cli.params import uuid_arg
-    from jobagentctl.durations import parse_duration
-    from jobagentctl.supervisor import RunOptions
-
-    if not command:
-        raise UsageError("missing CMD: jobagentctl run [OPTIONS] -- CMD [ARGS]...")
-    if on_lease_lost not in ("stop", "continue"):
-        raise UsageError(f"--on-lease-lost: expected stop or continue, got {on_lease_lost!r}")
-    if job is not None and loop:
-        raise UsageError("--job claims one job: it cannot be combined with --loop")
-    if job is not None and wait is not None:
-        raise UsageError("--wait applies only when claiming the next job (no --job)")
-    if not loop and (max_jobs is not None or idle_timeout is not None):
-        raise UsageError("--max-jobs and --idle-timeout need --loop")
-    default_wait = "inf" if loop else "0"
-    return partial(
-        RunOptions,
-        command=list(command),
-        job_id=uuid_arg(job, "--job") if job is not None else None,
-        wait=parse_duration(wait or default_wait, name="--wait"),
-        timeout=parse_duration(timeout, name="--timeout"),
-        grace=parse_duration(grace, name="--grace"),
-        stop_signal=parse_signal(stop_signal),
-        loop=loop,
-        max_jobs=max_jobs,
-        idle_timeout=(
-            parse_duration(idle_timeout, name="--idle-timeout") if idle_timeout else math.inf
-        ),
-        report_path=report,
-        output_tail_bytes=output_tail_bytes,
-        capture=not no_capture,
-        on_lease_lost=cast(Literal["stop", "continue"], on_lease_lost),
-        pass_api_key=pass_api_key,
-        report_timeout=parse_duration(report_timeout, name="--report-timeout"),
-    )
 
 
 def _connection(state: AppState, lease_seconds: int | None) -> dict[str, Any]:

@@ -75,6 +75,7 @@ def completion_script(shell: str) -> str:
 
 
 def load_tree() -> dict[str, dict[str, Any]]:
+    """The command tree Tab completes from, as ``completion_cmd`` wrote it."""
     with open(TREE_FILE, encoding="utf-8") as handle:
         tree: dict[str, dict[str, Any]] = json.load(handle)
     return tree

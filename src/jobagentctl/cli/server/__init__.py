@@ -30,4 +30,5 @@ for _module in (init, start, migrate, create_key, create_workspace, revoke_key):
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``server`` command group to ``app``."""
     app.add_typer(server_app, name="server")

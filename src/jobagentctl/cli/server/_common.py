@@ -24,10 +24,13 @@ _DATABASE_HELP = (
 
 
 def database_option() -> Any:
+    """The --database option of every ``server`` command (a URL; env and default in its help)."""
     return typer.Option(None, "--database", help=_DATABASE_HELP, show_default=False)
 
 
 def slug_option(derived_from: str) -> Any:
+    """The --slug option of the commands that create a workspace; ``derived_from`` names
+    what the default slug is made of."""
     return typer.Option(
         None,
         "--slug",
@@ -48,7 +51,8 @@ def server_settings(**overrides: Any) -> ServerSettings:
     from jobagentctl.settings import validation_problems
 
     if overrides.get("database") and url_has_password(overrides["database"]):
-        # A flag is in every local user's `ps` and in shell history (issue 11 §10).
+        # A flag is in every local user's `ps` and in shell history: say so, and where the
+        # password would be safe.
         output.warn(
             "the password in --database is visible to every local user (ps, shell history); "
             "give the URL in JOBAGENTCTL_SERVER_DATABASE, or leave the password out and use "

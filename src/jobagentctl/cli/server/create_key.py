@@ -46,4 +46,5 @@ def create_key(
 
 
 def register(app: typer.Typer) -> None:
+    """Add ``server create-key`` to the ``server`` group."""
     app.command("create-key")(create_key)

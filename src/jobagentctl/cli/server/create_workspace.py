@@ -42,4 +42,5 @@ def create_workspace(
 
 
 def register(app: typer.Typer) -> None:
+    """Add ``server create-workspace`` to the ``server`` group."""
     app.command("create-workspace")(create_workspace)

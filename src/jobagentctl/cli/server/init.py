@@ -2,31 +2,50 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Annotated
+
 import typer
 
 from jobagentctl.cli.context import get_state
 from jobagentctl.cli.server._common import LOCAL_PROFILE, database_option, slug_option
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from jobagentctl.server.admin import CreatedWorkspace
+    from jobagentctl.server.settings import ServerSettings
+
 __all__ = ["register"]
+
+
+WriteConfigFlag = Annotated[
+    bool,
+    typer.Option(
+        "--write-config", help=f"Store the workspace and key as profile '{LOCAL_PROFILE}'."
+    ),
+]
+ForceFlag = Annotated[
+    bool,
+    typer.Option("--force", help=f"With --write-config: replace an existing '{LOCAL_PROFILE}'."),
+]
+UrlFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--url",
+        help="Server URL for the written profile [default: http://HOST:PORT from the server "
+        "settings, 127.0.0.1:8080].",
+        show_default=False,
+    ),
+]
 
 
 def init(
     ctx: typer.Context,
     database: str | None = database_option(),
     slug: str | None = slug_option('the name "default"'),
-    write_config: bool = typer.Option(
-        False, "--write-config", help=f"Store the workspace and key as profile '{LOCAL_PROFILE}'."
-    ),
-    force: bool = typer.Option(
-        False, "--force", help=f"With --write-config: replace an existing '{LOCAL_PROFILE}'."
-    ),
-    url: str | None = typer.Option(
-        None,
-        "--url",
-        help="Server URL for the written profile [default: http://HOST:PORT from the server "
-        "settings, 127.0.0.1:8080].",
-        show_default=False,
-    ),
+    write_config: WriteConfigFlag = False,
+    force: ForceFlag = False,
+    url: UrlFlag = None,
 ) -> None:
     """Create the schema, a workspace "default" and a workspace key; print them once.
 
@@ -42,7 +61,7 @@ def init(
     from jobagentctl.cli.server._common import run_async, server_settings
     from jobagentctl.server import admin
     from jobagentctl.server.settings import redact_url
-    from jobagentctl.settings import ensure_profile_free, write_profile
+    from jobagentctl.settings import ensure_profile_free
 
     state = get_state(ctx)
     settings = server_settings(database=database)
@@ -50,15 +69,7 @@ def init(
         # Refuse before creating anything: a second workspace nobody can reach helps no one.
         ensure_profile_free(LOCAL_PROFILE)
     created = run_async(lambda: admin.init(settings.database, slug=slug))
-    written = None
-    if write_config:
-        host = settings.host if settings.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
-        profile = {
-            "url": url or f"http://{host}:{settings.port}",
-            "workspace": str(created.workspace_id),
-            "api_key": created.api_key,
-        }
-        written = write_profile(LOCAL_PROFILE, profile, force=force)
+    written = _write_local_profile(settings, created, url, force=force) if write_config else None
     output.emit(
         state,
         "server-init",
@@ -74,5 +85,22 @@ def init(
         output.info(state, f"Wrote profile '{LOCAL_PROFILE}' to {written}")
 
 
+def _write_local_profile(
+    settings: ServerSettings, created: CreatedWorkspace, url: str | None, *, force: bool
+) -> Path:
+    """Write the new workspace and key as the profile ``local``, reaching this server (a
+    wildcard bind address is reached on 127.0.0.1); the file written."""
+    from jobagentctl.settings import write_profile
+
+    host = settings.host if settings.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    profile = {
+        "url": url or f"http://{host}:{settings.port}",
+        "workspace": str(created.workspace_id),
+        "api_key": created.api_key,
+    }
+    return write_profile(LOCAL_PROFILE, profile, force=force)
+
+
 def register(app: typer.Typer) -> None:
+    """Add ``server init`` to the ``server`` group."""
     app.command("init")(init)

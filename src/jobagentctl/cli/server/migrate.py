@@ -27,4 +27,5 @@ def migrate(ctx: typer.Context, database: str | None = database_option()) -> Non
 
 
 def register(app: typer.Typer) -> None:
+    """Add ``server migrate`` to the ``server`` group."""
     app.command("migrate")(migrate)

@@ -32,4 +32,5 @@ def revoke_key(
 
 
 def register(app: typer.Typer) -> None:
+    """Add ``server revoke-key`` to the ``server`` group."""
     app.command("revoke-key")(revoke_key)

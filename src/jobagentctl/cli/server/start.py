@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import typer
 
 from jobagentctl.cli.server._common import database_option
@@ -9,47 +11,61 @@ from jobagentctl.cli.server._common import database_option
 __all__ = ["register"]
 
 
+def _setting(flag: str, help: str) -> Any:
+    """A flag over a server setting: unset unless given (the env and the default then hold,
+    as its help says, so no default of Typer's is shown)."""
+    return typer.Option(flag, help=help, show_default=False)
+
+
+Host = Annotated[
+    str | None, _setting("--host", "Address to bind [env JOBAGENTCTL_SERVER_HOST; 127.0.0.1].")
+]
+Port = Annotated[
+    int | None, _setting("--port", "Port to bind [env JOBAGENTCTL_SERVER_PORT; 8080].")
+]
+LeaseSeconds = Annotated[
+    int | None,
+    _setting("--lease-seconds", "Default lease [JOBAGENTCTL_SERVER_LEASE_SECONDS; 60]."),
+]
+ReapInterval = Annotated[
+    float | None,
+    _setting(
+        "--reap-interval",
+        "Seconds between reaper passes; 0 disables [JOBAGENTCTL_SERVER_REAP_INTERVAL; 5].",
+    ),
+]
+MaxReclaims = Annotated[
+    int | None,
+    _setting(
+        "--max-reclaims",
+        "Fail a job at its N-th lease expiry; 0 = never [JOBAGENTCTL_SERVER_MAX_RECLAIMS; 0].",
+    ),
+]
+RequireClaimId = Annotated[
+    bool | None,
+    _setting(
+        "--require-claim-id/--no-require-claim-id",
+        "Agent keys must send claimId on leased jobs [JOBAGENTCTL_SERVER_REQUIRE_CLAIM_ID].",
+    ),
+]
+MaxWaitSeconds = Annotated[
+    float | None,
+    _setting(
+        "--max-wait-seconds",
+        "Cap of a claim-next long-poll [JOBAGENTCTL_SERVER_MAX_WAIT_SECONDS; 30].",
+    ),
+]
+
+
 def start(
     database: str | None = database_option(),
-    host: str | None = typer.Option(
-        None,
-        "--host",
-        help="Address to bind [env JOBAGENTCTL_SERVER_HOST; 127.0.0.1].",
-        show_default=False,
-    ),
-    port: int | None = typer.Option(
-        None, "--port", help="Port to bind [env JOBAGENTCTL_SERVER_PORT; 8080].", show_default=False
-    ),
-    lease_seconds: int | None = typer.Option(
-        None,
-        "--lease-seconds",
-        help="Default lease [JOBAGENTCTL_SERVER_LEASE_SECONDS; 60].",
-        show_default=False,
-    ),
-    reap_interval: float | None = typer.Option(
-        None,
-        "--reap-interval",
-        help="Seconds between reaper passes; 0 disables [JOBAGENTCTL_SERVER_REAP_INTERVAL; 5].",
-        show_default=False,
-    ),
-    max_reclaims: int | None = typer.Option(
-        None,
-        "--max-reclaims",
-        help="Fail a job at its N-th lease expiry; 0 = never [JOBAGENTCTL_SERVER_MAX_RECLAIMS; 0].",
-        show_default=False,
-    ),
-    require_claim_id: bool | None = typer.Option(
-        None,
-        "--require-claim-id/--no-require-claim-id",
-        help="Agent keys must send claimId on leased jobs [JOBAGENTCTL_SERVER_REQUIRE_CLAIM_ID].",
-        show_default=False,
-    ),
-    max_wait_seconds: float | None = typer.Option(
-        None,
-        "--max-wait-seconds",
-        help="Cap of a claim-next long-poll [JOBAGENTCTL_SERVER_MAX_WAIT_SECONDS; 30].",
-        show_default=False,
-    ),
+    host: Host = None,
+    port: Port = None,
+    lease_seconds: LeaseSeconds = None,
+    reap_interval: ReapInterval = None,
+    max_reclaims: MaxReclaims = None,
+    require_claim_id: RequireClaimId = None,
+    max_wait_seconds: MaxWaitSeconds = None,
 ) -> None:
     """Run the API and the reaper; migrate first. SIGTERM/SIGINT drain in-flight requests.
 
@@ -78,4 +94,5 @@ def start(
 
 
 def register(app: typer.Typer) -> None:
+    """Add ``server start`` to the ``server`` group."""
     app.command("start")(start)

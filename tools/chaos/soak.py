@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.httpclient import Connection, HTTPError
-
-from tests.chaos.pgcluster import PgCluster
 from tests.fixtures.databases import sql
 from tests.fixtures.live_server import LiveServer
+
+from tools.chaos.pgcluster import PgCluster
 
 __all__ = ["SoakConfig", "SoakResult", "main", "run_soak"]
 
@@ -350,7 +350,7 @@ def run_soak(cfg: SoakConfig, *, database_url: str | None = None, workdir: Path)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.chaos.soak", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.chaos.soak", description=__doc__)
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--leases", type=int, default=300, help="leases kept in flight")
     parser.add_argument("--lease-seconds", type=int, default=15)

@@ -7,7 +7,7 @@ offsets each time; the interleaving with the agents' own timing still varies fro
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = [
     "AGENT_KINDS",
@@ -24,6 +24,14 @@ INFRA_KINDS = ("server_restart", "db_restart")
 PROXY_KINDS = ("proxy_drop", "proxy_reset", "proxy_delay_short", "proxy_delay_long")
 OPERATOR_KINDS = ("operator_requeue",)
 KINDS = AGENT_KINDS + INFRA_KINDS + PROXY_KINDS + OPERATOR_KINDS
+# The faults that hit one process: kind → (duration bounds in s, scaled by the lease?, the
+# processes a target is drawn from, the details drawn from).
+_PROCESS_FAULTS: dict[str, tuple[float, float, bool, str, tuple[str, ...]]] = {
+    "agent_kill": (0.2, 2.0, False, "agents", ("agent", "agent+job")),
+    "agent_stop": (1.5, 3.0, True, "agents", ("agent", "agent+job")),
+    "agent_interrupt": (0.2, 1.0, False, "agents", ("SIGINT",)),
+    "server_restart": (0.2, 1.5, False, "servers", ("SIGTERM", "SIGKILL")),
+}
 
 # Between two server/database faults the system gets this long to make progress, so a run
 # tests recovery rather than a permanently broken service.
@@ -169,47 +177,14 @@ def _draw(
 ) -> Fault:
     """A fault of ``kind`` at ``at``; with ``like``, the same fault moved to ``at``."""
     if like is not None:
-        return Fault(
-            at=round(at, 2),
-            kind=like.kind,
-            duration=like.duration,
-            target=like.target,
-            detail=like.detail,
-            probability=like.probability,
-            delay=like.delay,
-        )
-    if kind == "agent_kill":
-        return Fault(
-            at,
-            kind,
-            duration=round(rng.uniform(0.2, 2.0), 2),
-            target=rng.randrange(agents),
-            detail=rng.choice(("agent", "agent+job")),
-        )
-    if kind == "agent_stop":
-        return Fault(
-            at,
-            kind,
-            duration=round(lease * rng.uniform(1.5, 3.0), 2),
-            target=rng.randrange(agents),
-            detail=rng.choice(("agent", "agent+job")),
-        )
-    if kind == "agent_interrupt":
-        return Fault(
-            at,
-            kind,
-            duration=round(rng.uniform(0.2, 1.0), 2),
-            target=rng.randrange(agents),
-            detail="SIGINT",
-        )
-    if kind == "server_restart":
-        return Fault(
-            at,
-            kind,
-            duration=round(rng.uniform(0.2, 1.5), 2),
-            target=rng.randrange(servers),
-            detail=rng.choice(("SIGTERM", "SIGKILL")),
-        )
+        return replace(like, at=round(at, 2))
+    if kind in _PROCESS_FAULTS:
+        low, high, scaled, pool, details = _PROCESS_FAULTS[kind]
+        duration = round((lease if scaled else 1.0) * rng.uniform(low, high), 2)
+        target = rng.randrange(agents if pool == "agents" else servers)
+        # A single detail is not drawn: the seeded schedules stay as they were.
+        detail = details[0] if len(details) == 1 else rng.choice(details)
+        return Fault(at, kind, duration=duration, target=target, detail=detail)
     if kind == "operator_requeue":
         return Fault(at, kind, duration=0.5)
     if kind == "db_restart":

@@ -10,12 +10,13 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 import socket
 import struct
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 __all__ = ["Exchange", "FaultProxy", "ProxyFault", "exchange_from_json"]
@@ -83,20 +84,14 @@ class Exchange:
         return str(value) if isinstance(value, str) else None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "slot": self.slot,
-            "method": self.method,
-            "path": self.path,
-            "request": self.request,
-            "tRecv": self.t_recv,
-            "upstream": self.upstream,
-            "tFwd": self.t_fwd,
-            "tResp": self.t_resp,
-            "status": self.status,
-            "response": self.response,
-            "fault": self.fault,
-            "delivered": self.delivered,
-        }
+        """The exchange as one line of a dumped run (camelCase, as the API's own names)."""
+        return {name: getattr(self, field) for field, name in _JSON_NAMES.items()}
+
+
+# Each field of an Exchange and its name in a dumped run, both ways.
+_JSON_NAMES = {
+    f.name: re.sub(r"_(\w)", lambda m: m.group(1).upper(), f.name) for f in fields(Exchange)
+}
 
 
 @dataclass
@@ -434,17 +429,4 @@ class FaultProxy:
 
 def exchange_from_json(data: dict[str, Any]) -> Exchange:
     """The inverse of :meth:`Exchange.to_json` (for re-checking a dumped run)."""
-    return Exchange(
-        slot=data["slot"],
-        method=data["method"],
-        path=data["path"],
-        request=data["request"],
-        t_recv=data["tRecv"],
-        upstream=data["upstream"],
-        t_fwd=data["tFwd"],
-        t_resp=data["tResp"],
-        status=data["status"],
-        response=data["response"],
-        fault=data["fault"],
-        delivered=data["delivered"],
-    )
+    return Exchange(**{field: data[name] for field, name in _JSON_NAMES.items()})

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import psycopg
 from psycopg import sql as pgsql
-
 from tests.fixtures.live_server import free_port
 
 __all__ = ["PgCluster", "PgClusterUnavailable", "find_pg_bin"]

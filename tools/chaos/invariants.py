@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from tests.chaos.proxy import Exchange
+from tools.chaos.proxy import Exchange
 
 __all__ = [
     "TERMINAL",

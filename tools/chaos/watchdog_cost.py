@@ -1,6 +1,6 @@
 """What the watchdog costs: start-up per job, its own CPU and memory (docs/reliability.md §8).
 
-    python -m tests.chaos.watchdog_cost [--rounds 30] [--seconds 60]
+    python -m tools.chaos.watchdog_cost [--rounds 30] [--seconds 60]
 
 1. Start-up: ``Child.start(["true"])`` until its exit status is known, with the watchdog and
    without (``watchdog=False``: the command straight under `run`, as before), interleaved,
@@ -112,7 +112,7 @@ def supervision(seconds: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.chaos.watchdog_cost")
+    parser = argparse.ArgumentParser(prog="python -m tools.chaos.watchdog_cost")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--seconds", type=float, default=60.0)
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """Issue 11 §5 end to end: a live ``server start`` on a private PostgreSQL that is frozen.
 
-Usage: python -m tests.chaos.db_freeze [--freeze 30] [--leases 20] [--lease-seconds 15]
+Usage: python -m tools.chaos.db_freeze [--freeze 30] [--leases 20] [--lease-seconds 15]
 [--json PATH]
 
 The freeze is a real one: every process of the cluster is SIGSTOPped (connections stay open,
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -26,16 +27,16 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchmarks.httpclient import Connection, HTTPError
-
-from tests.chaos.pgcluster import PgCluster
 from tests.fixtures.live_server import LiveServer
 from tests.fixtures.waiting import wait_until
+
+from tools.chaos.pgcluster import PgCluster
 
 __all__ = ["FreezeConfig", "FreezeResult", "freeze_cluster", "main", "run_freeze"]
 
@@ -222,40 +223,37 @@ async def _drive(cfg: FreezeConfig, server: LiveServer, cluster: PgCluster) -> F
     await setup.close()
     stop = asyncio.Event()
 
-    async def heartbeats(job_id: str, claim_id: str) -> None:
+    async def repeat(pause: float, step: Callable[[_Client], Awaitable[None]]) -> None:
+        """``step`` on a connection of its own, every ``pause`` s until the run stops."""
         client = _Client(server)
         while not stop.is_set():
-            path = f"{api}/jobs/{job_id}/heartbeat"
-            body = {"claimId": claim_id}
-            status, _ = await _timed(result, client, "heartbeat", "POST", path, body)
-            if status == 409:
-                result.refused.add(job_id)
+            await step(client)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 1.0)
+                await asyncio.wait_for(stop.wait(), pause)
         await client.close()
 
-    async def writes() -> None:
+    async def heartbeat(job_id: str, claim_id: str, client: _Client) -> None:
+        path = f"{api}/jobs/{job_id}/heartbeat"
+        body = {"claimId": claim_id}
+        status, _ = await _timed(result, client, "heartbeat", "POST", path, body)
+        if status == 409:
+            result.refused.add(job_id)
+
+    async def write(client: _Client) -> None:
         """An enqueue and a read of what it created (of a leased job when it failed)."""
-        client = _Client(server)
-        while not stop.is_set():
-            path = f"{api}/job-agents/{agent}/jobs"
-            status, job = await _timed(result, client, "enqueue", "POST", path, {})
-            job_id = job["id"] if status == 201 else leases[0][0]
-            await _timed(result, client, "get", "GET", f"{api}/jobs/{job_id}")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 1.0)
-        await client.close()
+        path = f"{api}/job-agents/{agent}/jobs"
+        status, job = await _timed(result, client, "enqueue", "POST", path, {})
+        job_id = job["id"] if status == 201 else leases[0][0]
+        await _timed(result, client, "get", "GET", f"{api}/jobs/{job_id}")
 
-    async def readiness() -> None:
-        client = _Client(server)
-        while not stop.is_set():
-            await _timed(result, client, "readyz", "GET", "/readyz")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 0.5)
-        await client.close()
+    async def ready(client: _Client) -> None:
+        await _timed(result, client, "readyz", "GET", "/readyz")
 
-    tasks = [asyncio.create_task(heartbeats(job_id, claim_id)) for job_id, claim_id in leases]
-    tasks += [asyncio.create_task(writes()), asyncio.create_task(readiness())]
+    tasks = [
+        asyncio.create_task(repeat(1.0, functools.partial(heartbeat, job_id, claim_id)))
+        for job_id, claim_id in leases
+    ]
+    tasks += [asyncio.create_task(repeat(1.0, write)), asyncio.create_task(repeat(0.5, ready))]
     await asyncio.sleep(3)  # steady state first
     with freeze_cluster(cluster):
         result.frozen_at = time.monotonic()
@@ -314,7 +312,7 @@ def run_freeze(cfg: FreezeConfig, workdir: Path, cluster: PgCluster | None = Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.chaos.db_freeze", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.chaos.db_freeze", description=__doc__)
     parser.add_argument("--freeze", type=float, default=30.0, help="seconds frozen (30)")
     parser.add_argument("--leases", type=int, default=20, help="heartbeating leases (20)")
     parser.add_argument("--lease-seconds", type=int, default=15, help="their length (15)")

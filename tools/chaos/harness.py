@@ -1,5 +1,5 @@
 """The chaos harness: real servers, agents in ``run --loop`` and a seeded fault schedule; checks
-the invariants and prints the figures table (``python -m tests.chaos.harness --help``).
+the invariants and prints the figures table (``python -m tools.chaos.harness --help``).
 """
 
 from __future__ import annotations
@@ -26,9 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests.chaos.agents import Agent, alive, children
-from tests.chaos.faults import KINDS, Fault, draw_schedule
-from tests.chaos.invariants import (
+from tests.fixtures.databases import sql
+from tests.fixtures.live_server import LiveServer
+
+from tools.chaos.agents import Agent, alive, children
+from tools.chaos.faults import KINDS, Fault, draw_schedule
+from tools.chaos.invariants import (
     TERMINAL,
     CheckResult,
     Evidence,
@@ -36,10 +39,8 @@ from tests.chaos.invariants import (
     parse_executions,
     parse_overlaps,
 )
-from tests.chaos.pgcluster import PgCluster
-from tests.chaos.proxy import FaultProxy, ProxyFault
-from tests.fixtures.databases import sql
-from tests.fixtures.live_server import LiveServer
+from tools.chaos.pgcluster import PgCluster
+from tools.chaos.proxy import FaultProxy, ProxyFault
 
 _T = TypeVar("_T")
 
@@ -919,7 +920,7 @@ def run_many(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.chaos.harness", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.chaos.harness", description=__doc__)
     parser.add_argument("--seed", type=int, default=1, help="first seed (default 1)")
     parser.add_argument(
         "--seeds", type=int, default=None, help="how many seeds (default 1; 5 with --long)"

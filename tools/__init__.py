@@ -1,0 +1,1 @@
+"""Tooling run by hand or by `make`, neither the product nor its tests (``python -m tools.…``)."""
