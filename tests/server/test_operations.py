@@ -181,10 +181,10 @@ async def test_fast_path_and_framework_answer_the_same(
             try:
                 result = await serve(*args)
             except Exception:
-                served.append(args[0].template)  # an error answered by the fast path
+                served.append(args[0].endpoint.template)  # an error answered by the fast path
                 raise
             if result is not None:  # None: handed to the framework
-                served.append(args[0].template)
+                served.append(args[0].endpoint.template)
             return result
 
         fast_path.serve = counting
