@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from jobagentctl.server import service
+from jobagentctl.server.longpoll_ends import ENDS_PER_SECOND, LongPollEnds
 from tests.fixtures.waiting import await_until
 from tests.server.conftest import open_api
 
@@ -79,19 +80,19 @@ def _count(store: Any, name: str, calls: Counter[str]) -> None:
 
 
 def test_long_polls_begun_together_do_not_end_together() -> None:
-    """A fleet reconnecting at once: at most ``_ENDS_PER_SECOND`` of its long-polls end in any
+    """A fleet reconnecting at once: at most ``ENDS_PER_SECOND`` of its long-polls end in any
     second, none before its wait and none later than a quarter after it; a long-poll alone
     ends on time."""
-    ends = service._LongPollEnds()
+    ends = LongPollEnds()
     began = time.monotonic()
     deadlines = [ends.deadline(30.0) for _ in range(2000)]
     assert all(began + 30 <= d <= time.monotonic() + 30 * 1.25 for d in deadlines)
     per_second = Counter(int(d - began) for d in deadlines)
     # 1,500 within the allowance (200 a second over 7.5 s), the rest spread over the same span.
-    assert max(per_second.values()) <= 2 * service._ENDS_PER_SECOND, per_second
+    assert max(per_second.values()) <= 2 * ENDS_PER_SECOND, per_second
     assert len(per_second) >= 7, per_second
 
-    alone = service._LongPollEnds()
+    alone = LongPollEnds()
     before = time.monotonic()
     deadline = alone.deadline(30.0)
     after = time.monotonic()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -86,26 +87,19 @@ class _Disconnected(Exception):
     """The client went away while sending its body: nobody to answer."""
 
 
+@dataclass(eq=False, slots=True)
 class Edge:
     """The ASGI entry point in front of the framework app (see the module docstring)."""
 
-    def __init__(
-        self,
-        framework: ASGIApp,
-        *,
-        auth: Authenticator,
-        metrics: Metrics,
-        max_body_bytes: int,
-        max_json_depth: int,
-        fast_path: FastPath | None,
-    ) -> None:
-        self.framework = framework
-        self.auth = auth
-        self.metrics = metrics
-        self.max_body_bytes = max_body_bytes
-        self.max_json_depth = max_json_depth
-        self.fast_path = fast_path
-        self._latency: dict[tuple[str, str, int], Any] = {}
+    framework: ASGIApp
+    _: KW_ONLY
+    auth: Authenticator
+    metrics: Metrics
+    max_body_bytes: int
+    max_json_depth: int
+    fast_path: FastPath | None
+    # The latency histogram's child per (method, template, status), made once per label set.
+    _latency: dict[tuple[str, str, int], Any] = field(default_factory=dict, init=False)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
