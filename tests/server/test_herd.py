@@ -1,4 +1,4 @@
-"""The long-poll herd (issue 11 §6) at the service: many long-polls waiting on one agent cost no
+"""The long-poll herd at the service: many long-polls waiting on one agent cost no
 claims and no key checks while they wait, an enqueue costs one of each, and long-polls begun
 together do not all end together. ``python -m benchmarks.herd`` measures the latencies."""
 
@@ -24,7 +24,7 @@ WAITERS = 200
 async def test_regression_waiting_long_polls_neither_claim_nor_recheck_the_key(
     database_url: str, anyio_backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 11 §6 (audit): every waiter woke on its 10 s slice, re-checked its key and ran a
+    """Every waiter woke on its 10 s slice, re-checked its key and ran a
     claim, all at the same moment. Now a slice (shortened here to 0.2 s) asks the store only
     "anything queued?"; the key is checked again only before a job is handed out, and one
     enqueue costs one claim however many wait."""

@@ -13,7 +13,7 @@ from tests.server.conftest import Api, make_api, open_api
 
 pytestmark = pytest.mark.anyio
 
-# SPEC §4, every method and path (relative to /api).
+# Every method and path of the API the product contract lists (relative to /api).
 SPEC_ENDPOINTS = [
     ("put", "/v1/workspaces/{ws}/job-agents/{agentId}"),
     ("get", "/v1/workspaces/{ws}/job-agents"),
