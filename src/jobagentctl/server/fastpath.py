@@ -55,7 +55,16 @@ class HotRoute:
         return cls(endpoint, segments, model, body.default is inspect.Parameter.empty)
 
 
-_HOT = tuple(HotRoute.of(endpoint) for endpoint in ENDPOINTS if endpoint.hot)
+def _index(routes: list[HotRoute]) -> dict[tuple[str, int, str], HotRoute]:
+    """The hot routes by method, number of segments and last segment: one lookup finds the only
+    candidate for a path (each hot template ends in a literal, and no two share all three)."""
+    index = {(r.endpoint.method, len(r.segments), r.segments[-1] or ""): r for r in routes}
+    if len(index) != len(routes) or "" in {last for _, _, last in index}:
+        raise RuntimeError("hot routes must each end in a distinct literal segment")
+    return index
+
+
+_HOT = _index([HotRoute.of(endpoint) for endpoint in ENDPOINTS if endpoint.hot])
 
 
 def _uuid(value: str) -> UUID | None:
@@ -73,23 +82,20 @@ def match(scope: Scope) -> tuple[HotRoute, list[UUID]] | None:
     """The hot route and its ids, or None (→ the framework)."""
     if scope.get("query_string") or scope.get("root_path"):
         return None
-    method = scope["method"]
     parts = scope["path"].split("/")
-    for route in _HOT:
-        if route.endpoint.method != method or len(route.segments) != len(parts):
-            continue
-        ids: list[UUID] = []
-        for want, got in zip(route.segments, parts, strict=True):
-            if want is None:
-                value = _uuid(got)
-                if value is None:
-                    return None
-                ids.append(value)
-            elif want != got:
-                break
-        else:
-            return route, ids
-    return None
+    route = _HOT.get((scope["method"], len(parts), parts[-1]))
+    if route is None:
+        return None
+    ids: list[UUID] = []
+    for want, got in zip(route.segments, parts, strict=True):
+        if want is None:
+            value = _uuid(got)
+            if value is None:
+                return None
+            ids.append(value)
+        elif want != got:
+            return None
+    return route, ids
 
 
 class FastPath:
