@@ -30,11 +30,8 @@ HEADER_CAP = 16 * 1024  # the default max_header_bytes
 
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[LiveServerFactory]:
-    factory = LiveServerFactory(f"sqlite:///{tmp_path / 'edge.db'}", tmp_path)
-    try:
+    with LiveServerFactory(f"sqlite:///{tmp_path / 'edge.db'}", tmp_path) as factory:
         yield factory
-    finally:
-        factory.close()
 
 
 def _connect(server: LiveServer) -> socket.socket:
