@@ -410,6 +410,10 @@ class ClaimNext(RequestModel):
 
 
 class JobWaitRequest(RequestModel):
+    """Body of ``POST …/jobs/{jobId}/wait``, the cancellation long-poll: wait up to
+    ``wait_seconds`` (capped by the server's ``max_wait_seconds``) for the claim ``claim_id`` to
+    end."""
+
     claim_id: UUID
     wait_seconds: StrictFloat = Field(default=0.0, ge=0)
 

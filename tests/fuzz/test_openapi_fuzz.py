@@ -1,4 +1,4 @@
-"""API fuzzing with schemathesis (ISSUE 5): every operation of a live server's
+"""API fuzzing with schemathesis: every operation of a live server's
 ``/api/openapi.json``, with a valid workspace key and with no key, on SQLite and PostgreSQL.
 
 Each operation gets requests that follow the document (positive) and requests that break it
@@ -38,7 +38,7 @@ EXAMPLES = int(os.environ.get("JOBAGENTCTL_FUZZ_EXAMPLES", "8"))
 API = "/api/v1/"
 POSITIVE, NEGATIVE = GenerationMode.POSITIVE, GenerationMode.NEGATIVE
 
-# The V1 and V2 operations of SPEC §4 (method, path): the document must hold every one.
+# The V1 and V2 operations the product contract lists (method, path): the document holds each.
 SPEC_OPERATIONS = {
     ("PUT", "/api/v1/workspaces/{ws}/job-agents/{agentId}"),
     ("GET", "/api/v1/workspaces/{ws}/job-agents"),

@@ -1,4 +1,4 @@
-"""Issue 11 §2 figure: a normal client's latency under IDLE idle + SLOW slowloris connections,
+"""Figure: a normal client's latency under IDLE idle + SLOW slowloris connections,
 each reopened as soon as the server closes it (the attack runs in a child process).
 
 Usage: python -m tests.security.flood_connections PORT SERVER_PID [IDLE] [SLOW] [SECONDS]

@@ -1,4 +1,4 @@
-"""Issue 11 §1 figure: 8 connections x 50 MB of headers to /healthz, server RSS before/after.
+"""Figure: 8 connections x 50 MB of headers to /healthz, server RSS before/after.
 
 Usage: python -m tests.security.flood_headers PORT SERVER_PID [ROUNDS]
 """

@@ -1,4 +1,4 @@
-"""Connection limits below the app (issue 11 §1, §2), against a real ``server start`` process.
+"""Connection limits below the app, against a real ``server start`` process.
 
 No database is involved in what these tests exercise (the limits act before a request exists),
 so they run on SQLite only. Durations are generous bounds on events (a close), never speed
@@ -30,11 +30,8 @@ HEADER_CAP = 16 * 1024  # the default max_header_bytes
 
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[LiveServerFactory]:
-    factory = LiveServerFactory(f"sqlite:///{tmp_path / 'edge.db'}", tmp_path)
-    try:
+    with LiveServerFactory(f"sqlite:///{tmp_path / 'edge.db'}", tmp_path) as factory:
         yield factory
-    finally:
-        factory.close()
 
 
 def _connect(server: LiveServer) -> socket.socket:
@@ -74,7 +71,7 @@ def _healthz(server: LiveServer) -> int:
 def test_regression_oversized_headers_get_431_before_they_are_read(
     servers: LiveServerFactory,
 ) -> None:
-    """Issue 11 §1: 8 × 50 MB of headers grew the server by 1.2 GB. Now one byte over the cap
+    """8 × 50 MB of headers grew the server by 1.2 GB. Now one byte over the cap
     is answered 431 and closed while the client has sent nothing more; RSS does not grow."""
     server = servers()
     assert server.proc is not None
@@ -113,7 +110,7 @@ def test_regression_oversized_headers_get_431_before_they_are_read(
 def test_regression_slow_headers_and_idle_connections_are_closed(
     servers: LiveServerFactory,
 ) -> None:
-    """Issue 11 §2: a slowloris connection (a byte at a time) and an idle one were never
+    """A slowloris connection (a byte at a time) and an idle one were never
     closed. Header timeout 1 s, idle timeout 1 s here."""
     server = servers(header_timeout=1, keep_alive_timeout=1)
     slow = _connect(server)
@@ -139,7 +136,7 @@ def test_regression_slow_headers_and_idle_connections_are_closed(
 def test_regression_connection_cap_evicts_the_oldest_idle_connection(
     servers: LiveServerFactory,
 ) -> None:
-    """Issue 11 §2: with the cap reached by idle connections, a new client is still served;
+    """With the cap reached by idle connections, a new client is still served;
     the oldest idle connection makes room."""
     server = servers(max_connections=20, keep_alive_timeout=600, header_timeout=600)
     # Accepted in the order they connect: the first one is the oldest.
@@ -213,7 +210,7 @@ def _trickle_until_closed(sock: socket.socket, seconds: float = 30) -> bytes | N
 
 
 def test_regression_slow_body_is_closed(servers: LiveServerFactory) -> None:
-    """Issue 11 §2 (audit): headers complete, then the body at a byte a second, held the
+    """Headers complete, then the body at a byte a second, held the
     connection for good (every byte cancelled uvicorn's keep-alive timer, and the header timer
     had stopped at the end of the headers) — after a 401, after ``/healthz``'s 200, and while
     the app waited for the body. 20 such sockets at ``max_connections`` 20 locked everyone out.

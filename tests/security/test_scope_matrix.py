@@ -1,4 +1,4 @@
-"""The scope matrix (SPEC §4): every principal × every V1/V2 endpoint → the expected status.
+"""The scope matrix: every principal × every V1/V2 endpoint → the expected status.
 
 Principals: the workspace key, an agent key on its own agent, an agent key of another agent, a
 key of another workspace, a revoked key, no key, and six malformed keys. Every cell runs on a
@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures.server_app import requests_naming
 from tests.server.conftest import Api
 
 pytestmark = pytest.mark.anyio
@@ -243,14 +244,7 @@ async def test_ids_of_another_workspace_are_404_even_for_its_workspace_key(api: 
     job = await api.enqueue(agent)
     ws = str(other_ws)
     for method, rest, body in [
-        ("GET", f"jobs/{job['id']}", None),
-        ("GET", f"jobs/{job['id']}/attempts", None),
-        ("POST", f"jobs/{job['id']}/heartbeat", None),
-        ("PUT", f"jobs/{job['id']}/status", {"status": "cancelled"}),
-        ("GET", f"job-agents/{agent}", None),
-        ("GET", f"job-agents/{agent}/jobs", None),
-        ("POST", f"job-agents/{agent}/jobs/{job['id']}/claim", None),
-        ("POST", f"job-agents/{agent}/claim", None),
+        *requests_naming(agent, job["id"]),
         ("POST", f"job-agents/{agent}/jobs", {}),
         ("DELETE", f"job-agents/{agent}", None),
         ("PUT", f"job-agents/{agent}", {"name": "stolen", "type": "shell"}),

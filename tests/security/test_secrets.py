@@ -1,4 +1,4 @@
-"""Secrets (ISSUE 5): API keys are hashed at rest, and no secret reaches the server's log, the
+"""Secrets: API keys are hashed at rest, and no secret reaches the server's log, the
 CLI's ``--debug`` trace or any error message; files holding a key or a job are mode 0600.
 
 Keys are made the way operators make them (``server init``, ``server create-key``,
@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import stat
-import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -23,7 +22,7 @@ import psycopg
 import pytest
 
 from jobagentctl.server.store import sqlite_path
-from tests.fixtures.live_server import LiveServer, LiveServerFactory, free_port
+from tests.fixtures.live_server import LiveServer, LiveServerFactory, free_port, run_jobagentctl
 
 # The CLI's behaviour does not depend on the database: one dialect is enough there.
 sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -31,20 +30,6 @@ sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
 def _secret(key: str) -> str:
     return key.split(".", 1)[1]
-
-
-def _cli(
-    args: list[str], env: dict[str, str], *, timeout: float = 60, umask: int = -1
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jobagentctl", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        umask=umask,
-    )
 
 
 def dump_database(database_url: str) -> str:
@@ -98,7 +83,7 @@ def test_keys_are_hashed_at_rest_and_never_logged(keyed_server: LiveServer) -> N
     agent_key = server.create_key(agent)
     revoked = server.create_key()
     server.revoke_key(revoked)
-    made = _cli(
+    made = run_jobagentctl(
         ["server", "create-workspace", "second", "-o", "json", "--database", server.database_url],
         server.base_env(),
     )
@@ -166,7 +151,7 @@ def test_cli_debug_output_and_errors_hold_no_secret(
     ]
     secrets = [_secret(agent_key), _secret(wrong)]
     for args, run_env, expected in runs:
-        proc = _cli(args, run_env)
+        proc = run_jobagentctl(args, run_env)
         if expected is not None:
             assert proc.returncode == expected, (args, proc.returncode, proc.stderr[-2000:])
         _assert_absent(proc.stdout + proc.stderr, secrets, f"`jobagentctl {' '.join(args)}`")
@@ -192,7 +177,7 @@ def test_server_init_writes_the_config_file_0600(tmp_path: Path) -> None:
     path = config_home / "jobagentctl" / "config.toml"
 
     # A permissive umask must not leak into the file's mode.
-    first = _cli(
+    first = run_jobagentctl(
         ["server", "init", "--write-config", "-o", "json", "--database", database], env, umask=0
     )
     assert first.returncode == 0, first.stderr
@@ -201,7 +186,7 @@ def test_server_init_writes_the_config_file_0600(tmp_path: Path) -> None:
 
     # Rewriting an existing, world-readable file (--force: the profile exists) leaves it 0600.
     path.chmod(0o644)
-    second = _cli(
+    second = run_jobagentctl(
         ["server", "init", "--write-config", "--force", "-o", "json", "--database", database],
         env,
         umask=0o022,
@@ -232,7 +217,9 @@ def test_run_job_file_is_0600_and_the_key_stays_out_of_the_child(live_server: Li
     agent = server.create_agent("runner")
     job = server.enqueue(agent)
     env = {**server.base_env(), **server.env(), "JOBAGENTCTL_AGENT": agent}
-    proc = _cli(["run", "--lease-seconds", "30", "--", sys.executable, "-c", PROBE], env, umask=0)
+    proc = run_jobagentctl(
+        ["run", "--lease-seconds", "30", "--", sys.executable, "-c", PROBE], env, umask=0
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["job_id"] == job["id"]

@@ -1,4 +1,4 @@
-"""Issue 11 §11 figure: does the answer time tell whether a key prefix exists?
+"""Figure: does the answer time tell whether a key prefix exists?
 
 Usage: python -m tests.security.timing_keys [--db sqlite postgres] [--requests 400]
 

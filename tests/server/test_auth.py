@@ -1,4 +1,4 @@
-"""Keys and scopes (ISSUE 2): 401 for no/bad/revoked keys, 404 outside a key's scope, and no
+"""Keys and scopes: 401 for no/bad/revoked keys, 404 outside a key's scope, and no
 secret stored in clear."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import pytest
 
 from jobagentctl.errors import AuthError
 from jobagentctl.server.auth import Authenticator, generate_key, hash_secret, split_key
+from tests.fixtures.server_app import requests_naming
 from tests.server.conftest import Api, make_api
 
 pytestmark = pytest.mark.anyio
@@ -100,14 +101,7 @@ async def test_agent_key_scope(api: Api) -> None:
 
     # Another agent's job or agent: 404, never 403.
     for method, rest, payload in [
-        ("GET", f"jobs/{their_job['id']}", None),
-        ("GET", f"jobs/{their_job['id']}/attempts", None),
-        ("POST", f"jobs/{their_job['id']}/heartbeat", None),
-        ("PUT", f"jobs/{their_job['id']}/status", {"status": "cancelled"}),
-        ("GET", f"job-agents/{other}/jobs", None),
-        ("GET", f"job-agents/{other}", None),
-        ("POST", f"job-agents/{other}/jobs/{their_job['id']}/claim", None),
-        ("POST", f"job-agents/{other}/claim", None),
+        *requests_naming(other, their_job["id"]),
         ("POST", f"job-agents/{mine}/jobs/{their_job['id']}/claim", None),
         ("GET", "job-claims?jobAgentId=" + other, None),
     ]:

@@ -1,4 +1,4 @@
-"""Bad input is 400/413 with the error shape, never a 500 (ISSUE 2), plus a fuzzing sweep."""
+"""Bad input is 400/413 with the error shape, never a 500, plus a fuzzing sweep."""
 
 from __future__ import annotations
 

@@ -1,24 +1,23 @@
-"""Batching for busy agents (issue 14 §3): claim-next's ``limit``, and a status update that
+"""Batching for busy agents: claim-next's ``limit``, and a status update that
 claims the agent's next jobs (``claimNext``), on both databases and both HTTP paths."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from tests.fixtures.waiting import await_until
-from tests.server.conftest import Api, make_api
+from tests.server.conftest import Api
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=[True, False], ids=["fast-path", "framework"])
-async def either(request: pytest.FixtureRequest, database_url: str) -> AsyncIterator[Api]:
-    async for api in make_api(database_url, fast_path=request.param):
-        yield api
+@pytest.fixture
+def api(api_each_path: Api) -> Api:
+    """Every test of this module runs on both HTTP paths."""
+    return api_each_path
 
 
 async def _queued(api: Api, agent: str, n: int) -> list[str]:
@@ -26,9 +25,8 @@ async def _queued(api: Api, agent: str, n: int) -> list[str]:
 
 
 async def test_claim_next_with_limit_hands_out_the_oldest_jobs_each_with_a_claim(
-    either: Api,
+    api: Api,
 ) -> None:
-    api = either
     agent = await api.agent()
     other = await api.agent("other")
     await api.enqueue(other)
@@ -60,16 +58,16 @@ async def test_claim_next_with_limit_hands_out_the_oldest_jobs_each_with_a_claim
 
 
 @pytest.mark.parametrize("limit", [0, 101, -1, "3", True, 1.5, None])
-async def test_a_bad_limit_is_a_validation_error(either: Api, limit: Any) -> None:
-    agent = await either.agent()
-    await either.enqueue(agent)
-    r = await either.claim_next(agent, {"leaseSeconds": 30, "limit": limit})
+async def test_a_bad_limit_is_a_validation_error(api: Api, limit: Any) -> None:
+    agent = await api.agent()
+    await api.enqueue(agent)
+    r = await api.claim_next(agent, {"leaseSeconds": 30, "limit": limit})
     if limit is None:  # null = no limit: one job
         assert r.status_code == 200 and "items" not in r.json()
         return
     assert r.status_code == 400, r.text
     assert r.json()["code"] == "VALIDATION_ERROR"
-    assert await either.claims() == []  # the refused request claimed nothing
+    assert await api.claims() == []  # the refused request claimed nothing
 
 
 async def test_a_long_poll_with_a_limit_answers_what_was_queued(api: Api) -> None:
@@ -85,8 +83,9 @@ async def test_a_long_poll_with_a_limit_answers_what_was_queued(api: Api) -> Non
     assert [j["id"] for j in r.json()["items"]] == [job["id"]]
 
 
-async def test_a_status_update_with_claim_next_claims_the_agents_next_jobs(either: Api) -> None:
-    api = either
+async def test_a_status_update_with_claim_next_claims_the_agents_next_jobs(
+    api: Api,
+) -> None:
     agent = await api.agent()
     other = await api.agent("other")
     theirs = await api.enqueue(other)
@@ -129,8 +128,7 @@ async def test_a_status_update_with_claim_next_claims_the_agents_next_jobs(eithe
     assert empty.status_code == 202 and empty.json()["claimed"] == []
 
 
-async def test_a_refused_update_claims_nothing(either: Api) -> None:
-    api = either
+async def test_a_refused_update_claims_nothing(api: Api) -> None:
     agent = await api.agent()
     jobs = await _queued(api, agent, 2)
     current = (await api.claim_next(agent, {"leaseSeconds": 30})).json()
@@ -159,9 +157,8 @@ async def test_a_refused_update_claims_nothing(either: Api) -> None:
     ],
 )
 async def test_claim_next_needs_the_holder_ending_its_attempt(
-    either: Api, body: dict[str, Any]
+    api: Api, body: dict[str, Any]
 ) -> None:
-    api = either
     agent = await api.agent()
     await _queued(api, agent, 2)
     current = (await api.claim_next(agent, {"leaseSeconds": 30})).json()

@@ -1,5 +1,5 @@
-"""The one HTTP edge (issue 9 §2): one admission step and one response step for the fast path
-and the framework routes alike; JSON depth checked at parse time (issue 11 §3)."""
+"""The one HTTP edge: one admission step and one response step for the fast path and the
+framework routes alike; JSON depth checked before any parser sees the body."""
 
 from __future__ import annotations
 
@@ -55,43 +55,80 @@ async def _count_key_lookups(api: Api) -> list[str]:
     return calls
 
 
-@pytest.mark.parametrize("fast_path", [True, False])
 async def test_a_request_handed_to_the_framework_is_authenticated_once(
-    database_url: str, anyio_backend: str, fast_path: bool
+    api_each_path: Api,
 ) -> None:
-    async with open_api(database_url, fast_path=fast_path) as api:
-        agent = await api.agent()
-        job = await api.enqueue(agent)
-        calls = await _count_key_lookups(api)
-        # A hot route whose body does not validate: the fast path hands it to the framework.
-        r = await api.claim(agent, job["id"], {"leaseSeconds": "x"})
-        assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR"
-        assert len(calls) == 1
-        r = await api.claim(agent, job["id"], {"leaseSeconds": 30})
-        assert r.status_code == 200
-        assert len(calls) == 2
+    api = api_each_path
+    agent = await api.agent()
+    job = await api.enqueue(agent)
+    calls = await _count_key_lookups(api)
+    # A hot route whose body does not validate: the fast path hands it to the framework.
+    r = await api.claim(agent, job["id"], {"leaseSeconds": "x"})
+    assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR"
+    assert len(calls) == 1
+    r = await api.claim(agent, job["id"], {"leaseSeconds": 30})
+    assert r.status_code == 200
+    assert len(calls) == 2
 
 
-@pytest.mark.parametrize("fast_path", [True, False])
 async def test_every_5xx_is_logged_and_counted_on_both_paths(
-    database_url: str, anyio_backend: str, fast_path: bool, caplog: pytest.LogCaptureFixture
+    api_each_path: Api, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async with open_api(database_url, fast_path=fast_path) as api:
-        agent = await api.agent()
-        job = await api.enqueue(agent)
+    api = api_each_path
+    agent = await api.agent()
+    job = await api.enqueue(agent)
 
-        async def down(*args: Any, **kwargs: Any) -> Any:
-            raise ServerUnavailable("database unavailable")
+    async def down(*args: Any, **kwargs: Any) -> Any:
+        raise ServerUnavailable("database unavailable")
 
-        api.store.heartbeat = down  # type: ignore[method-assign]
-        with caplog.at_level(logging.WARNING, logger="jobagentctl.server"):
-            r = await api.heartbeat(job["id"], {"claimId": None})
-        assert r.status_code == 503 and r.json()["code"] == "SERVICE_UNAVAILABLE"
-        lines = [rec.getMessage() for rec in caplog.records]
-        assert f"POST {Routes.HEARTBEAT} → 503" in lines
-        assert agent
-        metrics = (await api.client.get("/metrics")).text
-        assert f'method="POST",route="{Routes.HEARTBEAT}",status="503"' in metrics
+    api.store.heartbeat = down  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, logger="jobagentctl.server"):
+        r = await api.heartbeat(job["id"], {"claimId": None})
+    assert r.status_code == 503 and r.json()["code"] == "SERVICE_UNAVAILABLE"
+    lines = [rec.getMessage() for rec in caplog.records]
+    assert f"POST {Routes.HEARTBEAT} → 503" in lines
+    assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR]  # not unexpected
+    metrics = (await api.client.get("/metrics")).text
+    assert f'method="POST",route="{Routes.HEARTBEAT}",status="503"' in metrics
+
+
+class _Unexpected(Exception):
+    """A failure no code path expects: the kind of bug a 500 stands for."""
+
+
+async def test_an_unexpected_error_is_one_500_and_one_log_line_on_both_paths(
+    api_each_path: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Both paths answer the same 500 body, and the exception is logged once, with its
+    traceback, naming the route template — not the path's ids, nor the key — and is not raised
+    out of the app (the server would log it a second time)."""
+    api = api_each_path
+    agent = await api.agent()
+    job = await api.enqueue(agent)
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise _Unexpected("the store broke")
+
+    api.store.heartbeat = api.store.get_job = broken  # type: ignore[method-assign]
+    for method, rest, template in [
+        ("POST", f"jobs/{job['id']}/heartbeat", Routes.HEARTBEAT),  # a hot route
+        ("GET", f"jobs/{job['id']}", Routes.JOB),  # always the framework's
+    ]:
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="jobagentctl.server"):
+            r = await api.call(method, rest, {"claimId": None} if method == "POST" else None)
+        assert r.status_code == 500
+        assert (
+            r.content
+            == b'{"message": "internal server error", "code": "INTERNAL_ERROR", "details": null}'
+        )
+        errors = [rec for rec in caplog.records if rec.levelno >= logging.ERROR]
+        assert [rec.getMessage() for rec in errors] == [
+            f"unhandled _Unexpected on {method} {template}"
+        ]
+        assert errors[0].exc_info is not None and errors[0].exc_info[0] is _Unexpected
+        assert "the store broke" in caplog.text  # the traceback
+        assert job["id"] not in caplog.text and api.api_key.split(".")[1] not in caplog.text
 
 
 def _deep_bodies(agent: str) -> list[tuple[str, str, Any]]:
@@ -104,25 +141,25 @@ def _deep_bodies(agent: str) -> list[tuple[str, str, Any]]:
     ]
 
 
-@pytest.mark.parametrize("fast_path", [True, False])
 async def test_regression_json_deeper_than_the_limit_is_refused_on_every_path(
-    database_url: str, anyio_backend: str, fast_path: bool
+    api_each_path: Api,
 ) -> None:
-    """Issue 11 §3: deep bodies were stored and then every response holding them was a 500."""
-    async with open_api(database_url, fast_path=fast_path) as api:
-        agent = await api.agent()
-        for method, rest, body in _deep_bodies(agent):
-            r = await api.client.request(
-                method,
-                api.path(rest),
-                content=json.dumps(body),
-                headers={"X-API-Key": api.api_key, "Content-Type": "application/json"},
-            )
-            assert r.status_code == 400, (rest, r.text)
-            assert r.json()["code"] == "VALIDATION_ERROR"
-            assert r.json()["details"] == {"maxJsonDepth": DEPTH}
-        page = await api.call("GET", "jobs")
-        assert page.status_code == 200 and page.json()["total"] == 0  # nothing was stored
+    """Deep bodies were stored, and then every response holding them was a 500: they are
+    refused before any parser sees them."""
+    api = api_each_path
+    agent = await api.agent()
+    for method, rest, body in _deep_bodies(agent):
+        r = await api.client.request(
+            method,
+            api.path(rest),
+            content=json.dumps(body),
+            headers={"X-API-Key": api.api_key, "Content-Type": "application/json"},
+        )
+        assert r.status_code == 400, (rest, r.text)
+        assert r.json()["code"] == "VALIDATION_ERROR"
+        assert r.json()["details"] == {"maxJsonDepth": DEPTH}
+    page = await api.call("GET", "jobs")
+    assert page.status_code == 200 and page.json()["total"] == 0  # nothing was stored
 
 
 async def test_regression_json_at_the_limit_round_trips(api: Api) -> None:
@@ -164,7 +201,7 @@ async def test_regression_framework_long_poll_sees_the_client_leave(
     spell: Callable[[str], str],
     fast_path: bool,
 ) -> None:
-    """Issue 11 §8: a long-poll on the framework path (any query string, a non-canonical UUID)
+    """A long-poll on the framework path (any query string, a non-canonical UUID)
     ends when the client goes away, and the job queued afterwards is not claimed for nobody."""
     async with open_api(database_url, fast_path=fast_path) as api:
         agent = await api.agent()
@@ -184,32 +221,29 @@ async def _key_id(api: Api, key: str) -> Any:
     return record.id
 
 
-@pytest.mark.parametrize("fast_path", [True, False])
-async def test_regression_revocation_reaches_open_long_polls(
-    database_url: str, anyio_backend: str, fast_path: bool
-) -> None:
-    """Issue 11 §4: a claim-next opened before the key was revoked handed out a job (with its
+async def test_regression_revocation_reaches_open_long_polls(api_each_path: Api) -> None:
+    """A claim-next opened before the key was revoked handed out a job (with its
     dispatchContext) when one was queued later. The key is checked again before a hand-out."""
-    async with open_api(database_url, fast_path=fast_path) as api:
-        agent = await api.agent()
-        key = await api.new_key(agent)
-        poll = asyncio.ensure_future(
-            api.claim_next(agent, {"waitSeconds": 30, "leaseSeconds": 30}, key=key)
-        )
-        await api.until_long_polls()
-        assert await api.store.revoke_api_key(await _key_id(api, key))
-        job = await api.enqueue(agent, dispatchContext={"secret": "s3cr3t"})
-        r = await asyncio.wait_for(poll, 30)
-        assert r.status_code == 401, r.text
-        assert "s3cr3t" not in r.text
-        assert (await api.job(job["id"]))["status"] == "queued"
+    api = api_each_path
+    agent = await api.agent()
+    key = await api.new_key(agent)
+    poll = asyncio.ensure_future(
+        api.claim_next(agent, {"waitSeconds": 30, "leaseSeconds": 30}, key=key)
+    )
+    await api.until_long_polls()
+    assert await api.store.revoke_api_key(await _key_id(api, key))
+    job = await api.enqueue(agent, dispatchContext={"secret": "s3cr3t"})
+    r = await asyncio.wait_for(poll, 30)
+    assert r.status_code == 401, r.text
+    assert "s3cr3t" not in r.text
+    assert (await api.job(job["id"]))["status"] == "queued"
 
 
 @pytest.mark.parametrize("rest", ["jobs", "job-agents/{agent}/claim"])
 async def test_regression_key_lookup_failures_are_503(
     database_url: str, anyio_backend: str, rest: str
 ) -> None:
-    """Issue 11 §7: a key lookup failing on the database was a 500 on the framework routes,
+    """A key lookup failing on the database was a 500 on the framework routes,
     after the pool's 10 s wait. Now 503 on every route, and a lookup that hangs is cut off
     after ``database_timeout``."""
     async with open_api(database_url, database_timeout=0.2) as api:
@@ -236,7 +270,7 @@ async def test_regression_key_lookup_failures_are_503(
 async def test_regression_a_known_prefix_costs_what_an_unknown_one_costs(
     database_url: str, anyio_backend: str
 ) -> None:
-    """Issue 11 §11: a known prefix with a wrong secret was answered from the key cache,
+    """A known prefix with a wrong secret was answered from the key cache,
     faster than an unknown prefix (a database lookup). Both now take the same path: one lookup
     and one digest comparison; the right key stays cached."""
     async with open_api(database_url, key_cache_seconds=60) as api:
@@ -259,7 +293,7 @@ async def test_regression_a_known_prefix_costs_what_an_unknown_one_costs(
 async def test_regression_a_locked_sqlite_answers_503_fast(
     database_url: str, anyio_backend: str, fast_path: bool
 ) -> None:
-    """Issue 11 §5 (audit): with the key cached and another process holding SQLite's write
+    """With the key cached and another process holding SQLite's write
     lock, an enqueue hung 20 s, then answered 201 (SQLite's own 30 s busy timeout applied, not
     ``database_timeout``). Now 503 within the bound, as on PostgreSQL; nothing is written."""
     settings = ServerSettings(database=database_url, database_timeout=1)
@@ -294,7 +328,7 @@ async def test_regression_a_locked_sqlite_answers_503_fast(
 
 
 async def test_regression_readyz_answers_503_at_once_while_the_database_hangs(api: Api) -> None:
-    """Issue 11 §5: /readyz hung with a frozen database, then said 200."""
+    """/readyz hung with a frozen database, then said 200."""
 
     async def frozen() -> bool:
         await asyncio.Event().wait()

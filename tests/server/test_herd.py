@@ -1,4 +1,4 @@
-"""The long-poll herd (issue 11 §6) at the service: many long-polls waiting on one agent cost no
+"""The long-poll herd at the service: many long-polls waiting on one agent cost no
 claims and no key checks while they wait, an enqueue costs one of each, and long-polls begun
 together do not all end together. ``python -m benchmarks.herd`` measures the latencies."""
 
@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from jobagentctl.server import service
+from jobagentctl.server.longpoll_ends import ENDS_PER_SECOND, LongPollEnds
 from tests.fixtures.waiting import await_until
 from tests.server.conftest import open_api
 
@@ -23,7 +24,7 @@ WAITERS = 200
 async def test_regression_waiting_long_polls_neither_claim_nor_recheck_the_key(
     database_url: str, anyio_backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 11 §6 (audit): every waiter woke on its 10 s slice, re-checked its key and ran a
+    """Every waiter woke on its 10 s slice, re-checked its key and ran a
     claim, all at the same moment. Now a slice (shortened here to 0.2 s) asks the store only
     "anything queued?"; the key is checked again only before a job is handed out, and one
     enqueue costs one claim however many wait."""
@@ -79,19 +80,19 @@ def _count(store: Any, name: str, calls: Counter[str]) -> None:
 
 
 def test_long_polls_begun_together_do_not_end_together() -> None:
-    """A fleet reconnecting at once: at most ``_ENDS_PER_SECOND`` of its long-polls end in any
+    """A fleet reconnecting at once: at most ``ENDS_PER_SECOND`` of its long-polls end in any
     second, none before its wait and none later than a quarter after it; a long-poll alone
     ends on time."""
-    ends = service._LongPollEnds()
+    ends = LongPollEnds()
     began = time.monotonic()
     deadlines = [ends.deadline(30.0) for _ in range(2000)]
     assert all(began + 30 <= d <= time.monotonic() + 30 * 1.25 for d in deadlines)
     per_second = Counter(int(d - began) for d in deadlines)
     # 1,500 within the allowance (200 a second over 7.5 s), the rest spread over the same span.
-    assert max(per_second.values()) <= 2 * service._ENDS_PER_SECOND, per_second
+    assert max(per_second.values()) <= 2 * ENDS_PER_SECOND, per_second
     assert len(per_second) >= 7, per_second
 
-    alone = service._LongPollEnds()
+    alone = LongPollEnds()
     before = time.monotonic()
     deadline = alone.deadline(30.0)
     after = time.monotonic()

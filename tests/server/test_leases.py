@@ -1,4 +1,4 @@
-"""V2 lease behaviours (ISSUE 2) in-process: claim, heartbeat, fencing, cancel, release, reap.
+"""V2 lease behaviours in-process: claim, heartbeat, fencing, cancel, release, reap.
 
 The reaper is swept explicitly (``api.reap()``) except where the app's lifespan runs it; the
 timing of the real reaper process is measured in ``test_live.py``.
@@ -184,7 +184,7 @@ async def test_terminal_status_removes_the_claim_and_repeating_it_succeeds(api: 
     assert r.status_code == 409
     assert r.json()["code"] == "CLAIM_LOST"
     assert r.json()["details"]["jobStatus"] == "successful"
-    # Without a claimId any transition is accepted, as ctrlplane does (SPEC §3 "V1 parity").
+    # Without a claimId any transition is accepted, as ctrlplane does (a V1 agent sends none).
     r = await api.status(claimed["id"], {"status": "failure"})
     assert r.status_code == 202
     assert (await api.job(claimed["id"]))["status"] == "failure"

@@ -91,7 +91,7 @@ def test_sigterm_drains_in_flight_requests_and_wakes_long_polls(live_server: Liv
 
 def test_restart_keeps_the_queue(live_server: LiveServer) -> None:
     assert f"jobagentctl server listening on {live_server.url}" in live_server.log()
-    # The server extra installs uvloop, and `loop = auto` runs on it (issue 14 §4).
+    # The server extra installs uvloop, and `loop = auto` runs on it (the faster loop).
     assert "event loop: uvloop" in live_server.log()
     agent = live_server.create_agent("a")
     job = live_server.enqueue(agent)

@@ -1,4 +1,4 @@
-"""Long-poll claim-next (ISSUE 2): woken as soon as a job is queued, else 204 at waitSeconds."""
+"""Long-poll claim-next: woken as soon as a job is queued, else 204 at waitSeconds."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ctrlplane's V1 pull-agent behaviours (ISSUE 2), in-process, on SQLite and PostgreSQL."""
+"""ctrlplane's V1 pull-agent behaviours, in-process, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -127,7 +127,8 @@ async def test_claim_sets_in_progress_and_started_at(api: Api) -> None:
     assert claimed["status"] == "inProgress"
     assert claimed["startedAt"]
     assert claimed["id"] == job["id"]
-    # A V1 claim without a body from an agent without config is unleased (SPEC §3).
+    # A V1 claim without a body from an agent without config is unleased: leases are opt-in
+    # on V1, so a ctrlplane agent that knows nothing of them is never reaped.
     assert claimed["claimId"] is None
     assert claimed["leaseSeconds"] is None
     assert claimed["attempt"] == 1
@@ -268,7 +269,8 @@ async def test_absent_optional_job_fields_are_omitted_not_null(api: Api) -> None
     assert "dispatchContext" not in listed
     claimed = (await api.claim(agent, created["id"])).json()  # V1: unleased
     assert claimed["startedAt"] and "completedAt" not in claimed and "message" not in claimed
-    assert claimed["claimId"] is None and claimed["leaseSeconds"] is None  # SPEC §4
+    # Unleased: a claimed job's claim fields are there, null.
+    assert claimed["claimId"] is None and claimed["leaseSeconds"] is None
     r = await api.status(created["id"], {"status": "successful", "message": "done"})
     assert r.status_code == 202
     done = await api.job(created["id"])

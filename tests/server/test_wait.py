@@ -1,4 +1,4 @@
-"""The cancellation long-poll (issue 12 §6): POST /v1/workspaces/{ws}/jobs/{jobId}/wait
+"""The cancellation long-poll: POST /v1/workspaces/{ws}/jobs/{jobId}/wait
 answers as soon as the claim is no longer held, or when the wait runs out."""
 
 from __future__ import annotations

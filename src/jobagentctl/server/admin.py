@@ -32,6 +32,8 @@ DEFAULT_WORKSPACE = "default"
 
 @dataclass(frozen=True, slots=True)
 class CreatedKey:
+    """A key just made: the full key is in this object only, once."""
+
     id: UUID
     api_key: str  # the full key: shown once, never stored
     workspace_id: UUID
@@ -40,6 +42,8 @@ class CreatedKey:
 
 @dataclass(frozen=True, slots=True)
 class CreatedWorkspace:
+    """A workspace just made, with its first (workspace-scoped) key."""
+
     workspace_id: UUID
     slug: str  # the one given, or the store's (derived from the name; made unique)
     api_key: str  # its first workspace key: shown once, never stored
@@ -47,6 +51,7 @@ class CreatedWorkspace:
 
 @asynccontextmanager
 async def opened_store(database_url: str, *, migrate: bool = False) -> AsyncIterator[Store]:
+    """The store at ``database_url``, open (and migrated, if asked) for the ``with`` block."""
     from jobagentctl.server.store import open_store
 
     store = open_store(check_database_url(database_url))
@@ -68,6 +73,7 @@ async def _new_key(store: Store, workspace_id: UUID, agent_id: UUID | None) -> C
 
 
 async def migrate(database_url: str) -> list[int]:
+    """Apply the pending migrations; the versions applied."""
     async with opened_store(database_url) as store:
         return await store.migrate()
 
@@ -124,6 +130,8 @@ async def create_key(database_url: str, workspace_id: UUID, agent_id: UUID | Non
 
 
 async def revoke_key(database_url: str, key_id: UUID) -> None:
+    """Revoke the key ``key_id`` (``NotFound`` when there is none): servers refuse it once
+    their key cache lets it go, ``key_cache_seconds`` at the latest."""
     async with opened_store(database_url) as store:
         if not await store.revoke_api_key(key_id):
             raise NotFound("API key not found", details={"id": str(key_id)})

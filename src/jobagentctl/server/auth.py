@@ -47,6 +47,8 @@ class Principal:
 
 @dataclass(frozen=True, slots=True)
 class GeneratedKey:
+    """A new key: its prefix (stored, to find the row) and its secret (never stored)."""
+
     prefix: str
     secret: str
 
@@ -57,6 +59,7 @@ class GeneratedKey:
 
     @property
     def secret_hash(self) -> str:
+        """What the database keeps of the secret."""
         return hash_secret(self.secret)
 
 
@@ -69,6 +72,7 @@ def generate_key() -> GeneratedKey:
 
 
 def hash_secret(secret: str) -> str:
+    """The SHA-256 hex digest of a key's secret."""
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
@@ -93,9 +97,9 @@ class Authenticator:
     The cache maps prefix → (secret hash, principal, expiry). Revocation is seen at the latest
     ``ttl`` seconds later (``key_cache_seconds``); ``ttl`` 0 disables the cache.
 
-    Every refusal costs the same (issue 11 §11): an unknown prefix is compared against a dummy
-    hash, and a wrong secret for a cached prefix is looked up like an unknown one — so neither
-    the answer time nor the cache tells whether a prefix exists. A lookup the database does not
+    Every refusal costs the same: an unknown prefix is compared against a dummy hash, and a
+    wrong secret for a cached prefix is looked up like an unknown one — so neither the answer
+    time nor the cache tells an attacker whether a prefix exists. A lookup the database does not
     answer within ``lookup_timeout`` seconds is a 503 (``ServerUnavailable``).
     """
 
@@ -113,6 +117,8 @@ class Authenticator:
         self._cache: dict[str, tuple[str, Principal, float]] = {}
 
     async def authenticate(self, raw: str | None) -> Principal:
+        """The principal of the ``X-API-Key`` header value ``raw``; ``AuthError`` (401) when it
+        is missing, malformed, unknown, wrong or revoked."""
         prefix, secret = split_key(raw)
         digest = hash_secret(secret)
         now = time.monotonic()
@@ -144,7 +150,7 @@ class Authenticator:
     async def reverify(self, principal: Principal) -> None:
         """``AuthError`` when the key of ``principal`` has been revoked since it was verified
         (seen at most ``ttl`` seconds late, as every revocation). Long-polls call this before
-        handing out a job (issue 11 §4)."""
+        handing out a job: one may have waited longer than a revocation takes to be seen."""
         cached = self._cache.get(principal.prefix)
         if cached is not None and cached[2] > time.monotonic() and cached[1] == principal:
             return

@@ -28,10 +28,17 @@ open connections. :func:`guarded_protocol` subclasses it with all of them:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from jobagentctl.server.encoding import error_bytes
+
+if TYPE_CHECKING:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _Base
+else:  # uvicorn's protocol is imported when a server is made, not with this module
+    _Base = object
 
 __all__ = ["BACKLOG", "EdgeLimits", "connection_cap", "guarded_protocol", "raise_fd_limit"]
 
@@ -51,6 +58,8 @@ _REFUSAL_LOG_SECONDS = 10.0
 
 @dataclass(frozen=True, slots=True)
 class EdgeLimits:
+    """The connection limits of one server (see the module docstring)."""
+
     max_header_bytes: int
     header_timeout: float
     keep_alive_timeout: float
@@ -84,13 +93,7 @@ def connection_cap(max_connections: int, soft_fd_limit: int) -> int:
 
 
 def _431() -> bytes:
-    body = json.dumps(
-        {
-            "message": "request line and headers too large",
-            "code": "HEADERS_TOO_LARGE",
-            "details": None,
-        }
-    ).encode()
+    body = error_bytes("request line and headers too large", "HEADERS_TOO_LARGE", None)
     head = (
         b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
         b"content-type: application/json\r\n"
@@ -134,127 +137,22 @@ class _Refusals:
             self._window = loop.call_later(_REFUSAL_LOG_SECONDS, self._flush, loop)
 
 
-def guarded_protocol(limits: EdgeLimits) -> type[asyncio.Protocol]:
-    """uvicorn's httptools protocol with ``limits`` (see the module docstring)."""
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+class _Server:
+    """One server's limits and the connections its cap may close to make room, least recently
+    active first: those serving no request (idle, or still sending headers), then those still
+    sending a request body."""
 
-    # Connections the cap may close to make room, least recently active first, one registry
-    # per server (this class is made per server): those serving no request (idle, or still
-    # sending headers), then those still sending a request body.
-    idle: OrderedDict[GuardedHttpToolsProtocol, None] = OrderedDict()
-    receiving: OrderedDict[GuardedHttpToolsProtocol, None] = OrderedDict()
-    refusals = _Refusals(limits.max_connections)
+    def __init__(self, limits: EdgeLimits) -> None:
+        self.limits = limits
+        self.idle: OrderedDict[_Guarded, None] = OrderedDict()
+        self.receiving: OrderedDict[_Guarded, None] = OrderedDict()
+        self.refusals = _Refusals(limits.max_connections)
 
-    class GuardedHttpToolsProtocol(HttpToolsProtocol):
-        _awaiting_headers = True
-        _body_pending = False  # headers parsed, body not yet complete
-        _header_bytes = 0
-        _tail = b""
-        _header_timer: asyncio.TimerHandle | None = None
-        _body_timer: asyncio.TimerHandle | None = None
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            if len(self.connections) > limits.max_connections and not _evict_one():
-                refusals.note(self.loop)
-                self.connections.discard(self)
-                transport.abort()
-                return
-            idle[self] = None
-            # The first request is awaited like the next one on a kept-alive connection.
-            self.timeout_keep_alive_task = self.loop.call_later(
-                limits.keep_alive_timeout, self.timeout_keep_alive_handler
-            )
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            idle.pop(self, None)
-            receiving.pop(self, None)
-            self._cancel_header_timer()
-            self._cancel_body_timer()
-            super().connection_lost(exc)
-
-        def on_response_complete(self) -> None:
-            if self._body_pending and not self.transport.is_closing():
-                # Answered before its body was read (401, /healthz): the rest of the body is
-                # not wanted, and trickling it would keep the connection open for good (each
-                # byte cancels the keep-alive timer). Close once the response is written.
-                self.transport.close()
-            super().on_response_complete()
-            if not self.transport.is_closing() and self._awaiting_headers:
-                idle[self] = None  # the most recently active end of the line
-
-        def data_received(self, data: bytes) -> None:
-            if self.parser is None:  # refused or lost: nothing more is read
-                return
-            if self._awaiting_headers:
-                if self._header_timer is None:
-                    self._header_timer = self.loop.call_later(
-                        limits.header_timeout, self._header_timeout
-                    )
-                allowance = limits.max_header_bytes - self._header_bytes
-                if len(data) > allowance:
-                    window = self._tail + data[: max(allowance, 0)]
-                    if b"\r\n\r\n" not in window and b"\n\n" not in window:
-                        self._refuse_headers()
-                        return
-                self._header_bytes += len(data)
-                self._tail = data[-3:]
-            super().data_received(data)
-            if self._body_pending and self._body_timer is None and self.parser is not None:
-                # Armed only when a body spans more than one read: most arrive with their
-                # headers and cost no timer.
-                self._body_timer = self.loop.call_later(limits.body_timeout, self._body_timeout)
-                receiving[self] = None
-
-        def on_headers_complete(self) -> None:
-            idle.pop(self, None)
-            self._awaiting_headers = False
-            self._body_pending = True
-            self._header_bytes = 0
-            self._tail = b""
-            self._cancel_header_timer()
-            super().on_headers_complete()
-
-        def on_message_complete(self) -> None:
-            super().on_message_complete()
-            self._body_pending = False
-            self._cancel_body_timer()
-            receiving.pop(self, None)
-            self._awaiting_headers = True  # whatever comes next starts another request
-
-        def _cancel_header_timer(self) -> None:
-            if self._header_timer is not None:
-                self._header_timer.cancel()
-                self._header_timer = None
-
-        def _cancel_body_timer(self) -> None:
-            if self._body_timer is not None:
-                self._body_timer.cancel()
-                self._body_timer = None
-
-        def _header_timeout(self) -> None:
-            self._header_timer = None
-            if self._awaiting_headers and not self.transport.is_closing():
-                self.transport.close()
-
-        def _body_timeout(self) -> None:
-            self._body_timer = None
-            if self._body_pending and not self.transport.is_closing():
-                self.transport.close()
-
-        def _refuse_headers(self) -> None:
-            self._cancel_header_timer()
-            self._awaiting_headers = False
-            self.parser = None  # type: ignore[assignment]  # nothing more is parsed
-            if not self.transport.is_closing():
-                self.transport.write(_RESPONSE_431)
-                self.transport.close()
-
-    def _evict_one() -> bool:
+    def evict_one(self) -> bool:
         """Make room by closing the least recently active idle connection (else the one
         sending its body longest): a flood churns its own connections, not those of a client
         that has just connected."""
-        for line in (idle, receiving):
+        for line in (self.idle, self.receiving):
             while line:
                 oldest, _ = line.popitem(last=False)
                 if not oldest.transport.is_closing():
@@ -263,4 +161,124 @@ def guarded_protocol(limits: EdgeLimits) -> type[asyncio.Protocol]:
                     return True
         return False
 
-    return GuardedHttpToolsProtocol
+
+class _Guarded(_Base):
+    """The limits, on top of uvicorn's httptools protocol (the class :func:`guarded_protocol`
+    makes puts this first in its bases)."""
+
+    _server: _Server  # set on the class guarded_protocol makes, one per server
+    _awaiting_headers = True
+    _body_pending = False  # headers parsed, body not yet complete
+    _header_bytes = 0
+    _tail = b""
+    _header_timer: asyncio.TimerHandle | None = None
+    _body_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        server = self._server
+        if len(self.connections) > server.limits.max_connections and not server.evict_one():
+            server.refusals.note(self.loop)
+            self.connections.discard(self)
+            transport.abort()
+            return
+        server.idle[self] = None
+        # The first request is awaited like the next one on a kept-alive connection.
+        self.timeout_keep_alive_task = self.loop.call_later(
+            server.limits.keep_alive_timeout, self.timeout_keep_alive_handler
+        )
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._server.idle.pop(self, None)
+        self._server.receiving.pop(self, None)
+        self._cancel_header_timer()
+        self._cancel_body_timer()
+        super().connection_lost(exc)
+
+    def on_response_complete(self) -> None:
+        if self._body_pending and not self.transport.is_closing():
+            # Answered before its body was read (401, /healthz): the rest of the body is not
+            # wanted, and trickling it would keep the connection open for good (each byte
+            # cancels the keep-alive timer). Close once the response is written.
+            self.transport.close()
+        super().on_response_complete()
+        if not self.transport.is_closing() and self._awaiting_headers:
+            self._server.idle[self] = None  # the most recently active end of the line
+
+    def data_received(self, data: bytes) -> None:
+        if self.parser is None:  # refused or lost: nothing more is read
+            return
+        limits = self._server.limits
+        if self._awaiting_headers:
+            if self._header_timer is None:
+                self._header_timer = self.loop.call_later(
+                    limits.header_timeout, self._header_timeout
+                )
+            allowance = limits.max_header_bytes - self._header_bytes
+            if len(data) > allowance:
+                window = self._tail + data[: max(allowance, 0)]
+                if b"\r\n\r\n" not in window and b"\n\n" not in window:
+                    self._refuse_headers()
+                    return
+            self._header_bytes += len(data)
+            self._tail = data[-3:]
+        super().data_received(data)
+        if self._body_pending and self._body_timer is None and self.parser is not None:
+            # Armed only when a body spans more than one read: most arrive with their headers
+            # and cost no timer.
+            self._body_timer = self.loop.call_later(limits.body_timeout, self._body_timeout)
+            self._server.receiving[self] = None
+
+    def on_headers_complete(self) -> None:
+        self._server.idle.pop(self, None)
+        self._awaiting_headers = False
+        self._body_pending = True
+        self._header_bytes = 0
+        self._tail = b""
+        self._cancel_header_timer()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._body_pending = False
+        self._cancel_body_timer()
+        self._server.receiving.pop(self, None)
+        self._awaiting_headers = True  # whatever comes next starts another request
+
+    def _cancel_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _cancel_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        if self._awaiting_headers and not self.transport.is_closing():
+            self.transport.close()
+
+    def _body_timeout(self) -> None:
+        self._body_timer = None
+        if self._body_pending and not self.transport.is_closing():
+            self.transport.close()
+
+    def _refuse_headers(self) -> None:
+        self._cancel_header_timer()
+        self._awaiting_headers = False
+        self.parser = None  # type: ignore[assignment]  # nothing more is parsed
+        if not self.transport.is_closing():
+            self.transport.write(_RESPONSE_431)
+            self.transport.close()
+
+
+def guarded_protocol(limits: EdgeLimits) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol with ``limits`` (see the module docstring): a class per
+    server, so that each server's cap sees only its own connections."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    return type(
+        "GuardedHttpToolsProtocol", (_Guarded, HttpToolsProtocol), {"_server": _Server(limits)}
+    )

@@ -8,7 +8,9 @@ a hot route, else — or when the fast path hands it back — to the framework, 
 in the scope and the body replayed (never authenticated or read twice).
 
 The response step records the latency metric (method, route template, status) and logs every
-5xx, whichever path answered.
+5xx, whichever path answered. An exception is answered by ``failures.error_response`` on both
+paths (the framework's handlers call it too); an unexpected one is logged here, once, with its
+traceback, whichever path raised it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -23,7 +26,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from jobagentctl.errors import JobAgentError, PayloadTooLarge, ValidationError
 from jobagentctl.routes import V1_PREFIX
 from jobagentctl.server.auth import Authenticator, Principal
-from jobagentctl.server.encoding import error_bytes, exception_bytes
+from jobagentctl.server.encoding import Result
+from jobagentctl.server.failures import error_response, log_unexpected
 from jobagentctl.server.fastpath import FastPath, match
 from jobagentctl.server.metrics import Metrics
 
@@ -73,30 +77,29 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
+def _route_template(scope: Scope) -> str:
+    """The template of the framework route that matched, once routing has run."""
+    route: Any = scope.get("route")
+    return getattr(route, "path", None) or _UNMATCHED
+
+
 class _Disconnected(Exception):
     """The client went away while sending its body: nobody to answer."""
 
 
+@dataclass(eq=False, slots=True)
 class Edge:
     """The ASGI entry point in front of the framework app (see the module docstring)."""
 
-    def __init__(
-        self,
-        framework: ASGIApp,
-        *,
-        auth: Authenticator,
-        metrics: Metrics,
-        max_body_bytes: int,
-        max_json_depth: int,
-        fast_path: FastPath | None,
-    ) -> None:
-        self.framework = framework
-        self.auth = auth
-        self.metrics = metrics
-        self.max_body_bytes = max_body_bytes
-        self.max_json_depth = max_json_depth
-        self.fast_path = fast_path
-        self._latency: dict[tuple[str, str, int], Any] = {}
+    framework: ASGIApp
+    _: KW_ONLY
+    auth: Authenticator
+    metrics: Metrics
+    max_body_bytes: int
+    max_json_depth: int
+    fast_path: FastPath | None
+    # The latency histogram's child per (method, template, status), made once per label set.
+    _latency: dict[tuple[str, str, int], Any] = field(default_factory=dict, init=False)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -107,24 +110,20 @@ class Edge:
             await self._framework(scope, receive, send, started)
             return
         hot = match(scope)
-        template = hot[0].template if hot is not None else _UNMATCHED
+        template = hot[0].endpoint.template if hot is not None else _UNMATCHED
         try:
             principal, body = await self._admit(scope, receive)
             if hot is not None and self.fast_path is not None:
                 result = await self.fast_path.serve(hot[0], hot[1], principal, body, receive)
                 if result is not None:
-                    await self._respond(scope, send, started, template, *result)
+                    await self._respond(scope, send, started, template, result)
                     return
         except _Disconnected:
             return
-        except JobAgentError as exc:
-            await self._respond(scope, send, started, template, exc.status, exception_bytes(exc))
-            return
-        except Exception:
-            # Same answer as the framework's handler: details only in the server log.
-            logger.exception("unhandled error on %s %s", scope["method"], template)
-            content = error_bytes("internal server error", "INTERNAL_ERROR", None)
-            await self._respond(scope, send, started, template, 500, content)
+        except Exception as exc:
+            if not isinstance(exc, JobAgentError):
+                log_unexpected(exc, scope["method"], template)
+            await self._respond(scope, send, started, template, error_response(exc))
             return
         await self._framework(scope, _replay(body, receive), send, started)
 
@@ -185,8 +184,9 @@ class Edge:
 
     # --- the response step --------------------------------------------------------------------
     async def _respond(
-        self, scope: Scope, send: Send, started: float, template: str, status: int, content: bytes
+        self, scope: Scope, send: Send, started: float, template: str, result: Result
     ) -> None:
+        status, content = result
         try:
             headers = [(b"content-length", str(len(content)).encode())]
             if status != 204:
@@ -207,9 +207,12 @@ class Edge:
 
         try:
             await self.framework(scope, receive, send_status)
+        except Exception as exc:
+            # The framework has answered it (error_response, via its handler) and raises it
+            # again for the server to log: that is done here, and nowhere else.
+            log_unexpected(exc, scope["method"], _route_template(scope))
         finally:
-            route: Any = scope.get("route")
-            self._record(scope, getattr(route, "path", None) or _UNMATCHED, status, started)
+            self._record(scope, _route_template(scope), status, started)
 
     def _record(self, scope: Scope, template: str, status: int, started: float) -> None:
         method = scope["method"]

@@ -1,6 +1,7 @@
 """Response bodies as bytes: jobs, pages, lists and the error shape, serialised once by pydantic.
 
-Shared by the FastAPI routes and the fast path so both answer byte-for-byte the same.
+Shared by the framework routes and the fast path so both answer byte-for-byte the same;
+:func:`json_response` is the one place such bytes become a framework ``Response``.
 """
 
 from __future__ import annotations
@@ -10,37 +11,50 @@ from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel
+from starlette.responses import Response
 
-from jobagentctl.errors import JobAgentError
 from jobagentctl.models import AcceptedResponse, Job
 
 __all__ = [
+    "JSON",
+    "Result",
     "accepted_bytes",
     "claimed_jobs_bytes",
     "error_bytes",
-    "exception_bytes",
     "job_bytes",
     "job_page_bytes",
+    "json_response",
     "list_bytes",
     "model_bytes",
     "page_bytes",
 ]
 
+JSON = "application/json"
+
+# An answer as both HTTP paths send it: the status and the body's bytes.
+Result = tuple[int, bytes]
+
+
+def json_response(result: Result) -> Response:
+    """``result`` as the framework's ``Response`` (a 204 has no body and no content type)."""
+    status, content = result
+    if status == 204:
+        return Response(status_code=204)
+    return Response(content=content, status_code=status, media_type=JSON)
+
 
 def error_bytes(message: str, code: str, details: dict[str, Any] | None) -> bytes:
+    """The API's error body, ``{"message", "code", "details"}``: every error answer's bytes."""
     return json.dumps({"message": message, "code": code, "details": details}).encode()
 
 
-def exception_bytes(exc: JobAgentError) -> bytes:
-    return error_bytes(exc.message, exc.code, exc.details)
-
-
 def model_bytes(model: BaseModel, *, exclude: set[str] | None = None) -> bytes:
+    """``model`` as its wire JSON (camelCase names)."""
     return model.model_dump_json(by_alias=True, exclude=exclude).encode()
 
 
-# Optional fields of ctrlplane's Job: omitted when absent, never sent as null (ctrlplane's
-# toJobResponse spreads them in only when set; SPEC §3 "V1 parity").
+# Optional fields of ctrlplane's Job: omitted when absent, never sent as null, as ctrlplane's
+# toJobResponse spreads them in only when set (a V1 client may test for the key, not the value).
 _OPTIONAL_JOB_FIELDS = ("external_id", "message", "started_at", "completed_at", "updated_at")
 
 
@@ -52,24 +66,22 @@ def _job_exclude(job: Job, include_dispatch_context: bool) -> set[str] | None:
 
 
 def job_bytes(job: Job, include_dispatch_context: bool) -> bytes:
-    # dispatchContext is absent (not null) unless asked for: ctrlplane's behaviour.
+    """A job (or claimed job) as ctrlplane sends it: ``dispatchContext`` is absent (not null)
+    unless asked for, and so are the optional fields it does not have."""
     return job.model_dump_json(
         by_alias=True, exclude=_job_exclude(job, include_dispatch_context)
     ).encode()
 
 
-def page_bytes(
-    items: Sequence[BaseModel], total: int, limit: int, offset: int, *, exclude: Any = None
-) -> bytes:
-    body = b",".join(
-        item.model_dump_json(by_alias=True, exclude=exclude).encode() for item in items
-    )
-    return _page(body, total, limit, offset)
+def page_bytes(items: Sequence[BaseModel], total: int, limit: int, offset: int) -> bytes:
+    """A page ``{"items", "total", "limit", "offset"}`` of any wire models."""
+    return _page(b",".join(model_bytes(item) for item in items), total, limit, offset)
 
 
 def job_page_bytes(
     jobs: Sequence[Job], total: int, limit: int, offset: int, *, include_dispatch_context: bool
 ) -> bytes:
+    """A page of jobs, each as :func:`job_bytes` writes it."""
     body = b",".join(job_bytes(job, include_dispatch_context) for job in jobs)
     return _page(body, total, limit, offset)
 
@@ -80,6 +92,7 @@ def _page(body: bytes, total: int, limit: int, offset: int) -> bytes:
 
 
 def list_bytes(items: Sequence[BaseModel]) -> bytes:
+    """A JSON array of wire models."""
     return b"[" + b",".join(model_bytes(item) for item in items) + b"]"
 
 

@@ -3,34 +3,68 @@
 An agent loop is nothing but these four calls, so they skip FastAPI's route matching, dependency
 resolution and request parsing. Admission (key, size, body, JSON depth) and the response step
 (status, metric, log) are the edge's (``edge.py``) and shared with the framework routes; this
-module only matches the path against the templates of ``operations.HOT_ROUTES``, parses the
-body with the route's model and calls the same operation the framework route calls. Anything
-unusual (a query string, a non-canonical id, a body that does not validate) is handed to the
-framework, body replayed, so errors and the OpenAPI document stay the framework's.
+module only matches the path against the templates of the endpoints marked ``hot`` in
+``operations.py``, parses the body with the operation's body model and calls the operation the
+framework route calls. Anything unusual (a query string, a non-canonical id, a body that does
+not validate) is handed to the framework, body replayed, so errors and the OpenAPI document
+stay the framework's.
 """
 
 from __future__ import annotations
 
+import inspect
+import types
+import typing
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 from starlette.types import Receive, Scope
 
 from jobagentctl.server.auth import Principal
-from jobagentctl.server.operations import HOT_ROUTES, HotRoute, Result
+from jobagentctl.server.encoding import Result
+from jobagentctl.server.operations import ENDPOINTS, Call, Endpoint
 from jobagentctl.server.service import JobService
 
-__all__ = ["FastPath", "match"]
+__all__ = ["FastPath", "HotRoute", "match"]
 
-# Each hot route's template split on "/": a literal segment, or None where an id goes.
-_COMPILED: tuple[tuple[HotRoute, tuple[str | None, ...]], ...] = tuple(
-    (
-        route,
-        tuple(None if part.startswith("{") else part for part in route.template.split("/")),
-    )
-    for route in HOT_ROUTES
-)
+
+@dataclass(frozen=True, slots=True)
+class HotRoute:
+    """A hot endpoint as the fast path matches it: its template split on "/" (a literal
+    segment, or None where an id goes) and its body's model (``body_required``: no body is a
+    400, the framework's to word)."""
+
+    endpoint: Endpoint
+    segments: tuple[str | None, ...]
+    model: type[BaseModel]
+    body_required: bool
+
+    @classmethod
+    def of(cls, endpoint: Endpoint) -> HotRoute:
+        """The fast path's view of ``endpoint``, whose operation takes a ``body``."""
+        body = inspect.signature(endpoint.operation, eval_str=True).parameters["body"]
+        model = body.annotation
+        if typing.get_origin(model) is typing.Annotated:
+            model = typing.get_args(model)[0]
+        if isinstance(model, types.UnionType):  # Model | None
+            model = next(arg for arg in typing.get_args(model) if arg is not type(None))
+        segments = tuple(None if p.startswith("{") else p for p in endpoint.template.split("/"))
+        return cls(endpoint, segments, model, body.default is inspect.Parameter.empty)
+
+
+def _index(routes: list[HotRoute]) -> dict[tuple[str, int, str], HotRoute]:
+    """The hot routes by method, number of segments and last segment: one lookup finds the only
+    candidate for a path (each hot template ends in a literal, and no two share all three)."""
+    index = {(r.endpoint.method, len(r.segments), r.segments[-1] or ""): r for r in routes}
+    if len(index) != len(routes) or "" in {last for _, _, last in index}:
+        raise RuntimeError("hot routes must each end in a distinct literal segment")
+    return index
+
+
+_HOT = _index([HotRoute.of(endpoint) for endpoint in ENDPOINTS if endpoint.hot])
 
 
 def _uuid(value: str) -> UUID | None:
@@ -48,26 +82,25 @@ def match(scope: Scope) -> tuple[HotRoute, list[UUID]] | None:
     """The hot route and its ids, or None (→ the framework)."""
     if scope.get("query_string") or scope.get("root_path"):
         return None
-    method = scope["method"]
     parts = scope["path"].split("/")
-    for route, segments in _COMPILED:
-        if route.method != method or len(segments) != len(parts):
-            continue
-        ids: list[UUID] = []
-        for want, got in zip(segments, parts, strict=True):
-            if want is None:
-                value = _uuid(got)
-                if value is None:
-                    return None
-                ids.append(value)
-            elif want != got:
-                break
-        else:
-            return route, ids
-    return None
+    route = _HOT.get((scope["method"], len(parts), parts[-1]))
+    if route is None:
+        return None
+    ids: list[UUID] = []
+    for want, got in zip(route.segments, parts, strict=True):
+        if want is None:
+            value = _uuid(got)
+            if value is None:
+                return None
+            ids.append(value)
+        elif want != got:
+            return None
+    return route, ids
 
 
 class FastPath:
+    """Serves a matched hot route through its operation, without the framework."""
+
     def __init__(self, service: JobService) -> None:
         self.service = service
 
@@ -88,4 +121,6 @@ class FastPath:
                 return None
         elif route.body_required:
             return None
-        return await route.call(self.service, principal, ids, parsed, receive)
+        operation = route.endpoint.operation
+        content = await operation(Call(self.service, principal, receive), *ids, parsed)
+        return route.endpoint.answer(content)

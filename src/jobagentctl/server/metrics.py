@@ -36,6 +36,9 @@ _LATENCY_BUCKETS = (
 
 
 class Metrics:
+    """The metrics of one app, on its own registry; the service, the reaper and the edge bump
+    them, ``/metrics`` renders them."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry

@@ -1,73 +1,148 @@
-"""The operations both HTTP paths call, for the hot routes.
+"""Every endpoint of the API under /api/v1, written once: its declaration and its operation.
 
-The framework routes (``app.py``) and the fast path (``fastpath.py``) answer the hot endpoints
-through the same functions below, so they answer the same bytes.
+An operation takes the :class:`Call` (the service, who calls, the connection) and the route's
+parameters — its path ids in template order, then query parameters and body, annotated as
+FastAPI reads them — and answers the body's bytes, sent with the route's status (no bytes: 204
+No Content). Both HTTP paths call these same functions, so they answer the same bytes: the
+framework through one route per entry of :data:`ENDPOINTS` (``routing.py``), the fast path
+for the entries marked ``hot`` (``fastpath.py``). :func:`endpoint` declares one; its
+docstring's first paragraph is the route's OpenAPI summary.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, TypeVar
 from uuid import UUID
 
-from pydantic import BaseModel, Field, StrictFloat
+from fastapi import Body, Path, Query
 from starlette.types import Receive
 
 from jobagentctl.models import (
+    AcceptedResponse,
+    ClaimedJob,
+    ClaimedJobs,
     ClaimNextRequest,
     ClaimRequest,
+    ClaimState,
+    CreateJobRequest,
+    Heartbeat,
     HeartbeatRequest,
+    Job,
+    JobAgent,
+    JobAttempt,
+    JobClaim,
     JobStatus,
-    RequestModel,
+    JobWait,
+    JobWaitRequest,
+    Page,
     UpdateJobStatusRequest,
-    WireModel,
+    UpsertJobAgentRequest,
 )
 from jobagentctl.routes import Routes
 from jobagentctl.server.auth import Principal
-from jobagentctl.server.encoding import accepted_bytes, claimed_jobs_bytes, job_bytes, model_bytes
+from jobagentctl.server.encoding import (
+    Result,
+    accepted_bytes,
+    claimed_jobs_bytes,
+    job_bytes,
+    job_page_bytes,
+    list_bytes,
+    model_bytes,
+    page_bytes,
+)
+from jobagentctl.server.openapi import CONFLICTS, ERRORS
 from jobagentctl.server.service import JobService
 
-__all__ = [
-    "HOT_ROUTES",
-    "HotRoute",
-    "JobWaitRequest",
-    "JobWaitResult",
-    "Result",
-    "claim_job_op",
-    "claim_next_op",
-    "heartbeat_op",
-    "job_wait_op",
-    "update_status_op",
+__all__ = ["ENDPOINTS", "Call", "Endpoint", "Operation", "endpoint"]
+
+T = TypeVar("T")
+
+WsPath = Annotated[UUID, Path(alias="ws", description="Workspace id")]
+AgentPath = Annotated[UUID, Path(alias="agentId", description="Job agent id")]
+JobPath = Annotated[UUID, Path(alias="jobId", description="Job id")]
+Limit = Annotated[int, Query(ge=1, le=1000, description="Page size, 1–1000")]
+Offset = Annotated[int, Query(ge=0, le=2**63 - 1, description="Items to skip")]
+StatusFilter = Annotated[
+    list[JobStatus] | None, Query(alias="status", description="Only jobs with this status")
 ]
 
-Result = tuple[int, bytes]
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One request as an operation sees it. ``receive`` is the connection after the body was
+    read: a long-poll watches it to notice the client leaving."""
+
+    service: JobService
+    principal: Principal
+    receive: Receive | None = None
 
 
-class JobWaitRequest(RequestModel):
-    """Body of the cancellation long-poll (issue 12 §6)."""
-
-    claim_id: UUID
-    wait_seconds: StrictFloat = Field(default=0.0, ge=0)
+Operation = Callable[..., Awaitable[bytes]]
 
 
-class JobWaitResult(WireModel):
-    """``claimHeld`` false: the claim ended (completed, cancelled, released, reaped)."""
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One route: method, path template, operation, its status, and what the OpenAPI document
+    says of it."""
 
-    job_id: UUID
-    status: JobStatus
-    claim_held: bool
+    method: str
+    template: str
+    operation: Operation
+    response_model: Any
+    tag: str
+    status: int
+    responses: dict[int | str, dict[str, Any]]
+    hot: bool
+
+    @property
+    def summary(self) -> str:
+        """The OpenAPI summary: the first paragraph of the operation's docstring."""
+        doc = inspect.getdoc(self.operation) or ""
+        return " ".join(doc.split("\n\n", 1)[0].split())
+
+    def answer(self, content: bytes) -> Result:
+        """The operation's bytes with the route's status; no bytes: 204 No Content."""
+        return (self.status, content) if content else (204, b"")
 
 
-async def _watching_disconnect(
-    receive: Receive | None, call: Callable[[asyncio.Event | None], Awaitable[Any]]
-) -> Any:
-    """``call(disconnected)`` while a watcher sets ``disconnected`` when the client leaves
-    (``receive`` after the body has been read); without ``receive``, ``call(None)``."""
+# In declaration order, which is the routing order.
+ENDPOINTS: list[Endpoint] = []
+
+
+def endpoint(
+    method: str,
+    template: str,
+    response_model: Any,
+    *,
+    tag: str,
+    status: int = 200,
+    responses: dict[int | str, dict[str, Any]] = ERRORS,
+    hot: bool = False,
+) -> Callable[[Operation], Operation]:
+    """Declare the decorated operation as the route ``method template`` (``hot``: served by
+    the fast path too)."""
+
+    def declare(operation: Operation) -> Operation:
+        ENDPOINTS.append(
+            Endpoint(method, template, operation, response_model, tag, status, responses, hot)
+        )
+        return operation
+
+    return declare
+
+
+async def _until_gone(
+    receive: Receive | None, work: Callable[[asyncio.Event | None], Awaitable[T]]
+) -> T:
+    """``work(disconnected)`` while a watcher sets ``disconnected`` when the client leaves;
+    without ``receive``, ``work(None)``."""
     if receive is None:
-        return await call(None)
+        return await work(None)
     disconnected = asyncio.Event()
 
     async def watch() -> None:
@@ -77,7 +152,7 @@ async def _watching_disconnect(
 
     watcher = asyncio.ensure_future(watch())
     try:
-        return await call(disconnected)
+        return await work(disconnected)
     finally:
         watcher.cancel()
         # The watcher only observes; whatever ended it must not change the answer.
@@ -85,122 +160,209 @@ async def _watching_disconnect(
             await watcher
 
 
-async def job_wait_op(
-    service: JobService,
-    principal: Principal,
-    ws: UUID,
-    job_id: UUID,
-    body: JobWaitRequest,
-    receive: Receive | None = None,
-) -> Result:
-    status, held = await _watching_disconnect(
-        receive,
-        lambda disconnected: service.wait_claim(
-            principal, ws, job_id, body.claim_id, body.wait_seconds, disconnected
-        ),
+# --- job agents -----------------------------------------------------------------------------
+
+
+@endpoint("PUT", Routes.AGENT, AcceptedResponse, tag="job agents", status=202)
+async def upsert_job_agent(
+    call: Call, ws: WsPath, agent_id: AgentPath, body: UpsertJobAgentRequest
+) -> bytes:
+    """Create or replace a job agent"""
+    accepted = await call.service.upsert_agent(call.principal, ws, agent_id, body)
+    return accepted_bytes(accepted)
+
+
+@endpoint("GET", Routes.AGENTS, Page[JobAgent], tag="job agents")
+async def list_job_agents(call: Call, ws: WsPath, limit: Limit = 50, offset: Offset = 0) -> bytes:
+    """List job agents"""
+    agents, total = await call.service.list_agents(call.principal, ws, limit, offset)
+    return page_bytes(agents, total, limit, offset)
+
+
+@endpoint("GET", Routes.AGENT, JobAgent, tag="job agents")
+async def get_job_agent(call: Call, ws: WsPath, agent_id: AgentPath) -> bytes:
+    """Get a job agent"""
+    return model_bytes(await call.service.get_agent(call.principal, ws, agent_id))
+
+
+@endpoint("DELETE", Routes.AGENT, AcceptedResponse, tag="job agents", status=202)
+async def delete_job_agent(call: Call, ws: WsPath, agent_id: AgentPath) -> bytes:
+    """Delete a job agent"""
+    return accepted_bytes(await call.service.delete_agent(call.principal, ws, agent_id))
+
+
+# --- jobs, and the V1 claim -------------------------------------------------------------------
+
+
+@endpoint("GET", Routes.AGENT_JOBS, Page[Job], tag="jobs")
+async def list_agent_jobs(
+    call: Call,
+    ws: WsPath,
+    agent_id: AgentPath,
+    status: StatusFilter = None,
+    include_dispatch_context: Annotated[bool, Query(alias="includeDispatchContext")] = False,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> bytes:
+    """List the agent's jobs, newest first"""
+    jobs, total = await call.service.list_agent_jobs(
+        call.principal,
+        ws,
+        agent_id,
+        statuses=status,
+        include_dispatch_context=include_dispatch_context,
+        limit=limit,
+        offset=offset,
     )
-    return 200, model_bytes(JobWaitResult(job_id=job_id, status=status, claim_held=held))
+    return job_page_bytes(
+        jobs, total, limit, offset, include_dispatch_context=include_dispatch_context
+    )
 
 
-# --- the hot operations ---------------------------------------------------------------------------
+@endpoint("POST", Routes.CLAIM, ClaimedJob, tag="leases", responses=CONFLICTS, hot=True)
+async def claim_job(
+    call: Call,
+    ws: WsPath,
+    agent_id: AgentPath,
+    job_id: JobPath,
+    body: Annotated[ClaimRequest | None, Body()] = None,
+) -> bytes:
+    """Claim a queued job (a lease only when asked for or configured)"""
+    job = await call.service.claim_job(call.principal, ws, agent_id, job_id, body)
+    return job_bytes(job, True)
 
 
-async def claim_job_op(
-    service: JobService,
-    principal: Principal,
-    ws: UUID,
-    agent_id: UUID,
-    job_id: UUID,
-    body: ClaimRequest | None,
-) -> Result:
-    job = await service.claim_job(principal, ws, agent_id, job_id, body)
-    return 200, job_bytes(job, True)
+@endpoint("GET", Routes.JOBS, Page[Job], tag="jobs")
+async def list_jobs(
+    call: Call, ws: WsPath, status: StatusFilter = None, limit: Limit = 50, offset: Offset = 0
+) -> bytes:
+    """List the workspace's jobs, newest first"""
+    jobs, total = await call.service.list_jobs(
+        call.principal, ws, statuses=status, limit=limit, offset=offset
+    )
+    return job_page_bytes(jobs, total, limit, offset, include_dispatch_context=False)
 
 
-async def claim_next_op(
-    service: JobService,
-    principal: Principal,
-    ws: UUID,
-    agent_id: UUID,
-    body: ClaimNextRequest | None,
-    receive: Receive | None = None,
-) -> Result:
-    """Claim-next. A long-poll also watches the connection (``receive``, after the body has
-    been read): a job queued after the client has gone away is not claimed for nobody (it would
-    sit leased until its lease ran out)."""
-    if receive is None or body is None or not body.wait_seconds:
+@endpoint("GET", Routes.JOB, Job, tag="jobs")
+async def get_job(call: Call, ws: WsPath, job_id: JobPath) -> bytes:
+    """Get a job, with its dispatch context"""
+    return job_bytes(await call.service.get_job(call.principal, ws, job_id), True)
+
+
+@endpoint(
+    "PUT",
+    Routes.JOB_STATUS,
+    AcceptedResponse,
+    tag="leases",
+    status=202,
+    responses=CONFLICTS,
+    hot=True,
+)
+async def update_job_status(
+    call: Call, ws: WsPath, job_id: JobPath, body: UpdateJobStatusRequest
+) -> bytes:
+    """Set a job's status, fenced by claimId (with claimNext: and claim the next jobs)"""
+    accepted = await call.service.update_status(call.principal, ws, job_id, body)
+    return accepted_bytes(accepted)
+
+
+# --- the lease additions ----------------------------------------------------------------------
+
+_NO_JOB: dict[int | str, dict[str, Any]] = {
+    204: {"description": "No job queued within waitSeconds"}
+}
+
+
+@endpoint(
+    "POST",
+    Routes.CLAIM_NEXT,
+    ClaimedJob | ClaimedJobs,
+    tag="leases",
+    responses={**ERRORS, **_NO_JOB},
+    hot=True,
+)
+async def claim_next_job(
+    call: Call,
+    ws: WsPath,
+    agent_id: AgentPath,
+    body: Annotated[ClaimNextRequest | None, Body()] = None,
+) -> bytes:
+    """Claim the agent's oldest queued job (its `limit` oldest: {items}), long-polling up to
+    waitSeconds
+
+    A long-poll also watches the connection: a job queued after the client has gone away is
+    not claimed for nobody (it would sit leased until its lease ran out).
+    """
+    service, principal = call.service, call.principal
+    if body is None or not body.wait_seconds:
         jobs = await service.claim_next(principal, ws, agent_id, body)
     else:
-        jobs = await _watching_disconnect(
-            receive,
+        jobs = await _until_gone(
+            call.receive,
             lambda disconnected: service.claim_next(principal, ws, agent_id, body, disconnected),
         )
     if not jobs:
-        return 204, b""
+        return b""
     if body is not None and body.limit is not None:
-        return 200, claimed_jobs_bytes(jobs)
-    return 200, job_bytes(jobs[0], True)
+        return claimed_jobs_bytes(jobs)
+    return job_bytes(jobs[0], True)
 
 
-async def heartbeat_op(
-    service: JobService, principal: Principal, ws: UUID, job_id: UUID, body: HeartbeatRequest | None
-) -> Result:
-    beat = await service.heartbeat(principal, ws, job_id, body)
-    return 200, model_bytes(beat)
+@endpoint("POST", Routes.HEARTBEAT, Heartbeat, tag="leases", responses=CONFLICTS, hot=True)
+async def heartbeat(
+    call: Call,
+    ws: WsPath,
+    job_id: JobPath,
+    body: Annotated[HeartbeatRequest | None, Body()] = None,
+) -> bytes:
+    """Extend the claim's lease"""
+    return model_bytes(await call.service.heartbeat(call.principal, ws, job_id, body))
 
 
-async def update_status_op(
-    service: JobService,
-    principal: Principal,
-    ws: UUID,
-    job_id: UUID,
-    body: UpdateJobStatusRequest,
-) -> Result:
-    accepted = await service.update_status(principal, ws, job_id, body)
-    return 202, accepted_bytes(accepted)
+@endpoint("POST", Routes.JOB_WAIT, JobWait, tag="leases")
+async def wait_for_job_claim(
+    call: Call, ws: WsPath, job_id: JobPath, body: JobWaitRequest
+) -> bytes:
+    """Wait until the claim is no longer held (cancelled, released, reaped, completed) or
+    waitSeconds run out (claimHeld true)"""
+    status, held = await _until_gone(
+        call.receive,
+        lambda disconnected: call.service.wait_claim(
+            call.principal, ws, job_id, body.claim_id, body.wait_seconds, disconnected
+        ),
+    )
+    return model_bytes(JobWait(job_id=job_id, status=status, claim_held=held))
 
 
-# --- the hot routes, as the fast path serves them -----------------------------------------------
+@endpoint("GET", Routes.CLAIMS, Page[JobClaim], tag="leases")
+async def list_job_claims(
+    call: Call,
+    ws: WsPath,
+    job_agent_id: Annotated[UUID | None, Query(alias="jobAgentId")] = None,
+    state: ClaimState = ClaimState.ALL,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> bytes:
+    """List in-flight claims (active, expired) and unleased inProgress jobs"""
+    claims, total = await call.service.list_claims(
+        call.principal, ws, agent_id=job_agent_id, state=state, limit=limit, offset=offset
+    )
+    return page_bytes(claims, total, limit, offset)
 
-HotCall = Callable[[JobService, Principal, list[UUID], Any, Receive], Awaitable[Result]]
+
+@endpoint("GET", Routes.ATTEMPTS, list[JobAttempt], tag="leases")
+async def list_job_attempts(call: Call, ws: WsPath, job_id: JobPath) -> bytes:
+    """A job's claim attempts, oldest first"""
+    return list_bytes(await call.service.list_attempts(call.principal, ws, job_id))
 
 
-@dataclass(frozen=True, slots=True)
-class HotRoute:
-    method: str
-    template: str
-    model: type[BaseModel]
-    body_required: bool
-    call: HotCall
-
-
-HOT_ROUTES: tuple[HotRoute, ...] = (
-    HotRoute(
-        "POST",
-        Routes.CLAIM_NEXT,
-        ClaimNextRequest,
-        False,
-        lambda s, p, ids, body, receive: claim_next_op(s, p, ids[0], ids[1], body, receive),
-    ),
-    HotRoute(
-        "POST",
-        Routes.CLAIM,
-        ClaimRequest,
-        False,
-        lambda s, p, ids, body, receive: claim_job_op(s, p, ids[0], ids[1], ids[2], body),
-    ),
-    HotRoute(
-        "POST",
-        Routes.HEARTBEAT,
-        HeartbeatRequest,
-        False,
-        lambda s, p, ids, body, receive: heartbeat_op(s, p, ids[0], ids[1], body),
-    ),
-    HotRoute(
-        "PUT",
-        Routes.JOB_STATUS,
-        UpdateJobStatusRequest,
-        True,
-        lambda s, p, ids, body, receive: update_status_op(s, p, ids[0], ids[1], body),
-    ),
-)
+@endpoint("POST", Routes.AGENT_JOBS, Job, tag="jobs", status=201)
+async def create_job(
+    call: Call,
+    ws: WsPath,
+    agent_id: AgentPath,
+    body: Annotated[CreateJobRequest | None, Body()] = None,
+) -> bytes:
+    """Create a queued job for the agent"""
+    job = await call.service.create_job(call.principal, ws, agent_id, body or CreateJobRequest())
+    return job_bytes(job, True)

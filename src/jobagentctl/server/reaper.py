@@ -38,6 +38,8 @@ _MIN_INTERVAL = 0.01
 
 
 class Reaper:
+    """The periodic sweep of one process (see the module docstring); ``run_once`` is one pass."""
+
     def __init__(
         self,
         store: Store,
@@ -63,6 +65,7 @@ class Reaper:
         self._outage_ended: float | None = None
 
     def start(self) -> None:
+        """Start sweeping every ``interval`` seconds (no-op when already started)."""
         if self._task is None:
             self._stop.clear()
             self._task = asyncio.create_task(self._run(), name="jobagentctl-reaper")

@@ -85,7 +85,7 @@ def _protocol_options(settings: ServerSettings) -> dict[str, Any]:
     """The HTTP protocol with the connection limits (``connections.py``): httptools guarded by
     our subclass. Without httptools the server refuses to start: uvicorn's h11 protocol has no
     header or body timeout and no connection cap, so one slow client per descriptor would hold
-    the server (issue 11 §2)."""
+    the server."""
     try:
         import httptools  # noqa: F401
     except ImportError:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -34,6 +33,7 @@ from jobagentctl.models import (
     UpsertJobAgentRequest,
 )
 from jobagentctl.server.auth import Principal
+from jobagentctl.server.longpoll_ends import LongPollEnds
 from jobagentctl.server.metrics import Metrics
 from jobagentctl.server.settings import ServerSettings
 from jobagentctl.server.store import Store, WorkspaceRecord
@@ -46,49 +46,18 @@ __all__ = ["JobService", "resolve_lease"]
 # for jobs queued elsewhere (LISTEN/NOTIFY, or one poller per process); this bounds the cost of
 # a signal lost some other way: long, as no signal is expected to be lost (with the default
 # max_wait_seconds of 30 it seldom comes into play). Each slice is drawn from [1/2, 1] of it,
-# so that long-polls begun together do not re-check together (issue 11 §6).
+# so that long-polls begun together do not re-check together (a fleet that reconnected at once
+# would otherwise query at once, every slice).
 _WAIT_SLICE_SECONDS = 60.0
-
-
-class _LongPollEnds:
-    """When long-polls that find nothing answer 204: after their wait, and no more than
-    ``_ENDS_PER_SECOND`` of them in any second (a later one is held a little longer, up to a
-    quarter of its wait). A fleet that reconnected together (after a restart) would otherwise
-    answer and poll again in the same instant every wait, for as long as it runs: thousands of
-    requests at once, each a claim, while an enqueue or another agent's heartbeat waits behind
-    them. Spread once, the polls stay spread and end on time (issue 11 §6)."""
-
-    _BUCKET = 0.1  # seconds
-
-    def __init__(self) -> None:
-        self._ends: dict[int, int] = {}  # bucket → long-polls ending in it
-
-    def deadline(self, wait: float) -> float:
-        now = time.monotonic()
-        first = math.ceil((now + wait) / self._BUCKET)
-        last = math.floor((now + wait * 1.25) / self._BUCKET)
-        room = max(1, round(_ENDS_PER_SECOND * self._BUCKET))
-        if len(self._ends) > 4 * (last - first + 10):
-            past = math.floor(now / self._BUCKET)
-            self._ends = {b: n for b, n in self._ends.items() if b >= past}
-        bucket = next((b for b in range(first, last + 1) if self._ends.get(b, 0) < room), None)
-        if bucket is None:  # more than the allowance within the whole quarter: spread over it
-            return now + wait * (1 + random.uniform(0, 0.25))
-        self._ends[bucket] = self._ends.get(bucket, 0) + 1
-        if bucket == first:  # room in the first bucket: on time, not rounded up to its edge
-            return now + wait
-        return max(now + wait, (bucket - random.random()) * self._BUCKET)
-
-
-# How many long-polls that found nothing may answer in one second before later ones are held:
-# each is answered and, by its agent, polled again, a claim and two queries (~1–3 ms of server
-# CPU on this project's 2-core machine, docs/reliability.md).
-_ENDS_PER_SECOND = 200
 
 
 # A cancellation wait re-reads the claim this often: status changes through other processes
 # (replicas, `server` commands, the reaper) send this process no signal.
 _CLAIM_RECHECK_SECONDS = 1.0
+
+
+def _no_agent(agent_id: UUID) -> NotFound:
+    return NotFound("job agent not found", details={"jobAgentId": str(agent_id)})
 
 
 def resolve_lease(
@@ -98,7 +67,8 @@ def resolve_lease(
     *,
     claim_next: bool,
 ) -> int | None:
-    """The granted lease in seconds, or None for an unleased (V1) claim (SPEC §3, opt-in).
+    """The granted lease in seconds, or None for an unleased claim: a lease is opt-in on a V1
+    claim by id, so a ctrlplane agent that knows nothing of leases is never reaped.
 
     The request wins (``0`` = explicitly unleased); then the agent's ``config.leaseSeconds``;
     then the server default on claim-next, and no lease on a V1 claim by id. Granted values are
@@ -133,12 +103,13 @@ class JobService:
         self.settings = settings
         self.metrics = metrics
         # Raises AuthError when the caller's key was revoked meanwhile: a long-poll asks again
-        # before it hands out a job (issue 11 §4).
+        # before it hands out a job, as one may have waited far longer than the key cache
+        # trusts a key.
         self._key_check = key_check
         self._stopping = asyncio.Event()
         # Jobs whose status changed through this process: wakes their cancellation waiters.
         self._job_changed: dict[UUID, asyncio.Event] = {}
-        self._long_poll_ends = _LongPollEnds()
+        self._long_poll_ends = LongPollEnds()
 
     # --- lifecycle ---------------------------------------------------------------------------
     def begin_shutdown(self) -> None:
@@ -147,6 +118,7 @@ class JobService:
 
     @property
     def stopping(self) -> bool:
+        """True once the server began shutting down (``/readyz`` answers 503)."""
         return self._stopping.is_set()
 
     # --- scopes ------------------------------------------------------------------------------
@@ -163,13 +135,19 @@ class JobService:
     @staticmethod
     def _own_agent(principal: Principal, agent_id: UUID) -> None:
         if principal.agent_id is not None and principal.agent_id != agent_id:
-            raise NotFound("job agent not found", details={"jobAgentId": str(agent_id)})
+            raise _no_agent(agent_id)
 
     async def _agent_or_404(self, ws: UUID, agent_id: UUID) -> JobAgent:
         agent = await self.store.get_agent(ws, agent_id)
         if agent is None:
-            raise NotFound("job agent not found", details={"jobAgentId": str(agent_id)})
+            raise _no_agent(agent_id)
         return agent
+
+    async def _job_or_404(self, principal: Principal, ws: UUID, job_id: UUID) -> Job:
+        job = await self.store.get_job(ws, job_id, principal.agent_id)
+        if job is None:
+            raise NotFound("job not found", details={"jobId": str(job_id)})
+        return job
 
     # --- workspaces --------------------------------------------------------------------------
     async def workspace_by_slug(self, principal: Principal, slug: str) -> WorkspaceRecord:
@@ -184,6 +162,7 @@ class JobService:
     async def upsert_agent(
         self, principal: Principal, ws: UUID, agent_id: UUID, body: UpsertJobAgentRequest
     ) -> AcceptedResponse:
+        """Create or replace an agent (a workspace key only)."""
         self._workspace(principal, ws)
         self._workspace_key_only(principal)
         await self.store.upsert_agent(
@@ -194,11 +173,13 @@ class JobService:
     async def list_agents(
         self, principal: Principal, ws: UUID, limit: int, offset: int
     ) -> tuple[list[JobAgent], int]:
+        """A page of the workspace's agents and their total (a workspace key only)."""
         self._workspace(principal, ws)
         self._workspace_key_only(principal)
         return await self.store.list_agents(ws, limit, offset)
 
     async def get_agent(self, principal: Principal, ws: UUID, agent_id: UUID) -> JobAgent:
+        """An agent (an agent key: only its own)."""
         self._workspace(principal, ws)
         self._own_agent(principal, agent_id)
         return await self._agent_or_404(ws, agent_id)
@@ -206,10 +187,11 @@ class JobService:
     async def delete_agent(
         self, principal: Principal, ws: UUID, agent_id: UUID
     ) -> AcceptedResponse:
+        """Delete an agent and its keys; its jobs stay (a workspace key only)."""
         self._workspace(principal, ws)
         self._workspace_key_only(principal)
         if not await self.store.delete_agent(ws, agent_id):
-            raise NotFound("job agent not found", details={"jobAgentId": str(agent_id)})
+            raise _no_agent(agent_id)
         return AcceptedResponse(id=agent_id, message="Job agent deleted")
 
     # --- jobs --------------------------------------------------------------------------------
@@ -224,6 +206,7 @@ class JobService:
         limit: int,
         offset: int,
     ) -> tuple[list[Job], int]:
+        """A page of an agent's jobs, newest first, and their total (an agent key: its own)."""
         self._workspace(principal, ws)
         self._own_agent(principal, agent_id)
         items, total = await self.store.list_jobs(
@@ -248,6 +231,7 @@ class JobService:
         limit: int,
         offset: int,
     ) -> tuple[list[Job], int]:
+        """A page of the workspace's jobs, newest first, and their total."""
         self._workspace(principal, ws)
         # An agent key sees the workspace list narrowed to its own agent's jobs.
         return await self.store.list_jobs(
@@ -260,15 +244,14 @@ class JobService:
         )
 
     async def get_job(self, principal: Principal, ws: UUID, job_id: UUID) -> Job:
+        """A job of the workspace (an agent key: of its agent), with its dispatch context."""
         self._workspace(principal, ws)
-        job = await self.store.get_job(ws, job_id, principal.agent_id)
-        if job is None:
-            raise NotFound("job not found", details={"jobId": str(job_id)})
-        return job
+        return await self._job_or_404(principal, ws, job_id)
 
     async def create_job(
         self, principal: Principal, ws: UUID, agent_id: UUID, body: CreateJobRequest
     ) -> Job:
+        """Queue a job for an agent (a workspace key only)."""
         self._workspace(principal, ws)
         self._workspace_key_only(principal)
         return await self.store.create_job(
@@ -276,6 +259,7 @@ class JobService:
         )
 
     async def list_attempts(self, principal: Principal, ws: UUID, job_id: UUID) -> list[JobAttempt]:
+        """A job's claim attempts, oldest first (an agent key: of its agent's jobs)."""
         self._workspace(principal, ws)
         return await self.store.list_attempts(ws, job_id, principal.agent_id)
 
@@ -297,6 +281,7 @@ class JobService:
         job_id: UUID,
         body: ClaimRequest | None,
     ) -> ClaimedJob:
+        """Claim a queued job by id; leased as :func:`resolve_lease` decides."""
         self._workspace(principal, ws)
         self._own_agent(principal, agent_id)
         requested = body.lease_seconds if body is not None else None
@@ -339,7 +324,7 @@ class JobService:
             if disconnected is not None and disconnected.is_set():
                 return []
             if self._key_check is not None:
-                # Only now, with a job to hand out (issue 11 §4): not on every wake-up.
+                # Only now, with a job to hand out: not on every wake-up.
                 await self._key_check(principal)
 
     async def _claim_batch(
@@ -396,6 +381,8 @@ class JobService:
     async def heartbeat(
         self, principal: Principal, ws: UUID, job_id: UUID, body: HeartbeatRequest | None
     ) -> Heartbeat:
+        """Extend the lease of the claim ``body.claim_id`` (by its own length, or by the
+        ``leaseSeconds`` asked, clamped); a lost or mismatched claim is counted and re-raised."""
         self._workspace(principal, ws)
         claim_id = body.claim_id if body is not None else None
         requested = body.lease_seconds if body is not None else None
@@ -473,10 +460,7 @@ class JobService:
             held = await self._claim_held(principal, ws, job_id, claim_id)
             remaining = deadline - time.monotonic()
             if not held or remaining <= 0 or self._stopping.is_set():
-                job = await self.store.get_job(ws, job_id, principal.agent_id)
-                if job is None:
-                    raise NotFound("job not found", details={"jobId": str(job_id)})
-                return job.status, held
+                return (await self._job_or_404(principal, ws, job_id)).status, held
             waits = [changed.wait(), self._stopping.wait()]
             if disconnected is not None:
                 waits.append(disconnected.wait())
@@ -511,10 +495,11 @@ class JobService:
         limit: int,
         offset: int,
     ) -> tuple[list[JobClaim], int]:
+        """A page of in-flight claims and their total (an agent key: its own agent's)."""
         self._workspace(principal, ws)
         if principal.agent_id is not None:
             if agent_id is not None and agent_id != principal.agent_id:
-                raise NotFound("job agent not found", details={"jobAgentId": str(agent_id)})
+                raise _no_agent(agent_id)
             agent_id = principal.agent_id
         return await self.store.list_claims(
             ws, agent_id=agent_id, state=state, limit=limit, offset=offset
