@@ -153,7 +153,7 @@ def heartbeat_interval(lease_seconds: float) -> float:
 SLUG_PATTERN = r"[a-z0-9-]{3,50}"
 
 
-# --- the environment a job runs in (SPEC §5, §6) ---------------------------------------------
+# --- the environment a job runs in: `run` sets it, the client settings read it -------------
 # Named here, the one module both the client settings (which read them) and the supervisor
 # (which sets them for `run`'s child) may import; nowhere else spells them (tests/test_vocabulary).
 ENV_PREFIX = "JOBAGENTCTL_"
@@ -240,6 +240,8 @@ T = TypeVar("T")
 
 
 class Page(WireModel, Generic[T]):
+    """A page of a paginated list: ``items``, and where it sits in the whole list."""
+
     items: list[T]
     total: int
     limit: int
@@ -272,6 +274,8 @@ class Workspace(WireModel):
 
 
 class JobAgent(WireModel):
+    """ctrlplane's ``JobAgent``: a registered agent, the jobs of which it pulls."""
+
     id: UUID
     workspace_id: UUID | None = None
     name: str
@@ -320,6 +324,8 @@ class ClaimedJob(Job):
 
 
 class Heartbeat(WireModel):
+    """The answer of a heartbeat: the claim it renewed and its new expiry, by the database clock."""
+
     job_id: UUID
     claim_id: UUID
     attempt: int
@@ -337,6 +343,8 @@ class JobWait(WireModel):
 
 
 class JobClaim(WireModel):
+    """One row of ``GET …/job-claims``: a claim's lease as the server sees it."""
+
     job_id: UUID
     job_agent_id: UUID
     claim_id: UUID | None = None
@@ -349,6 +357,8 @@ class JobClaim(WireModel):
 
 
 class JobAttempt(WireModel):
+    """One claim of a job (``GET …/jobs/{jobId}/attempts``): who held it, when, how it ended."""
+
     attempt: int
     claim_id: UUID | None = None
     job_agent_id: UUID
@@ -377,6 +387,8 @@ class ClaimedJobs(WireModel):
 
 
 class UpsertJobAgentRequest(RequestModel):
+    """Body of ``PUT …/job-agents/{agentId}``: register or update an agent."""
+
     name: str = Field(min_length=1, max_length=255)
     type: str = Field(min_length=1, max_length=255)
     config: dict[str, Any] = Field(default_factory=dict)
@@ -385,6 +397,8 @@ class UpsertJobAgentRequest(RequestModel):
 
 # Strict numbers: JSON booleans are not numbers ({"leaseSeconds": false} must not mean 0).
 class ClaimRequest(RequestModel):
+    """Body of a claim by id: the lease asked for (absent: V1 behaviour, see the protocol)."""
+
     lease_seconds: StrictInt | None = Field(default=None, ge=0)
 
 
@@ -419,11 +433,15 @@ class JobWaitRequest(RequestModel):
 
 
 class HeartbeatRequest(RequestModel):
+    """Body of a heartbeat: the claim it renews (fencing) and, optionally, a new lease length."""
+
     claim_id: UUID | None = None
     lease_seconds: StrictInt | None = Field(default=None, ge=0)
 
 
 class UpdateJobStatusRequest(RequestModel):
+    """Body of a status update: the new status, the claim it ends (fencing) and what to record."""
+
     status: JobStatus
     claim_id: UUID | None = None
     message: str | None = Field(default=None, max_length=65536)
@@ -433,6 +451,8 @@ class UpdateJobStatusRequest(RequestModel):
 
 
 class CreateJobRequest(RequestModel):
+    """Body of an enqueue: the job's configuration, dispatch context and metadata."""
+
     job_agent_config: dict[str, Any] | None = None
     dispatch_context: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
