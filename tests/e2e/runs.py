@@ -13,12 +13,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import termios
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.fixtures.cli import Ran, cli_command
 from tests.fixtures.live_server import LiveServer
 
 __all__ = [
@@ -92,17 +92,9 @@ class AgentRun:
             self.proc.wait()
 
 
-def cli(harness: Harness, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(harness: Harness, *args: str) -> Ran:
     """Run ``jobagentctl ARGS`` against the harness's server (as an operator would)."""
-    env = {**harness.server.base_env(), **harness.server.env()}
-    return subprocess.run(
-        [sys.executable, "-m", "jobagentctl", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE,
-        check=False,
-    )
+    return harness.server.cli(*args, timeout=DEADLINE)
 
 
 class Harness:
@@ -150,7 +142,7 @@ class Harness:
         # TMPDIR: the job files of a run a test SIGKILLs stay in the test's own directory.
         full_env.update({"JOBAGENTCTL_AGENT": self.agent_id, "TMPDIR": str(workdir)})
         full_env.update(env or {})
-        argv = [sys.executable, "-m", "jobagentctl", "run", *args]
+        argv = cli_command("run", *args)
         argv += ["--report", str(workdir / "report.jsonl"), "--", *command]
         if sigint_ignored:
             argv = ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *argv]

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,15 +30,7 @@ TRAP_STOP = (
 
 
 def cancel(server: LiveServer, job_id: str, command: str = "cancel") -> None:
-    env = {**server.base_env(), **server.env()}
-    done = subprocess.run(
-        [sys.executable, "-m", "jobagentctl", command, job_id],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = server.cli(command, job_id)
     assert done.returncode == 0, done.stderr
 
 

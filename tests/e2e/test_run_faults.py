@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import pytest
@@ -60,15 +58,7 @@ def test_cancel_stops_the_child_within_a_heartbeat_interval(harness: Harness) ->
     job_id = harness.enqueue()
     run = harness.start(["--lease-seconds", "3"], ["sh", "-c", TRAP_STOP])  # beats every ≤ 1 s
     wait_until((run.workdir / "ready").exists, what="the child to start")
-    env = {**harness.server.base_env(), **harness.server.env()}
-    cancel = subprocess.run(
-        [sys.executable, "-m", "jobagentctl", "cancel", job_id],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    cancel = harness.server.cli("cancel", job_id)
     assert cancel.returncode == 0, cancel.stderr
     cancelled_at = time.monotonic()
     wait_until((run.workdir / "reason").exists, what="the child to get the stop signal")

@@ -9,12 +9,13 @@ import os
 import pty
 import select
 import subprocess
-import sys
 import termios
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.fixtures.cli import cli_command
 
 from .runs import DEADLINE, Harness
 
@@ -34,7 +35,7 @@ def _run(
     workdir.mkdir(parents=True, exist_ok=True)
     env = {**harness.server.base_env(), **harness.server.env()}
     env.update({"JOBAGENTCTL_AGENT": harness.agent_id, "TMPDIR": str(workdir)})
-    argv = [sys.executable, "-m", "jobagentctl", "run", *args, "--", *command]
+    argv = [*cli_command("run", *args), "--", *command]
     return subprocess.Popen(
         argv,
         env=env,

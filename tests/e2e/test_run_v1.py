@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.ctrlplane.standin import CtrlplaneStandIn
+from tests.fixtures.cli import cli_command
 from tests.fixtures.waiting import wait_until
 
 from .runs import DEADLINE, Harness
@@ -23,7 +23,7 @@ def start(
 ) -> subprocess.Popen[str]:
     env = {**server.base_env(), **server.env(), "JOBAGENTCTL_AGENT": agent}
     env.update({"TMPDIR": str(workdir), "JOBAGENTCTL_TIMEOUT": "60"})
-    argv = [sys.executable, "-m", "jobagentctl", "run", *args]
+    argv = cli_command("run", *args)
     argv += ["--report", str(workdir / "report.jsonl"), "--", *command]
     return subprocess.Popen(
         argv,

@@ -19,8 +19,9 @@ from urllib.parse import quote
 import httpx
 import pytest
 
+from tests.fixtures.cli import run_cli
 from tests.fixtures.databases import sql
-from tests.fixtures.live_server import LiveServer, run_jobagentctl
+from tests.fixtures.live_server import LiveServer
 from tests.server.conftest import Api, make_api
 
 pytestmark = pytest.mark.anyio
@@ -280,14 +281,18 @@ def test_injection_strings_in_admin_commands_are_stored_verbatim(
         "XDG_DATA_HOME": str(tmp_path),
         "XDG_CONFIG_HOME": str(tmp_path),
     }
-    init = run_jobagentctl(
-        ["server", "init", "-o", "json", "--database", database_url], env, timeout=120
-    )
+    init = run_cli("server", "init", "-o", "json", "--database", database_url, env=env, timeout=120)
     assert init.returncode == 0, init.stderr
     for text in INJECTIONS[:6]:
-        made = run_jobagentctl(
-            ["server", "create-workspace", text, "-o", "json", "--database", database_url],
-            env,
+        made = run_cli(
+            "server",
+            "create-workspace",
+            text,
+            "-o",
+            "json",
+            "--database",
+            database_url,
+            env=env,
             timeout=120,
         )
         assert made.returncode == 0, made.stderr

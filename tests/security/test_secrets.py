@@ -22,7 +22,8 @@ import psycopg
 import pytest
 
 from jobagentctl.server.store import sqlite_path
-from tests.fixtures.live_server import LiveServer, LiveServerFactory, free_port, run_jobagentctl
+from tests.fixtures.cli import run_cli
+from tests.fixtures.live_server import LiveServer, LiveServerFactory, free_port
 
 # The CLI's behaviour does not depend on the database: one dialect is enough there.
 sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -83,9 +84,15 @@ def test_keys_are_hashed_at_rest_and_never_logged(keyed_server: LiveServer) -> N
     agent_key = server.create_key(agent)
     revoked = server.create_key()
     server.revoke_key(revoked)
-    made = run_jobagentctl(
-        ["server", "create-workspace", "second", "-o", "json", "--database", server.database_url],
-        server.base_env(),
+    made = run_cli(
+        "server",
+        "create-workspace",
+        "second",
+        "-o",
+        "json",
+        "--database",
+        server.database_url,
+        env=server.base_env(),
     )
     assert made.returncode == 0, made.stderr
     other_key = json.loads(made.stdout)["apiKey"]
@@ -151,7 +158,7 @@ def test_cli_debug_output_and_errors_hold_no_secret(
     ]
     secrets = [_secret(agent_key), _secret(wrong)]
     for args, run_env, expected in runs:
-        proc = run_jobagentctl(args, run_env)
+        proc = run_cli(*args, env=run_env)
         if expected is not None:
             assert proc.returncode == expected, (args, proc.returncode, proc.stderr[-2000:])
         _assert_absent(proc.stdout + proc.stderr, secrets, f"`jobagentctl {' '.join(args)}`")
@@ -177,8 +184,8 @@ def test_server_init_writes_the_config_file_0600(tmp_path: Path) -> None:
     path = config_home / "jobagentctl" / "config.toml"
 
     # A permissive umask must not leak into the file's mode.
-    first = run_jobagentctl(
-        ["server", "init", "--write-config", "-o", "json", "--database", database], env, umask=0
+    first = run_cli(
+        "server", "init", "--write-config", "-o", "json", "--database", database, env=env, umask=0
     )
     assert first.returncode == 0, first.stderr
     assert _mode(path) == 0o600
@@ -186,9 +193,16 @@ def test_server_init_writes_the_config_file_0600(tmp_path: Path) -> None:
 
     # Rewriting an existing, world-readable file (--force: the profile exists) leaves it 0600.
     path.chmod(0o644)
-    second = run_jobagentctl(
-        ["server", "init", "--write-config", "--force", "-o", "json", "--database", database],
-        env,
+    second = run_cli(
+        "server",
+        "init",
+        "--write-config",
+        "--force",
+        "-o",
+        "json",
+        "--database",
+        database,
+        env=env,
         umask=0o022,
     )
     assert second.returncode == 0, second.stderr
@@ -217,8 +231,8 @@ def test_run_job_file_is_0600_and_the_key_stays_out_of_the_child(live_server: Li
     agent = server.create_agent("runner")
     job = server.enqueue(agent)
     env = {**server.base_env(), **server.env(), "JOBAGENTCTL_AGENT": agent}
-    proc = run_jobagentctl(
-        ["run", "--lease-seconds", "30", "--", sys.executable, "-c", PROBE], env, umask=0
+    proc = run_cli(
+        "run", "--lease-seconds", "30", "--", sys.executable, "-c", PROBE, env=env, umask=0
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
