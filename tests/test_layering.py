@@ -216,6 +216,44 @@ def test_no_import_circles() -> None:
     )
 
 
+DOC = SRC.parents[1] / "docs" / "architecture.md"
+
+
+def _doc_block(name: str) -> dict[str, set[str]]:
+    """The ``<!-- NAME: begin -->`` … ``<!-- NAME: end -->`` block of docs/architecture.md as
+    ``{left: {right, …}}`` from its ``left → a, b`` lines."""
+    text = DOC.read_text(encoding="utf-8")
+    block = text.split(f"<!-- {name}: begin -->", 1)[1].split(f"<!-- {name}: end -->", 1)[0]
+    table: dict[str, set[str]] = {}
+    for line in block.splitlines():
+        if "→" not in line:
+            continue
+        left, right = (side.strip() for side in line.split("→", 1))
+        table[left] = {item.strip() for item in right.split(",") if item.strip()}
+    return table
+
+
+def _doc_owner(path: str) -> str:
+    """``cli/output.py`` → ``jobagentctl.cli.output``; ``server/`` → ``jobagentctl.server.``."""
+    dotted = "jobagentctl." + path.removesuffix(".py").replace("/", ".")
+    return dotted if path.endswith(".py") else dotted.rstrip(".") + "."
+
+
+def test_the_picture_in_the_docs_is_the_rules() -> None:
+    """docs/architecture.md's picture and owner list say what this test enforces: a rule
+    changed here without the picture (or the other way round) fails."""
+    picture = _doc_block("layers")
+    rules = {name: allowed - {name} for name, allowed in ALLOWED.items()}
+    for importer, extra in EXTRA.items():
+        rules[importer.removeprefix("jobagentctl.")] = set(extra)
+    assert picture == rules
+    owners = {
+        library: (set() if "nobody" in ",".join(paths) else {_doc_owner(p) for p in paths})
+        for library, paths in _doc_block("owners").items()
+    }
+    assert owners == OWNERS
+
+
 def test_every_owner_exists() -> None:
     """An owner that moved or was renamed would make its rule vacuous."""
     modules = {module_name(p) for p in SRC.rglob("*.py")}
