@@ -94,7 +94,7 @@ BATCH = 8
 
 
 def section_ceilings(mode: str) -> list[Row]:
-    """Issue 14 §1: PostgreSQL, 8 agents, interleaved rounds, medians of the quiet runs."""
+    """PostgreSQL, 8 agents, interleaved rounds, medians of the quiet runs."""
     jobs = pick(mode, full=5000, quick=1000, smoke=64)
     rounds = pick(mode, full=3, quick=2, smoke=1)
     peer_jobs = pick(mode, full=40000, quick=4000, smoke=80)
@@ -245,7 +245,7 @@ def section_ceilings(mode: str) -> list[Row]:
 
 
 def section_scaleout(mode: str) -> list[Row]:
-    """Issue 14 §5: N server processes (separate ports) on one PostgreSQL, 8 agents spread
+    """N server processes (separate ports) on one PostgreSQL, 8 agents spread
     round-robin over them by a 2-process load generator; interleaved rounds, medians."""
     jobs = pick(mode, full=4000, quick=800, smoke=48)
     rounds = pick(mode, full=2, quick=1, smoke=1)
@@ -285,7 +285,7 @@ def section_scaleout(mode: str) -> list[Row]:
 
 
 def section_growth(mode: str) -> list[Row]:
-    """Issue 14 §6: the same figures over 10k and 100k finished jobs (1M: python -m
+    """The same figures over 10k and 100k finished jobs (1M: python -m
     benchmarks.growth --rows 1000000, not part of make bench)."""
     sizes = pick(mode, full=(10_000, 100_000), quick=(10_000,), smoke=(1_000,))
     jobs = pick(mode, full=4000, quick=800, smoke=48)
