@@ -41,8 +41,9 @@ __all__ = ["FleetFigure", "main", "measure"]
 
 HEADER = (
     "| db | agents (idle / busy) | server RSS MiB | server CPU % of a core | heartbeats | "
-    "heartbeat p50 / p99 ms | pickups | pickup p50 / p99 ms | errors | busiest generator CPU % |\n"
-    "|---|---|---|---|---|---|---|---|---|---|"
+    "heartbeat p50 / p99 ms | pickups | pickup p50 / p99 ms | errors | listen overflows | "
+    "busiest generator CPU % |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -60,6 +61,7 @@ class FleetFigure:
     pickup_p99_ms: float
     errors: int
     generator_cpu_percent: float
+    listen_overflows: int = 0
     error_sample: str = ""
 
     def row(self) -> str:
@@ -69,6 +71,7 @@ class FleetFigure:
             f"{self.rss_mib:.0f} | {self.cpu_percent:.0f} | {self.heartbeats:,} | "
             f"{self.heartbeat_p50_ms:.1f} / {self.heartbeat_p99_ms:.1f} | {self.pickups:,} | "
             f"{self.pickup_p50_ms:.1f} / {self.pickup_p99_ms:.1f} | {self.errors:,} | "
+            f"{self.listen_overflows:,} | "
             f"{self.generator_cpu_percent:.0f} |"
         )
 
@@ -235,6 +238,18 @@ async def _metric(server: Server, name: str) -> float:
     return 0.0
 
 
+def listen_overflows() -> int:
+    """The machine's count of connections dropped because a listen queue was full (the
+    kernel's TcpExtListenOverflows): a client then waits for its SYN to be sent again (1 s,
+    then 3 s, 7 s…), which a latency percentile shows as seconds."""
+    lines = Path("/proc/net/netstat").read_text().splitlines()
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        if names.startswith("TcpExt:"):
+            table = dict(zip(names.split()[1:], values.split()[1:], strict=False))
+            return int(table.get("ListenOverflows", 0))
+    return 0
+
+
 def _rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -306,11 +321,13 @@ def measure(db: str, agents: int, args: argparse.Namespace) -> FleetFigure:
                     waiting = asyncio.run(_metric(server, "jobagentctl_long_polls_waiting"))
                 if waiting < len(idle) * 0.95:
                     print(f"# warning: {waiting:.0f} of {len(idle)} idle agents waiting at start")
+                overflows0 = listen_overflows()
                 cpu0, gen0 = server.cpu(), [proc_cpu_seconds(p.pid) for p, _ in procs]
                 t0 = time.monotonic()
                 rss = [_rss_mib(server.proc.pid)]
                 sent, errors = asyncio.run(_enqueue_loop(server, idle, args.rate, end))
                 rss.append(_rss_mib(server.proc.pid))
+                overflows = listen_overflows() - overflows0
                 elapsed = time.monotonic() - t0
                 cpu = (server.cpu() - cpu0) / elapsed * 100
                 gen_cpu = max(
@@ -342,6 +359,7 @@ def measure(db: str, agents: int, args: argparse.Namespace) -> FleetFigure:
         pickup_p99_ms=percentile(pickups, 99) * 1000,
         errors=len(errors),
         generator_cpu_percent=gen_cpu,
+        listen_overflows=overflows,
         error_sample=errors[0] if errors else "",
     )
 
