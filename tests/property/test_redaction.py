@@ -8,6 +8,7 @@ another, a secret repeating its own start), where a streaming matcher goes wrong
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from hypothesis import given, settings
@@ -47,7 +48,7 @@ def outputs(draw: st.DrawFn) -> tuple[list[str], bytes, list[tuple[str, bytes]]]
     bounds = [0, *cuts, len(data)]
     chunks = [
         (draw(st.sampled_from(("stdout", "stderr"))), data[lo:hi])
-        for lo, hi in zip(bounds, bounds[1:], strict=False)
+        for lo, hi in itertools.pairwise(bounds)
     ]
     return secrets, data, chunks
 

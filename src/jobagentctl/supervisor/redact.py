@@ -11,6 +11,7 @@ import fnmatch
 import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 __all__ = [
     "DEFAULT_PATTERNS",
@@ -18,6 +19,7 @@ __all__ = [
     "REDACTED",
     "Redactor",
     "name_matches",
+    "secrets_from_context",
     "secrets_from_environment",
 ]
 
@@ -136,7 +138,7 @@ class Redactor:
         pattern, values, longest = self._secrets.snapshot()
         if pattern is None and not self._held:
             return [(stream, bytes(data))] if data else []
-        parts = self._held + [(stream, bytes(data))] if data else self._held
+        parts = [*self._held, (stream, bytes(data))] if data else self._held
         text = _Text(parts)
         if pattern is None:
             self._held = []
@@ -248,3 +250,64 @@ def secrets_from_environment(env: Mapping[str, str], patterns: Iterable[str]) ->
     for name, value in env.items():
         if value and name_matches(name, kept):
             yield value
+
+
+def secrets_from_context(
+    context: Mapping[str, Any] | None, patterns: Iterable[str]
+) -> Iterator[str]:
+    """The secret values of a job's dispatch context (ctrlplane's shapes, docs/run.md):
+
+    - the variables ``release.encryptedVariables`` names, in ``release.variables`` and in
+      ``variables`` (the same map, copied there by ctrlplane's dispatcher);
+    - the ``value`` of any object flagged ``"sensitive": true`` or ``"isSensitive": true``
+      (ctrlplane's resource and job variables, ``{key, value, sensitive}``);
+    - variables (``variables``, ``release.variables``, ``resource.variables``) whose names
+      match ``patterns``.
+
+    A value that is not a string gives the text of each of its scalars.
+    """
+    if not isinstance(context, Mapping):
+        return
+    kept = tuple(patterns)
+    release = _mapping(context.get("release"))
+    encrypted = {name for name in release.get("encryptedVariables") or () if isinstance(name, str)}
+    maps = (
+        _mapping(context.get("variables")),
+        _mapping(release.get("variables")),
+        _mapping(_mapping(context.get("resource")).get("variables")),
+    )
+    for variables in maps:
+        for name, value in variables.items():
+            if name in encrypted or name_matches(str(name), kept):
+                yield from _scalars(value)
+    yield from _flagged(context)
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _flagged(node: object) -> Iterator[str]:
+    """The values of the objects under ``node`` flagged sensitive."""
+    if isinstance(node, Mapping):
+        if (node.get("sensitive") is True or node.get("isSensitive") is True) and "value" in node:
+            yield from _scalars(node["value"])
+        for child in node.values():
+            yield from _flagged(child)
+    elif isinstance(node, list):
+        for child in node:
+            yield from _flagged(child)
+
+
+def _scalars(value: object) -> Iterator[str]:
+    """The text of every scalar in ``value`` (booleans and nulls are no secrets)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        yield str(value)
+    elif isinstance(value, Mapping):
+        for child in value.values():
+            yield from _scalars(child)
+    elif isinstance(value, list):
+        for child in value:
+            yield from _scalars(child)

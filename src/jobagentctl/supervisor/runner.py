@@ -34,6 +34,7 @@ from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.outcome import Outcome, StopReason, Verdict, exit_code
 from jobagentctl.supervisor.protocol import SupervisorClient
 from jobagentctl.supervisor.record import JobRecord, open_report, utc_now, write_record
+from jobagentctl.supervisor.redact import Redactor, secrets_from_context, secrets_from_environment
 from jobagentctl.supervisor.relay import Relay, relayed_stderr
 from jobagentctl.supervisor.reporting import Reporter
 from jobagentctl.supervisor.waiting import SignalPolicy, Waiter
@@ -67,6 +68,12 @@ class Supervisor:
         self.outcome: Outcome | None = None
         self._lease: JobLease | None = None
         self._relays: dict[str, Relay] = {}
+        # Redacted from whatever leaves the machine, in every job: the API key in use and the
+        # values of the variables whose names say they are secrets.
+        self._secrets = [
+            *([options.api_key] if options.api_key else []),
+            *secrets_from_environment(os.environ, options.redact_patterns),
+        ]
 
     @property
     def draining(self) -> bool:
@@ -223,12 +230,14 @@ class Supervisor:
         attempt = f"attempt {job.attempt}, " if job.attempt is not None else ""
         log.info(f"claimed job {job.id} ({attempt}{lease_text})")
         files: JobFiles | None = None
+        redactor = self._redactor(claim)
         try:
             files = JobFiles(job)
-            end = self._execute(claim, files, lease, events)
+            end = self._execute(claim, files, lease, events, redactor)
             outcome = reporter.settle(
-                job, end, record, timeout=opts.timeout, lease_verdict=lease.verdict
-            )
+                job, end, record, timeout=opts.timeout, lease_verdict=lease.verdict,
+                redact=redactor.redact_text,
+            )  # fmt: skip
         except OSError as exc:
             # Our side failed before the child could start (no temp dir, …): give the job back.
             log.warn(f"cannot prepare the job: {exc}")
@@ -251,6 +260,13 @@ class Supervisor:
             f" {record.heartbeats} heartbeat(s))"
         )
         return outcome
+
+    def _redactor(self, claim: Claim) -> Redactor:
+        """The job's redactor: the run's secrets and those of the job's dispatch context."""
+        context = secrets_from_context(claim.job.dispatch_context, self.options.redact_patterns)
+        redactor = Redactor([*self._secrets, *context])
+        self._log.debug(f"redacting {len(redactor)} value(s) from what is sent to the server")
+        return redactor
 
     def _keep(self, lease: JobLease, events: Events) -> None:
         """Start the threads that keep ``lease``, each on a client of its own (a slow
@@ -292,7 +308,7 @@ class Supervisor:
                 self._log.warn(f"cannot write --report {path}: {exc}")
 
     def _execute(
-        self, claim: Claim, files: JobFiles, lease: JobLease, events: Events
+        self, claim: Claim, files: JobFiles, lease: JobLease, events: Events, redactor: Redactor
     ) -> ChildEnd | SpawnError:
         """Start the command (unless the claim is already gone) and watch it to its end."""
         opts, log = self.options, self._log
@@ -317,6 +333,6 @@ class Supervisor:
             child.lease_holds_until(enforce.deadline)  # a renewal while it started
         watch = Watch(
             opts, child, files, lease, events, self.policy, self._relays,
-            suspend=self._suspend, log=log,
+            suspend=self._suspend, log=log, redactor=redactor,
         )  # fmt: skip
         return watch.run()
