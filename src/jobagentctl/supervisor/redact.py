@@ -19,6 +19,7 @@ __all__ = [
     "REDACTED",
     "Redactor",
     "name_matches",
+    "redactable",
     "secrets_from_context",
     "secrets_from_environment",
 ]
@@ -50,6 +51,11 @@ def _as_bytes(secret: bytes | str) -> bytes | None:
         except UnicodeDecodeError:
             chars = len(data)
     return data if chars >= MIN_SECRET_CHARS else None
+
+
+def redactable(secret: bytes | str) -> bool:
+    """Whether ``secret`` is long enough to be redacted (:data:`MIN_SECRET_CHARS`)."""
+    return _as_bytes(secret) is not None
 
 
 class _Secrets:

@@ -21,11 +21,12 @@ from collections.abc import Callable
 from functools import partial
 
 from jobagentctl.durations import format_duration
-from jobagentctl.models import ClaimNext, JobStatus
+from jobagentctl.models import REDACT_SOCKET_ENV, ClaimNext, JobStatus
 from jobagentctl.supervisor.child import Child, SpawnError
 from jobagentctl.supervisor.claiming import Claim, Claimer
 from jobagentctl.supervisor.claimwatch import ClaimWatcher
 from jobagentctl.supervisor.events import Events
+from jobagentctl.supervisor.handover import HandoverSocket
 from jobagentctl.supervisor.heartbeat import Heartbeater
 from jobagentctl.supervisor.jobfiles import JobFiles, child_environment, sweep_stale_job_files
 from jobagentctl.supervisor.lease import JobLease
@@ -311,11 +312,41 @@ class Supervisor:
         self, claim: Claim, files: JobFiles, lease: JobLease, events: Events, redactor: Redactor
     ) -> ChildEnd | SpawnError:
         """Start the command (unless the claim is already gone) and watch it to its end."""
-        opts, log = self.options, self._log
         gone = lease.gone_before_start()
         if gone is not None:
             return ChildEnd(returncode=None, reason=gone, tail="")
-        env = child_environment(os.environ, claim.job, opts, files)
+        env = child_environment(os.environ, claim.job, self.options, files)
+        handover = self._open_handover(redactor, env)
+        try:
+            return self._start_and_watch(files, lease, events, redactor, env, handover)
+        finally:
+            if handover is not None:
+                handover.close()
+
+    def _open_handover(self, redactor: Redactor, env: dict[str, str]) -> HandoverSocket | None:
+        """The socket `jobagentctl redact add` reaches (named in ``env``); None if it cannot
+        be made (the job still runs: only hand-overs fail)."""
+        try:
+            handover = HandoverSocket(redactor, self._log)
+        except OSError as exc:
+            self._log.warn(f"cannot listen for `redact add` (it will fail in this job): {exc}")
+            env.pop(REDACT_SOCKET_ENV, None)
+            return None
+        env[REDACT_SOCKET_ENV] = str(handover.path)
+        return handover
+
+    def _start_and_watch(
+        self,
+        files: JobFiles,
+        lease: JobLease,
+        events: Events,
+        redactor: Redactor,
+        env: dict[str, str],
+        handover: HandoverSocket | None,
+    ) -> ChildEnd | SpawnError:
+        """Start the command and watch it to its end; from its start, ``handover`` takes
+        values from the command's processes."""
+        opts, log = self.options, self._log
         try:
             # The watchdog enforces the lease even if we die or freeze (docs/run.md), unless
             # the user asked the command to outlive a lost lease.
@@ -331,6 +362,8 @@ class Supervisor:
         if enforce is not None:
             enforce.on_renew = child.lease_holds_until
             child.lease_holds_until(enforce.deadline)  # a renewal while it started
+        if handover is not None:
+            handover.admit(child.pgid)  # the command leads a session of its own
         watch = Watch(
             opts, child, files, lease, events, self.policy, self._relays,
             suspend=self._suspend, log=log, redactor=redactor,
