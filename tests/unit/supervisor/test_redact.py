@@ -4,13 +4,20 @@ whole `run` (real child, scripted client): the secret reaches the failure messag
 
 from __future__ import annotations
 
+import os
+import shlex
+import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner, Result
 
-from jobagentctl.models import ClaimedJob
+from jobagentctl.cli.app import app
+from jobagentctl.models import REDACT_SOCKET_ENV, ClaimedJob
+from jobagentctl.supervisor import Log
+from jobagentctl.supervisor.handover import HandoverSocket, hand_over
 from jobagentctl.supervisor.redact import (
     DEFAULT_PATTERNS,
     Redactor,
@@ -182,3 +189,53 @@ def test_a_secret_beyond_the_tail_start_leaves_no_fragment(tmp_path: Path) -> No
     key = "jac_0123456789ab.the-key-itself"
     message, _ = _failed_run(tmp_path, f"printf '{key}xy'", api_key=key, output_tail_bytes=8)
     assert message == "exit code 3\nACTED]xy"
+
+
+# --- values handed over at run time -----------------------------------------------------------
+
+
+def test_the_handover_socket_serves_only_the_command_s_session() -> None:
+    redactor = Redactor()
+    handover = HandoverSocket(redactor, Log())
+    try:
+        assert handover.directory.stat().st_mode & 0o777 == 0o700
+        # Before the command started, nobody is served.
+        with pytest.raises(OSError):
+            hand_over(str(handover.path), b"early-value")
+        handover.admit(os.getsid(0) + 1_000_000)  # a session we are not in
+        with pytest.raises(OSError):
+            hand_over(str(handover.path), b"outside-value")
+        handover.admit(os.getsid(0))
+        assert hand_over(str(handover.path), b"short") is False
+        assert hand_over(str(handover.path), "inside-välue".encode()) is True
+        assert redactor.redact("inside-välue early-value".encode()) == b"[REDACTED] early-value"
+    finally:
+        handover.close()
+    assert not handover.directory.exists()
+
+
+def _redact_add(stdin: str, env: dict[str, str]) -> Result:
+    return CliRunner().invoke(app, ["redact", "add"], input=stdin, env=env)
+
+
+def test_redact_add_exit_codes(tmp_path: Path) -> None:
+    no_supervisor = {REDACT_SOCKET_ENV: ""}
+    result = _redact_add("", no_supervisor)
+    assert (result.exit_code, "no value on stdin" in result.stderr) == (2, True)
+    result = _redact_add("abc12\n", no_supervisor)
+    assert result.exit_code == 2 and "too short" in result.stderr
+    result = _redact_add("long-enough\n", no_supervisor)
+    assert result.exit_code == 3 and REDACT_SOCKET_ENV in result.stderr
+    result = _redact_add("long-enough", {REDACT_SOCKET_ENV: str(tmp_path / "nobody")})
+    assert result.exit_code == 3 and "cannot reach" in result.stderr
+    assert "long-enough" not in result.stdout + result.stderr
+
+
+def test_a_value_handed_over_by_the_command_is_redacted(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    add = shlex.join([sys.executable, "-m", "jobagentctl", "redact", "add"])
+    script = f"echo fetched-at-run-time | {add} && echo 'got fetched-at-run-time'"
+    message, _ = _failed_run(tmp_path, script)
+    assert message == "exit code 3\ngot [REDACTED]\n"
+    assert capfd.readouterr().out == "got fetched-at-run-time\n"
