@@ -129,8 +129,10 @@ class Redactor:
 
     def redact(self, data: bytes) -> bytes:
         """``data`` with every secret replaced (one-shot: nothing held back)."""
-        pattern = self._secrets.snapshot()[0]
-        return data if pattern is None else pattern.sub(REDACTED, data)
+        pattern, values, _ = self._secrets.snapshot()
+        if pattern is None or not any(value in data for value in values):
+            return data
+        return pattern.sub(REDACTED, data)
 
     def redact_text(self, text: str) -> str:
         """:meth:`redact` for text (UTF-8, undecodable characters kept as they were)."""
@@ -152,7 +154,7 @@ class Redactor:
         holds = _possible_starts(text.data, values, longest)
         out: list[tuple[str, bytes]] = []
         pos = 0
-        for match in pattern.finditer(text.data):
+        for match in _matches(pattern, values, text.data):
             hold = _first_at_or_after(holds, pos)
             if hold is not None and hold <= match.start():
                 break  # a longer secret (or an earlier one) may still begin there
@@ -167,14 +169,14 @@ class Redactor:
 
     def flush(self) -> list[tuple[str, bytes]]:
         """At the end of the output: release everything held back (redacted)."""
-        pattern = self._secrets.snapshot()[0]
+        pattern, values, _ = self._secrets.snapshot()
         text = _Text(self._held)
         self._held = []
         if pattern is None:
             return text.cut(0, len(text.data))
         out: list[tuple[str, bytes]] = []
         pos = 0
-        for match in pattern.finditer(text.data):
+        for match in _matches(pattern, values, text.data):
             out += text.cut(pos, match.start())
             out.append((text.stream_at(match.start()), REDACTED))
             pos = match.end()
@@ -210,6 +212,16 @@ class _Text:
                 out.append((self.streams[index], self.data[lo:hi]))
             index += 1
         return _merged(out)
+
+
+def _matches(
+    pattern: re.Pattern[bytes], values: frozenset[bytes], data: bytes
+) -> Iterator[re.Match[bytes]]:
+    """The secrets in ``data``, left to right, the longest where several begin."""
+    # Looking for each value first is many times faster than the pattern on output that holds
+    # none (nearly all of it): a substring search against the regex engine's alternation.
+    if any(value in data for value in values):
+        yield from pattern.finditer(data)
 
 
 def _merged(segments: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
