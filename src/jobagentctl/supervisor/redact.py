@@ -94,13 +94,17 @@ class Redactor:
     longest secret's length minus one byte (what may be the start of a secret) and releases
     everything else, so what it returns, joined, is exactly what replacing every secret in the
     whole text at once would give. Values shorter than :data:`MIN_SECRET_CHARS` characters are
-    ignored. :meth:`add` may be called from any thread; feeding is for one thread.
+    ignored. Every method may be called from any thread: chunks fed from two threads (one per
+    stream) are one text in the order the calls were made. What is held back waits for the next
+    chunk or :meth:`flush`, however long that takes: releasing the start of a secret early would
+    let the rest of it follow in the next chunk.
     """
 
     def __init__(self, secrets: Iterable[bytes | str] = ()) -> None:
         self._secrets = _Secrets()
         self._secrets.add(secrets)
         self._held: list[tuple[str, bytes]] = []
+        self._feeding = threading.Lock()
 
     def fork(self) -> Redactor:
         """Another redactor over the same secrets (one added to either reaches both), with
@@ -121,7 +125,8 @@ class Redactor:
     @property
     def held(self) -> int:
         """The bytes held back now, waiting for what follows."""
-        return sum(len(data) for _, data in self._held)
+        with self._feeding:
+            return sum(len(data) for _, data in self._held)
 
     def __len__(self) -> int:
         """How many values are redacted."""
@@ -143,6 +148,10 @@ class Redactor:
     def feed(self, stream: str, data: bytes) -> list[tuple[str, bytes]]:
         """Take ``data`` read from ``stream``; the segments that may now be released, in order
         (adjacent ones of the same stream merged)."""
+        with self._feeding:
+            return self._feed(stream, data)
+
+    def _feed(self, stream: str, data: bytes) -> list[tuple[str, bytes]]:
         pattern, values, longest = self._secrets.snapshot()
         if pattern is None and not self._held:
             return [(stream, bytes(data))] if data else []
@@ -170,8 +179,9 @@ class Redactor:
     def flush(self) -> list[tuple[str, bytes]]:
         """At the end of the output: release everything held back (redacted)."""
         pattern, values, _ = self._secrets.snapshot()
-        text = _Text(self._held)
-        self._held = []
+        with self._feeding:
+            text = _Text(self._held)
+            self._held = []
         if pattern is None:
             return text.cut(0, len(text.data))
         out: list[tuple[str, bytes]] = []
