@@ -3,16 +3,22 @@ failure message (and ``--report``) as ``[REDACTED]``, while our own stdout shows
 
 One test for every source at once (starting `run` costs a second on a busy machine): the API
 key in use, a variable named like a secret, one named by ``--redact``, a sensitive variable of
-the dispatch context, and a value the command hands over with `jobagentctl redact add`.
+the dispatch context, and a value the command hands over with `jobagentctl redact add`. And
+against the ctrlplane stand-in (V1: no lease, nothing shipped), the failure message sent is
+redacted all the same.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
+import subprocess
+from pathlib import Path
 
+from tests.ctrlplane.standin import CtrlplaneStandIn
 from tests.fixtures.cli import cli_command
 
-from .runs import Harness
+from .runs import DEADLINE, Harness
 
 SECRETS = {
     "DB_PASSWORD": "e2e-db-pa55word",
@@ -65,3 +71,35 @@ def test_secrets_reach_the_server_redacted_and_our_stdout_unchanged(harness: Har
         f"{key} {SECRETS['DB_PASSWORD']}\n{CONTEXT_SECRET} eu-west-1\nlate {HANDED_OVER}\n"
     )
     assert f"{SECRETS['DEPLOY_CREDS']} e2e12\n" in run.stderr()
+
+
+def test_against_ctrlplane_the_failure_message_is_redacted(
+    ctrlplane: CtrlplaneStandIn, tmp_path: Path
+) -> None:
+    # ctrlplane's own shape: the release names its sensitive variables, the dispatcher copies
+    # the release's variables into the context's.
+    variables = {"dbUrl": CONTEXT_SECRET, "region": "eu-west-1"}
+    context = {
+        "release": {"encryptedVariables": ["dbUrl"], "variables": variables},
+        "variables": variables,
+    }
+    agent = ctrlplane.add_agent()
+    job = ctrlplane.seed_job(agent, dispatch_context=context)
+    env = {**ctrlplane.base_env(), **ctrlplane.env(), "JOBAGENTCTL_AGENT": agent}
+    env.update({"TMPDIR": str(tmp_path), "DB_PASSWORD": SECRETS["DB_PASSWORD"]})
+    script = f'echo "$DB_PASSWORD {CONTEXT_SECRET} eu-west-1"; exit 3'
+    proc = subprocess.run(
+        [*cli_command("run"), "--report", "report.jsonl", "--", "sh", "-c", script],
+        env=env,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert ctrlplane.job(job).status == "failure"
+    # ctrlplane keeps only the status of an update: the message sent is in --report.
+    [line] = (tmp_path / "report.jsonl").read_text().splitlines()
+    assert json.loads(line)["message"] == "exit code 3\n[REDACTED] [REDACTED] eu-west-1\n"
+    assert proc.stdout == f"{SECRETS['DB_PASSWORD']} {CONTEXT_SECRET} eu-west-1\n"
