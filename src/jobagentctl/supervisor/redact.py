@@ -128,8 +128,9 @@ class Redactor:
         with self._feeding:
             return sum(len(data) for _, data in self._held)
 
-    def __len__(self) -> int:
-        """How many values are redacted."""
+    @property
+    def count(self) -> int:
+        """How many values are redacted (not ``len``: an empty redactor is still one)."""
         return len(self._secrets.snapshot()[1])
 
     def redact(self, data: bytes) -> bytes:

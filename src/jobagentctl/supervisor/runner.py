@@ -266,7 +266,7 @@ class Supervisor:
         """The job's redactor: the run's secrets and those of the job's dispatch context."""
         context = secrets_from_context(claim.job.dispatch_context, self.options.redact_patterns)
         redactor = Redactor([*self._secrets, *context])
-        self._log.debug(f"redacting {len(redactor)} value(s) from what is sent to the server")
+        self._log.debug(f"redacting {redactor.count} value(s) from what is sent to the server")
         return redactor
 
     def _keep(self, lease: JobLease, events: Events) -> None:

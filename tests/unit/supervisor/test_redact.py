@@ -34,7 +34,7 @@ from .support import options, reports, run, sh
 
 def test_values_shorter_than_six_characters_are_not_redacted() -> None:
     redactor = Redactor(["12345", "€€€€€", "123456", "€€€€€€"])
-    assert len(redactor) == 2
+    assert redactor.count == 2
     assert redactor.redact("12345 123456 €€€€€€".encode()) == b"12345 [REDACTED] [REDACTED]"
 
 
