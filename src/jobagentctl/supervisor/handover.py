@@ -11,6 +11,7 @@ value, the end of the writing side, then one word back.
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import socket
 import struct
@@ -54,8 +55,9 @@ class HandoverSocket:
             self._server.close()
             shutil.rmtree(self.directory, ignore_errors=True)
             raise
-        self._server.settimeout(0.5)  # how soon close() is noticed
-        self._closed = threading.Event()
+        self._server.setblocking(False)
+        # close() writes here to wake the thread at once.
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
         self._thread = threading.Thread(target=self._serve, name="redact-handover", daemon=True)
         self._thread.start()
 
@@ -65,19 +67,25 @@ class HandoverSocket:
 
     def close(self) -> None:
         """Stop listening and remove the socket and its directory."""
-        self._closed.set()
+        os.write(self._wake_w, b"x")
         self._thread.join(timeout=2.0)
         self._server.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def _serve(self) -> None:
-        while not self._closed.is_set():
+        while True:
+            ready = select.select([self._server.fileno(), self._wake_r], [], [])[0]
+            if self._wake_r in ready:
+                return
             try:
                 connection, _ = self._server.accept()
-            except TimeoutError:
-                continue
+            except BlockingIOError:
+                continue  # the peer gave up in between
             except OSError:
                 return
+            connection.setblocking(True)
             with connection:
                 try:
                     self._answer(connection)
