@@ -76,7 +76,10 @@ class HandoverSocket:
 
     def _serve(self) -> None:
         while True:
-            ready = select.select([self._server.fileno(), self._wake_r], [], [])[0]
+            try:
+                ready = select.select([self._server.fileno(), self._wake_r], [], [])[0]
+            except (OSError, ValueError):
+                return  # closed while a slow connection held us (close() waits only so long)
             if self._wake_r in ready:
                 return
             try:
