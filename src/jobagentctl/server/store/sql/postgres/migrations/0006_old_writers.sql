@@ -4,7 +4,7 @@
 -- while such a server still runs (a rolling upgrade), a BEFORE INSERT trigger fills the
 -- column the way this release writes it. Rows that name the column never call the functions.
 
-CREATE FUNCTION jobagentctl_job_workspace() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION jobagentctl_job_workspace() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     -- The agent's workspace (an unknown agent leaves NULL: the NOT NULL check refuses it).
     SELECT a.workspace_id INTO NEW.workspace_id FROM job_agent AS a WHERE a.id = NEW.job_agent_id;
@@ -19,7 +19,7 @@ EXECUTE FUNCTION jobagentctl_job_workspace();
 -- The slug the store derives from a name (validation.slugify): runs of other characters as one
 -- "-", at most 50 characters, "-ws" appended under 3; a taken one gets "-" and 8 characters of
 -- the id, as the store does.
-CREATE FUNCTION jobagentctl_workspace_slug() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION jobagentctl_workspace_slug() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     derived text := trim(BOTH '-' FROM left(
         trim(BOTH '-' FROM regexp_replace(lower(NEW.name), '[^a-z0-9]+', '-', 'g')), 50));
