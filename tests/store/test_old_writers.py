@@ -5,11 +5,14 @@ with its placeholders; the whole old server runs against HEAD in tests/upgrades.
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
 from uuid import uuid4
 
 import pytest
 
 from jobagentctl.server.store import Store
+from jobagentctl.server.store.queries import migrations
 from jobagentctl.server.store.validation import check_slug
 from tests.fixtures.databases import sql
 from tests.store.conftest import Env
@@ -75,3 +78,25 @@ async def test_old_create_workspace_gets_a_slug_as_the_store_derives(
     new = await store.create_workspace("Team Beta")
     record = await store.get_workspace(new)
     assert record is not None and record.slug == "team-beta"
+
+
+async def test_sqlite_schema_edit_leaves_later_alters_sound(tmp_path: Path) -> None:
+    """0006 edits two CREATE TABLE texts in place; the connection that ran it reloads its schema
+    (``writable_schema = RESET``), so a later migration's ALTER TABLE in the same connection
+    rewrites the new text, not the stale one (which would corrupt the schema)."""
+    path = tmp_path / "alter.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        for _, script in migrations("sqlite"):
+            conn.executescript(script)
+        conn.execute("ALTER TABLE job ADD COLUMN later TEXT")
+        conn.execute("ALTER TABLE workspace ADD COLUMN later TEXT")
+    finally:
+        conn.close()
+    fresh = sqlite3.connect(path)
+    try:
+        assert fresh.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        columns = {row[1]: row[4] for row in fresh.execute("PRAGMA table_info(job)")}
+        assert columns["workspace_id"] == "''" and "later" in columns
+    finally:
+        fresh.close()
