@@ -27,6 +27,7 @@ from jobagentctl.server.connections import (
 from jobagentctl.server.service import JobService
 from jobagentctl.server.settings import ServerSettings, redact_url
 from jobagentctl.server.store import Store
+from jobagentctl.server.tls import exposure_warnings, server_context
 
 __all__ = ["READY_LINE", "configure_logging", "event_loop_factory", "run_server", "serve"]
 
@@ -54,9 +55,10 @@ class _Server(uvicorn.Server):
     30 s wait does not hold shutdown), and a handled SIGTERM/SIGINT ends with exit status 0
     rather than being re-raised after the graceful shutdown."""
 
-    def __init__(self, config: uvicorn.Config, service: JobService) -> None:
+    def __init__(self, config: uvicorn.Config, service: JobService, *, tls: bool) -> None:
         super().__init__(config)
         self._service = service
+        self._tls = tls  # served by our TLS layer (connections.py), so uvicorn does not know
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         super().handle_exit(sig, frame)
@@ -67,7 +69,13 @@ class _Server(uvicorn.Server):
         if self.started:
             host, port = self._bound_address()
             shown = f"[{host}]" if ":" in host else host
-            print(f"{READY_LINE} http://{shown}:{port}", file=sys.stderr, flush=True)
+            scheme = "https" if self._tls else "http"
+            print(f"{READY_LINE} {scheme}://{shown}:{port}", file=sys.stderr, flush=True)
+
+    def _log_started_message(self, listeners: Any) -> None:
+        # uvicorn would say http://: it does not know of the TLS layer below the protocol.
+        if not self._tls:
+            super()._log_started_message(listeners)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._service.begin_shutdown()
@@ -111,12 +119,24 @@ def _protocol_options(settings: ServerSettings) -> dict[str, Any]:
         max_connections=cap,
         body_timeout=settings.body_timeout,
     )
-    return {"http": guarded_protocol(limits), "backlog": BACKLOG}
+    context = None
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        context = server_context(settings.tls_cert, settings.tls_key)
+    return {"http": guarded_protocol(limits, context), "backlog": BACKLOG}
+
+
+def _proxy_options(settings: ServerSettings) -> dict[str, Any]:
+    """Forwarded headers (client address, scheme) trusted only from the proxies named."""
+    if not settings.proxy_addresses:
+        return {"proxy_headers": False}
+    return {"proxy_headers": True, "forwarded_allow_ips": settings.proxy_addresses}
 
 
 async def serve(settings: ServerSettings, store: Store | None = None) -> None:
     """Serve until a signal asks to stop. The store (opened and migrated here when not given)
     is closed by the app's lifespan."""
+    for warning in exposure_warnings(settings):
+        logger.warning("%s", warning)
     protocol = _protocol_options(settings)  # refused before anything is opened
     if store is None:
         from jobagentctl.server.store import open_store
@@ -144,10 +164,10 @@ async def serve(settings: ServerSettings, store: Store | None = None) -> None:
         # uvicorn annotates int but only hands it to loop.call_later: a float is fine.
         timeout_keep_alive=cast(int, settings.keep_alive_timeout),
         server_header=False,
-        proxy_headers=False,
+        **_proxy_options(settings),
         **protocol,
     )
-    server = _Server(config, app.state.service)
+    server = _Server(config, app.state.service, tls=settings.tls)
     logger.info(
         "starting: database %s (%s), lease %ss in [%s, %s], reap every %ss",
         redact_url(settings.database),
