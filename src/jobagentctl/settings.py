@@ -43,8 +43,8 @@ _SLUG = re.compile(SLUG_PATTERN)
 
 __all__ = [
     "ATTEMPT_ENV",
-    "CLAIM_ID_ENV",
     "CA_BUNDLE_ENV",
+    "CLAIM_ID_ENV",
     "CONFIG_ENV",
     "CTRLPLANE_ENV",
     "ENV_PREFIX",

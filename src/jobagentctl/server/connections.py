@@ -38,7 +38,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from jobagentctl.server.encoding import error_bytes
 
@@ -159,7 +159,7 @@ class _Server:
         self.limits = limits
         # TLS connections still in their handshake: the HTTP protocol waiting above each one,
         # and the socket's transport (the one to abort).
-        self.handshaking: OrderedDict[_Guarded, asyncio.BaseTransport] = OrderedDict()
+        self.handshaking: OrderedDict[_Guarded, asyncio.Transport] = OrderedDict()
         self.idle: OrderedDict[_Guarded, None] = OrderedDict()
         self.receiving: OrderedDict[_Guarded, None] = OrderedDict()
         self.refusals = _Refusals(limits.max_connections)
@@ -319,37 +319,38 @@ def guarded_protocol(
     return tls_protocol
 
 
-def _handshake_class(server: _Server, context: ssl.SSLContext) -> Callable[[_Guarded], Any]:
+def _handshake_class(
+    server: _Server, context: ssl.SSLContext
+) -> Callable[[_Guarded], asyncio.BaseProtocol]:
     """The TLS layer of one server: asyncio's own TLS protocol (the one the event loop would
     use), admitted under the cap when the socket connects and timed out like a slow header."""
     from asyncio.sslproto import SSLProtocol
 
-    class _Handshake(SSLProtocol):  # type: ignore[misc]
+    class _Handshake(SSLProtocol):
         """One connection's TLS, below the HTTP protocol ``app``: counted under the cap from
         the first byte; the HTTP protocol takes its place there once the handshake is done."""
 
         def __init__(self, app: _Guarded) -> None:
-            super().__init__(
-                app.loop,
-                app,
-                context,
-                None,
-                server_side=True,
-                ssl_handshake_timeout=server.limits.header_timeout,
-                ssl_shutdown_timeout=_TLS_SHUTDOWN_SECONDS,
-            )
+            options: dict[str, Any] = {
+                "waiter": None,  # nobody awaits the handshake: the HTTP protocol is told
+                "server_side": True,
+                "ssl_handshake_timeout": server.limits.header_timeout,
+                "ssl_shutdown_timeout": _TLS_SHUTDOWN_SECONDS,
+            }
+            super().__init__(app.loop, app, context, **options)
             self._app = app
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            raw = cast(asyncio.Transport, transport)
             opened = len(self._app.connections) + len(server.handshaking) + 1
             if opened > server.limits.max_connections and not server.evict_one():
                 server.refusals.note(self._app.loop)
-                transport.abort()
+                raw.abort()
                 return
-            server.handshaking[self._app] = transport
-            super().connection_made(transport)
+            server.handshaking[self._app] = raw
+            super().connection_made(raw)
 
-        def connection_lost(self, exc: Exception | None) -> None:
+        def connection_lost(self, exc: BaseException | None) -> None:
             server.handshaking.pop(self._app, None)
             super().connection_lost(exc)
 
