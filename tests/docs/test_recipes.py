@@ -40,6 +40,8 @@ RUN: dict[str, str] = {
     "README.md › Development": "test_make_targets_of_the_readme_exist",
     "docs/operators.md › Quick start (SQLite)": "test_operators_quick_start",
     "docs/operators.md › PostgreSQL and replicas": "test_operators_postgres_migrate",
+    "docs/operators.md › Serving HTTPS": "test_tls_recipes.py (whole module)",
+    "docs/operators.md › A reverse proxy in front (nginx)": "test_tls_recipes.py (whole module)",
     "docs/run.md › `jobagentctl run -- CMD`": "test_run_md_first_examples",
     "docs/run.md › The command's environment": "test_run_md_stop_reason_trap",
     "docs/run.md › Reports and `--report`": "test_run_md_report_example_has_the_real_keys",
