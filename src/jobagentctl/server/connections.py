@@ -34,6 +34,7 @@ open connections. :func:`guarded_protocol` subclasses it with all of them:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
@@ -324,6 +325,7 @@ def _handshake_class(
 ) -> Callable[[_Guarded], asyncio.BaseProtocol]:
     """The TLS layer of one server: asyncio's own TLS protocol (the one the event loop would
     use), admitted under the cap when the socket connects and timed out like a slow header."""
+    import ssl
     from asyncio.sslproto import SSLProtocol
 
     class _Handshake(SSLProtocol):
@@ -353,5 +355,17 @@ def _handshake_class(
         def connection_lost(self, exc: BaseException | None) -> None:
             server.handshaking.pop(self._app, None)
             super().connection_lost(exc)
+
+        def _do_shutdown(self) -> None:
+            # Send our close_notify and close, as TLS allows: asyncio would wait for the
+            # client's, which an idle client in a pool sends only when it next reads, so every
+            # connection closed for idleness (or at shutdown) would linger up to
+            # _TLS_SHUTDOWN_SECONDS under the cap, out of the eviction's reach.
+            state: Any = self  # asyncio's own attributes, which its stubs do not declare
+            if not state._eof_received:
+                with contextlib.suppress(ssl.SSLError):  # SSLWantRead: the client's, unread
+                    state._sslobj.unwrap()
+            state._process_outgoing()
+            state._on_shutdown_complete(None)
 
     return _Handshake
