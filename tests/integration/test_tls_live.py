@@ -39,7 +39,7 @@ def test_list_claim_long_poll_and_run_over_tls(
     # run: heartbeats every ~1 s on a 2 s lease, then the report, all over TLS.
     report = tmp_path / "report.jsonl"
     ran = run_cli(
-        "run", "--lease-seconds", "2", "--report", str(report), "--", "sleep", "3", env=env
+        "run", "--lease-seconds", "2", "--report", str(report), "--", "sleep", "2", env=env
     )
     assert ran.returncode == 0, ran.stderr
     [record] = [json.loads(line) for line in report.read_text().splitlines()]
