@@ -85,10 +85,10 @@ def _long_polls(server: LiveServer) -> float:
 def test_handshake_headers_and_idle_limits_hold_over_tls(
     servers: LiveServerFactory, tls: TlsFiles
 ) -> None:
-    """Header timeout and idle timeout 1 s: a client that never starts its handshake is cut off
-    then (asyncio's own handshake timeout is 60 s), as are slow headers and an idle connection
-    after its handshake; headers over the cap are answered 431 over TLS."""
-    server = _start(servers, tls, header_timeout=1, keep_alive_timeout=1)
+    """Header, body and idle timeouts 1 s: a client that never starts its handshake is cut off
+    then (asyncio's own handshake timeout is 60 s), as are slow headers, an idle connection
+    after its handshake and a slow body; headers over the cap are answered 431 over TLS."""
+    server = _start(servers, tls, header_timeout=1, keep_alive_timeout=1, body_timeout=1)
     stalled = _raw(server)
     assert _closed_within(stalled, 30) == b"", "a stalled handshake was not cut off"
 
@@ -113,7 +113,23 @@ def test_handshake_headers_and_idle_limits_hold_over_tls(
     big.sendall(head + b"a" * (HEADER_CAP + 1 - len(head)))
     answer = _closed_within(big, 30)
     assert answer is not None and answer.startswith(b"HTTP/1.1 431 "), answer
-    for sock in (stalled, slow, idle, big):
+
+    # A body that never completes is cut off after body_timeout, over TLS too.
+    agent = server.create_agent("slow")
+    path = f"/api/v1/workspaces/{server.workspace_id}/job-agents/{agent}/jobs"
+    body = _tls(server, tls)
+    body.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nX-API-Key: {server.api_key}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n[".encode()
+    )
+    closed = None
+    deadline = time.monotonic() + 30
+    while closed is None and time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            body.sendall(b" ")
+        closed = _closed_within(body, 0.2)
+    assert closed == b"", f"a slow body over TLS was not cut off: {closed!r}"
+    for sock in (stalled, slow, idle, big, body):
         sock.close()
 
 
