@@ -74,3 +74,4 @@ def test_list_claim_long_poll_and_run_over_tls(
         "CA with --ca-bundle PATH, JOBAGENTCTL_CA_BUNDLE, ca_bundle in the profile, or "
         "SSL_CERT_FILE"
     ]
+    assert server.stop() == 0, server.log()  # SIGTERM drains over TLS too
