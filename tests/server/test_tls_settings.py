@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import ssl
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from jobagentctl.server.settings import ServerSettings
 from jobagentctl.server.tls import exposure_warnings, is_loopback, server_context
 from tests.fixtures.live_server import LiveServerFactory
 from tests.fixtures.tls import make_tls_files
+from tests.fixtures.waiting import wait_until
 
 PLAINTEXT = "serving plain HTTP on"
 
@@ -97,3 +100,26 @@ def test_a_plaintext_bind_off_loopback_is_warned_about_once_at_start(tmp_path: P
     with LiveServerFactory(f"sqlite:///{tmp_path / 'plain.db'}", tmp_path) as servers:
         server = servers(host="0.0.0.0")
         assert server.log().count(PLAINTEXT) == 1, server.log()
+
+
+def test_sighup_serves_a_renewed_certificate_and_keeps_the_old_one_on_bad_files(
+    tmp_path: Path,
+) -> None:
+    old = make_tls_files(tmp_path / "old")
+    with LiveServerFactory(f"sqlite:///{tmp_path / 'tls.db'}", tmp_path) as servers:
+        server = servers(ca_bundle=old.ca, **old.settings())
+        assert server.proc is not None
+        renewed = make_tls_files(tmp_path / "new")  # another CA: only it trusts the new one
+        old.key.write_bytes(renewed.key.read_bytes())  # a key that is not the certificate's
+        server.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: "TLS certificate not reloaded" in server.log(), what="the refusal")
+        assert server.request("GET", "/healthz", api_key=None)[0] == 200  # the old one, served
+
+        old.cert.write_bytes(renewed.cert.read_bytes())
+        server.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: "TLS certificate reloaded" in server.log(), what="the reload")
+        server.ca_bundle = renewed.ca
+        assert server.request("GET", "/healthz", api_key=None)[0] == 200
+        server.ca_bundle = old.ca
+        with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+            server.request("GET", "/healthz", api_key=None)

@@ -7,8 +7,11 @@ finish, stop the reaper, close the store. The ready line on stderr is what tests
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
 import socket
+import ssl
 import sys
 from collections.abc import Callable
 from typing import Any, cast
@@ -27,7 +30,7 @@ from jobagentctl.server.connections import (
 from jobagentctl.server.service import JobService
 from jobagentctl.server.settings import ServerSettings, redact_url
 from jobagentctl.server.store import Store
-from jobagentctl.server.tls import exposure_warnings, server_context
+from jobagentctl.server.tls import exposure_warnings, reload_certificate, server_context
 
 __all__ = ["READY_LINE", "configure_logging", "event_loop_factory", "run_server", "serve"]
 
@@ -89,7 +92,9 @@ class _Server(uvicorn.Server):
         return self.config.host, self.config.port
 
 
-def _protocol_options(settings: ServerSettings) -> dict[str, Any]:
+def _protocol_options(
+    settings: ServerSettings, tls: ssl.SSLContext | None = None
+) -> dict[str, Any]:
     """The HTTP protocol with the connection limits (``connections.py``): httptools guarded by
     our subclass. Without httptools the server refuses to start: uvicorn's h11 protocol has no
     header or body timeout and no connection cap, so one slow client per descriptor would hold
@@ -119,10 +124,34 @@ def _protocol_options(settings: ServerSettings) -> dict[str, Any]:
         max_connections=cap,
         body_timeout=settings.body_timeout,
     )
-    context = None
-    if settings.tls_cert is not None and settings.tls_key is not None:
-        context = server_context(settings.tls_cert, settings.tls_key)
-    return {"http": guarded_protocol(limits, context), "backlog": BACKLOG}
+    return {"http": guarded_protocol(limits, tls), "backlog": BACKLOG}
+
+
+def _tls_context(settings: ServerSettings) -> ssl.SSLContext | None:
+    """The HTTPS context of ``tls_cert``/``tls_key``; None for plain HTTP."""
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    return server_context(settings.tls_cert, settings.tls_key)
+
+
+def _reload_on_hangup(context: ssl.SSLContext, settings: ServerSettings) -> None:
+    """SIGHUP serves the certificate and key files anew: a renewed certificate without a
+    restart. Files that do not work are logged, and the current certificate stays."""
+    assert settings.tls_cert is not None and settings.tls_key is not None
+    cert, key = settings.tls_cert, settings.tls_key
+
+    def reload() -> None:
+        try:
+            reload_certificate(context, cert, key)
+        except ConfigError as exc:
+            logger.warning("TLS certificate not reloaded (still serving the previous one): %s", exc)
+            return
+        logger.info("TLS certificate reloaded from %s", cert)
+        for warning in exposure_warnings(settings):
+            logger.warning("%s", warning)
+
+    with contextlib.suppress(NotImplementedError, RuntimeError):  # no signals here (Windows)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
 
 
 def _proxy_options(settings: ServerSettings) -> dict[str, Any]:
@@ -137,7 +166,8 @@ async def serve(settings: ServerSettings, store: Store | None = None) -> None:
     is closed by the app's lifespan."""
     for warning in exposure_warnings(settings):
         logger.warning("%s", warning)
-    protocol = _protocol_options(settings)  # refused before anything is opened
+    tls = _tls_context(settings)
+    protocol = _protocol_options(settings, tls)  # refused before anything is opened
     if store is None:
         from jobagentctl.server.store import open_store
 
@@ -167,7 +197,9 @@ async def serve(settings: ServerSettings, store: Store | None = None) -> None:
         **_proxy_options(settings),
         **protocol,
     )
-    server = _Server(config, app.state.service, tls=settings.tls)
+    server = _Server(config, app.state.service, tls=tls is not None)
+    if tls is not None:
+        _reload_on_hangup(tls, settings)
     logger.info(
         "starting: database %s (%s), lease %ss in [%s, %s], reap every %ss",
         redact_url(settings.database),

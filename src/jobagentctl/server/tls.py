@@ -1,5 +1,6 @@
-"""HTTPS for ``server start``: the TLS context from a certificate and key, and the warnings
-about how the server is exposed (a key file others can read, plaintext off loopback).
+"""HTTPS for ``server start``: the TLS context from a certificate and key (loaded again on
+SIGHUP), and the warnings about how the server is exposed (a key file others can read,
+plaintext off loopback).
 
 The handshake itself runs under the connection limits (``connections.py``): it counts against
 the connection cap and must finish within the header timeout.
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
     from jobagentctl.server.settings import ServerSettings
 
-__all__ = ["exposure_warnings", "is_loopback", "server_context"]
+__all__ = ["exposure_warnings", "is_loopback", "reload_certificate", "server_context"]
 
 
 def server_context(cert: Path, key: Path) -> ssl.SSLContext:
@@ -44,6 +45,14 @@ def server_context(cert: Path, key: Path) -> ssl.SSLContext:
     except OSError as exc:
         raise ConfigError(f"cannot read TLS certificate or key: {exc.strerror}") from None
     return context
+
+
+def reload_certificate(context: ssl.SSLContext, cert: Path, key: Path) -> None:
+    """Serve ``cert`` and ``key`` anew from ``context``: handshakes from now on use them, open
+    connections keep theirs. The pair is checked on a fresh context first, so files that do not
+    work (:class:`ConfigError`) leave the certificate being served in place."""
+    server_context(cert, key)
+    context.load_cert_chain(str(cert), str(key))
 
 
 def is_loopback(host: str) -> bool:
