@@ -234,6 +234,8 @@ def test_agents_commands(ctrlplane: CtrlplaneStandIn) -> None:
     assert listed.returncode == 0, listed.stderr
     [shown] = json.loads(listed.stdout)
     assert shown["id"] == agent and shown["workspaceId"] == ctrlplane.workspace_id
+    # The type ctrlplane's workspace-engine dispatches pull agents' jobs to.
+    assert shown["type"] == "http-pull"
     got = cp(ctrlplane, "agents", "get", agent, "-o", "json")
     assert got.returncode == 0 and json.loads(got.stdout)["name"] == "builder"
     assert cp(ctrlplane, "agents", "delete", agent).returncode == 0
