@@ -175,6 +175,9 @@ def test_claim_by_id(ctrlplane: CtrlplaneStandIn) -> None:
     assert ran.returncode == 0, ran.stderr
     assert json.loads(ran.stdout)["status"] == "inProgress"
     assert "granted no lease" in ran.stderr
+    # What happened (claimed by id), not what a claim of the next job would do.
+    assert "the job was claimed by id without a claim id or a lease" in ran.stderr
+    assert "list the agent's queued jobs" not in ran.stderr
     again = cp(ctrlplane, "claim", job, agent=agent)  # 409 without code: not claimable
     assert again.returncode == 6 and "not available to claim" in again.stderr
     missing = cp(ctrlplane, "claim", ctrlplane.seed_job(None), agent=agent)

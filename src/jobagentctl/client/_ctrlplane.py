@@ -51,6 +51,11 @@ _NO_LEASES = (
     "agent's queued jobs, claim one by id). Claims carry no claim id and no lease: heartbeats "
     "are unavailable, and a crash leaves the job inProgress until someone requeues it"
 )
+_NO_LEASE_BY_ID = (
+    "the server has no lease support ({why}): the job was claimed by id without a claim id or "
+    "a lease. Heartbeats are unavailable, and a crash leaves the job inProgress until someone "
+    "requeues it"
+)
 _NO_WAIT = (
     "the server has no claim long-poll ({why}): a cancel reaches the command at its next heartbeat"
 )
@@ -213,7 +218,7 @@ class V1Fallback:
         """Say once that the server grants no leases, when a claim asked for one in vain."""
         if claimed.claim_id is None and lease_seconds:
             why = "it granted no lease to a claim that asked for one"
-            self.warn_once("no-leases", _NO_LEASES.format(why=why))
+            self.warn_once("no-leases", _NO_LEASE_BY_ID.format(why=why))
 
     def claim_next_option(self, claim_next: ClaimNext | None) -> ClaimNext | None:
         """A status update's ``claimNext``, or None for a server known to be V1-only."""
