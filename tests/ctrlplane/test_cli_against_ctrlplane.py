@@ -270,11 +270,15 @@ def test_workspace_slug_from_flag_and_both_env_names(ctrlplane: CtrlplaneStandIn
 def test_run_claims_with_v1_runs_and_reports(ctrlplane: CtrlplaneStandIn) -> None:
     agent = ctrlplane.add_agent()
     job = ctrlplane.seed_job(agent, job_agent_config={"step": "build"})
-    proc = run_process(
-        ctrlplane, "run", "--", "sh", "-c", 'test -n "$JOBAGENTCTL_JOB_ID"', agent=agent
-    )
+    script = 'test -n "$JOBAGENTCTL_JOB_ID" && cat "$JOBAGENTCTL_JOB_FILE"'
+    proc = run_process(ctrlplane, "run", "--", "sh", "-c", script, agent=agent)
     assert proc.returncode == 0, proc.stderr
     assert ctrlplane.job(job).status == "successful"
+    # The job file hands the command ctrlplane's timestamps as it wrote them ("….389Z").
+    created = raw(ctrlplane, job)["createdAt"]
+    assert json.loads(proc.stdout.splitlines()[-1])["createdAt"] == created
+    tsv = cp(ctrlplane, "jobs", "get", job, "-o", "tsv")
+    assert f"\t{created}\t" in tsv.stdout  # so does -o tsv
     assert proc.stderr.count(NO_LEASES) == 1
     # No heartbeat was sent: the server has no route for it.
     assert not [p for m, p, _ in ctrlplane.requests() if p.endswith("/heartbeat")]
