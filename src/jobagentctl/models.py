@@ -241,12 +241,17 @@ T = TypeVar("T")
 
 
 class Page(WireModel, Generic[T]):
-    """A page of a paginated list: ``items``, and where it sits in the whole list."""
+    """A page of a paginated list: ``items``, and where it sits in the whole list.
+
+    ``next_cursor`` (job listings of our server): the ``cursor`` of the page after this one,
+    None on the last page; a server that pages only by offset (ctrlplane) does not send it.
+    """
 
     items: list[T]
     total: int
     limit: int
     offset: int
+    next_cursor: str | None = None
 
 
 class Workspace(WireModel):

@@ -249,13 +249,17 @@ class V1Fallback:
 
     # --- listing and updating jobs --------------------------------------------------------------
 
-    def jobs_of_status(self, status: str, limit: int, offset: int) -> Page[Job]:
+    def jobs_of_status(
+        self, status: str, limit: int, offset: int, cursor: str | None = None
+    ) -> Page[Job]:
         """A page of the workspace's jobs of one status, newest first. ctrlplane's ``GET /jobs``
         has no ``status`` parameter (its validator answers 400): then every job is read and
-        the page is a page of the matching ones."""
+        the page is a page of the matching ones (such a server gives no cursor)."""
         if not self._facts.no_status_filter:
             try:
-                return self.client.jobs_page(status=status, limit=limit, offset=offset)
+                return self.client.jobs_page(
+                    status=status, limit=limit, offset=offset, cursor=cursor
+                )
             except ValidationError as exc:
                 if "status" not in exc.message:
                     raise

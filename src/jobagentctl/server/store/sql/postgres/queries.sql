@@ -119,12 +119,18 @@ WHERE j.id = %(job_id)s AND j.workspace_id = %(workspace_id)s
   AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid)
 
 -- name: list_jobs
-SELECT j.*, count(*) OVER () AS total
-FROM job AS j
-WHERE j.workspace_id = %(workspace_id)s
-  AND (%(agent_id)s::uuid IS NULL OR j.job_agent_id = %(agent_id)s::uuid)
-  AND (%(statuses)s::text[] IS NULL OR j.status = ANY (%(statuses)s::text[]))
-ORDER BY j.created_at DESC, j.id DESC
+-- A keyset cursor (after_at, after_key: the last row of the previous page) starts the page
+-- after that row; total counts every matching job, before and after it.
+SELECT m.* FROM (
+    SELECT j.*, j.id AS list_key, count(*) OVER () AS total
+    FROM job AS j
+    WHERE j.workspace_id = %(workspace_id)s
+      AND (%(agent_id)s::uuid IS NULL OR j.job_agent_id = %(agent_id)s::uuid)
+      AND (%(statuses)s::text[] IS NULL OR j.status = ANY (%(statuses)s::text[]))
+) AS m
+WHERE %(after_at)s::timestamptz IS NULL
+   OR (m.created_at, m.list_key) < (%(after_at)s::timestamptz, %(after_key)s::uuid)
+ORDER BY m.created_at DESC, m.list_key DESC
 LIMIT %(limit)s OFFSET %(offset)s
 
 -- name: job_claim_state
