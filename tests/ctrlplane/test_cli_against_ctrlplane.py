@@ -211,8 +211,12 @@ def test_complete_reports_and_says_what_was_not_stored(ctrlplane: CtrlplaneStand
     assert "did not store the message, external id, metadata (links)" in ran.stderr
     plain = cp(ctrlplane, "complete", ctrlplane.seed_job(agent, "in_progress"), "-s", "successful")
     assert plain.returncode == 0 and "did not store" not in plain.stderr
-    gone = cp(ctrlplane, "complete", ctrlplane.seed_job(agent, release=False), "-s", "failure")
-    assert gone.returncode == 5  # ctrlplane's 404 for a job it cannot update
+    no_release = ctrlplane.seed_job(agent, release=False)
+    for args in (("complete", no_release, "-s", "failure"), ("jobs", "get", no_release)):
+        gone = cp(ctrlplane, *args)
+        assert gone.returncode == 5, gone.stderr  # ctrlplane's 404 for a job it cannot reach
+        assert f"(Job not found): job {no_release}." in gone.stderr
+        assert "also for a job that has no release" in gone.stderr
 
 
 def test_requeue_and_cancel_accept_any_transition(ctrlplane: CtrlplaneStandIn) -> None:

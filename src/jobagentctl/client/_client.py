@@ -228,7 +228,8 @@ class Client:
 
     def get_job(self, job_id: UUID) -> models.Job:
         """One job; :class:`NotFound` when it does not exist."""
-        return self._conn.call("GET", self._at(Routes.JOB, jobId=job_id), models.Job.from_wire)
+        with self._v1.job_by_id_answer(job_id):
+            return self._conn.call("GET", self._at(Routes.JOB, jobId=job_id), models.Job.from_wire)
 
     def create_job(
         self,
@@ -431,7 +432,8 @@ class Client:
         except (ValueError, PydanticValidationError) as exc:
             raise ConfigError(f"invalid status update: {exc}") from None
         path = self._at(Routes.JOB_STATUS, jobId=job_id)
-        accepted = self._conn.call("PUT", path, models.AcceptedResponse.from_wire, body=body)
+        with self._v1.job_by_id_answer(job_id):
+            accepted = self._conn.call("PUT", path, models.AcceptedResponse.from_wire, body=body)
         self._v1.check_stored(job_id, message, external_id, metadata)
         return accepted
 

@@ -214,6 +214,22 @@ class V1Fallback:
                 raise
             raise NotClaimable(exc.message, details=exc.details, status=exc.status) from exc
 
+    @contextmanager
+    def job_by_id_answer(self, job_id: UUID) -> Iterator[None]:
+        """Around a read or status update of one job: ctrlplane answers 404 ``{"message": "Job
+        not found"}`` also for a job it holds but cannot reach by id (one without a release):
+        say so, since the job may still be listed and claimable."""
+        try:
+            yield
+        except NotFound as exc:
+            if isinstance(exc.details, dict):  # ours, naming what was not found
+                raise
+            message = (
+                f"{exc.message}: job {job_id}. ctrlplane answers so also for a job that has no "
+                "release: such a job can be listed and claimed but not read or updated by id"
+            )
+            raise NotFound(message, details=exc.details, status=exc.status) from exc
+
     def check_lease(self, claimed: ClaimedJob, lease_seconds: int | None) -> None:
         """Say once that the server grants no leases, when a claim asked for one in vain."""
         if claimed.claim_id is None and lease_seconds:
