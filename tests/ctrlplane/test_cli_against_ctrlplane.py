@@ -7,11 +7,10 @@ still speak HTTP to the stand-in; `run` runs as a real process.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import Any
 
 from tests.ctrlplane.standin import CtrlplaneStandIn, Request
+from tests.fixtures.cli import run_cli
 from tests.integration.cli import Ran, env_for, jac
 
 NO_LEASES = "no lease support"
@@ -21,17 +20,9 @@ def cp(server: CtrlplaneStandIn, *args: str, agent: str | None = None, **env: st
     return jac(server, *args, agent=agent, env=env)  # type: ignore[arg-type]
 
 
-def run_process(
-    server: CtrlplaneStandIn, *args: str, agent: str, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jobagentctl", *args],
-        env=env_for(server, agent),  # type: ignore[arg-type]
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+def run_process(server: CtrlplaneStandIn, *args: str, agent: str, timeout: float = 120) -> Ran:
+    """``jobagentctl ARGS`` as a real process (the installed console script)."""
+    return run_cli(*args, env=env_for(server, agent), timeout=timeout)  # type: ignore[arg-type]
 
 
 def raw(server: CtrlplaneStandIn, job_id: str) -> dict[str, Any]:
