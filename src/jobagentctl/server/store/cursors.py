@@ -42,5 +42,5 @@ def decode_cursor(cursor: str, dialect: str) -> tuple[Any, Any]:
             return float(at), key
         datetime.fromisoformat(at)
         return at, str(UUID(key))
-    except (ValueError, TypeError, binascii.Error) as exc:
+    except (ValueError, TypeError, AttributeError, binascii.Error) as exc:
         raise ValidationError(_BAD_CURSOR, details={"cursor": cursor}) from exc
