@@ -56,6 +56,8 @@ _NO_LEASE_BY_ID = (
     "a lease. Heartbeats are unavailable, and a crash leaves the job inProgress until someone "
     "requeues it"
 )
+# What ctrlplane's job handlers answer (404) for a job they cannot find.
+_CTRLPLANE_NO_JOB = "Job not found"
 _NO_WAIT = (
     "the server has no claim long-poll ({why}): a cancel reaches the command at its next heartbeat"
 )
@@ -222,7 +224,9 @@ class V1Fallback:
         try:
             yield
         except NotFound as exc:
-            if isinstance(exc.details, dict):  # ours, naming what was not found
+            # ctrlplane's handler body {"message": "Job not found"} has no code: the client
+            # names the request and quotes it (ours carry a code and a message of their own).
+            if exc.details is not None or not exc.message.endswith(f"({_CTRLPLANE_NO_JOB})"):
                 raise
             message = (
                 f"{exc.message}: job {job_id}. ctrlplane answers so also for a job that has no "
