@@ -21,6 +21,6 @@ from jobagentctl.client._client import Client  # noqa: E402
 from jobagentctl.client._connection import USER_AGENT  # noqa: E402
 from jobagentctl.client._ctrlplane import MEMORY  # noqa: E402
 from jobagentctl.client._errors import translate  # noqa: E402
-from jobagentctl.client._pages import iter_pages  # noqa: E402
+from jobagentctl.client._pages import iter_cursor_pages, iter_pages  # noqa: E402
 
-__all__ = ["MEMORY", "USER_AGENT", "Client", "iter_pages", "translate"]
+__all__ = ["MEMORY", "USER_AGENT", "Client", "iter_cursor_pages", "iter_pages", "translate"]
