@@ -39,7 +39,8 @@ async def _read(api: Api, job_id: str, **params: Any) -> Any:
     return await api.call("GET", f"jobs/{job_id}/logs", params=params)
 
 
-async def test_append_then_read_keeps_bytes_exactly(api: Api) -> None:
+async def test_append_then_read_keeps_bytes_exactly(api_each_path: Api) -> None:
+    api = api_each_path
     job = await _claimed(api)
     raw = b"caf\xc3\xa9 \xff\xfe\x00 not utf-8\n"
     r = await _append(api, job, _chunk(b"hello\n"), _chunk(raw, "stderr"))
@@ -87,7 +88,8 @@ async def test_a_stale_claim_writes_nothing(api: Api) -> None:
         assert page["chunks"] == [] and page["nextSeq"] == 1
 
 
-async def test_bad_input(api: Api) -> None:
+async def test_bad_input(api_each_path: Api) -> None:
+    api = api_each_path
     job = await _claimed(api)
     r = await _append(api, job, _chunk(b"x" * (64 * 1024 + 1)))
     assert r.status_code == 413, r.text
