@@ -33,13 +33,14 @@ ROWS = {
     "recovery": 2,
     "cli": 6,  # --version, heartbeat, complete, claim -o env, list, Tab completion
     "supervision": 1,
+    "logs": 4,  # heartbeat p99, pickup, server CPU per chunk, database bytes per chunk
 }
 GROUPS = [
     ("ceilings",),
     ("scaleout", "growth"),
     ("cycles", "heartbeats", "reaper"),
     ("pickup", "recovery", "supervision"),
-    ("cli",),
+    ("cli", "logs"),
 ]
 
 
