@@ -496,8 +496,8 @@ class LogChunkIn(RequestModel):
     base64 (any bytes: output that is not UTF-8 is stored and read back exactly)."""
 
     stream: LogStream
-    at: datetime
-    data: str
+    at: datetime = Field(description="The agent's time of the chunk (RFC 3339)")
+    data: str = Field(description="The chunk's raw bytes, base64 (RFC 4648), at most 64 KiB")
 
     @classmethod
     def of(cls, stream: LogStream, at: datetime, raw: bytes) -> LogChunkIn:
@@ -531,11 +531,11 @@ class LogChunk(WireModel):
     """One stored chunk: ``seq`` (from 1 per attempt), ``offset`` (its first byte among every
     byte appended to the attempt), stream, the agent's time, and the bytes as base64."""
 
-    seq: int
-    offset: int
+    seq: int = Field(description="The chunk's number in its attempt's log, from 1")
+    offset: int = Field(description="Where its first byte sits among the attempt's bytes")
     stream: LogStream
-    at: datetime
-    data: str
+    at: datetime = Field(description="The agent's time of the chunk")
+    data: str = Field(description="The chunk's raw bytes, base64 (RFC 4648)")
 
     def raw(self) -> bytes:
         """The chunk's bytes; ``ValueError`` when ``data`` is not valid base64."""
