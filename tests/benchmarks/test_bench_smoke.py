@@ -31,9 +31,10 @@ ROWS = {
     "reaper": 1,
     "pickup": 2,
     "recovery": 2,
-    "cli": 6,  # --version, heartbeat, complete, claim -o env, list, Tab completion
+    "cli": 7,  # --version, heartbeat, complete, claim -o env, list, heartbeat over https, Tab
     "supervision": 1,
     "logs": 4,  # heartbeat p99, pickup, server CPU per chunk, database bytes per chunk
+    "fleet": 2,  # postgres and sqlite, 20 agents
 }
 GROUPS = [
     ("ceilings",),
@@ -41,6 +42,7 @@ GROUPS = [
     ("cycles", "heartbeats", "reaper"),
     ("pickup", "recovery", "supervision"),
     ("cli", "logs"),
+    ("fleet",),
 ]
 
 
