@@ -33,6 +33,7 @@ ROWS = {
     "recovery": 2,
     "cli": 7,  # --version, heartbeat, complete, claim -o env, list, heartbeat over https, Tab
     "supervision": 1,
+    "logs": 4,  # heartbeat p99, pickup, server CPU per chunk, database bytes per chunk
     "fleet": 2,  # postgres and sqlite, 20 agents
 }
 GROUPS = [
@@ -40,7 +41,7 @@ GROUPS = [
     ("scaleout", "growth"),
     ("cycles", "heartbeats", "reaper"),
     ("pickup", "recovery", "supervision"),
-    ("cli",),
+    ("cli", "logs"),
     ("fleet",),
 ]
 

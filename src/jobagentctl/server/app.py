@@ -1,7 +1,7 @@
 """The server's ASGI app: the store, the lease service, the reaper and the HTTP edge, wired.
 
 Every request enters through ``edge.Edge`` (admission: key, body limit, JSON depth; response
-step: metric and 5xx log); the four hot endpoints may then be answered by the fast path
+step: metric and 5xx log); the hot endpoints may then be answered by the fast path
 (``fastpath.py``) before the framework's routing runs. The endpoints themselves are declared
 and implemented once in ``operations.py``; ``routing.py`` routes the framework to them,
 ``failures.py`` answers every error as ``{message, code, details}``, ``openapi.py`` completes
@@ -72,6 +72,7 @@ def create_app(settings: ServerSettings | None = None, store: Store | None = Non
         batch_size=settings.reap_batch_size,
         max_reclaims=settings.max_reclaims,
         metrics=metrics,
+        log_retention=settings.log_retention,
     )
     app = JobAgentApp(
         title="jobagentctl",
