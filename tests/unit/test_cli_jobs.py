@@ -274,6 +274,7 @@ def test_heartbeat_claim_lost_is_6(cli: Cli, mock_api: respx.MockRouter) -> None
         "message": "claim expired and was reaped",
         "status": 409,
         "exitCode": 6,
+        "details": {"jobStatus": "queued"},
     }
 
 
