@@ -117,7 +117,7 @@ def inspect_claims(
         raise UsageError("--watch draws a live table: it needs a terminal and -o table")
     if watch and not 0 < every < float("inf"):
         raise UsageError("--interval must be a finite duration above 0")
-    agent = state.settings.agent
+    agent = state.agent_filter()
     title = f"claims ({state_filter})" + (f" of agent {agent}" if agent else "")
     with state.client() as client:
         snapshot = partial(_snapshot, client, agent, state_filter, stale)

@@ -77,7 +77,12 @@ GLOBAL_OPTIONS: tuple[tuple[GlobalOption, Callable[[AppState, Any], None]], ...]
         GlobalOption("g_workspace", ("--workspace",), str | None, "Workspace id or slug.", "ID"),
         _flag("workspace"),
     ),
-    (GlobalOption("g_agent", ("--agent",), str | None, "Job agent id.", "ID"), _flag("agent")),
+    (
+        GlobalOption(
+            "g_agent", ("--agent",), str | None, "Job agent id, or its name if unique.", "ID"
+        ),
+        _flag("agent"),
+    ),
     (
         GlobalOption(
             "g_profile", ("--profile",), str | None, "Profile of the config file to use.", "NAME"

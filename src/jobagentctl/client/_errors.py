@@ -69,6 +69,12 @@ def _from_status(response: httpx.Response, *, v2_route: bool) -> JobAgentError:
             f"unexpected redirect ({status}) from {where} to {location}: check --url",
             status=status,
         )
+    generic = body.message if body is not None else fallback
+    if status == 404 and (generic is None or generic.strip(" .").lower() == "not found"):
+        # A 404 that names nothing: the route itself is unknown here, most often because the
+        # base URL has a path of its own (`--url http://host/v2`).
+        details = body.details if body is not None else None
+        return NotFound(_unknown_route(where, request.url.path), details=details, status=404)
     cls = error_for_code(body.code if body is not None else None, status)
     if cls is ProtocolError and status in _RETRY_LATER:
         cls = ServerUnavailable
@@ -78,6 +84,15 @@ def _from_status(response: httpx.Response, *, v2_route: bool) -> JobAgentError:
         return NotFound(f"not found: {where}" + (f" ({fallback})" if fallback else ""), status=404)
     message = fallback or response.reason_phrase or "error"
     return cls(f"HTTP {status} from {where}: {message}", status=status)
+
+
+def _unknown_route(where: str, path: str) -> str:
+    prefix = path.split("/api/", 1)[0] if "/api/" in path else ""
+    fix = f"remove {prefix!r} from it" if prefix else "is it this server's address, and the API's?"
+    return (
+        f"not found: {where}: the server has no such route: check --url (the server's base URL, "
+        f"with or without /api): {fix}"
+    )
 
 
 def translate(exc: Exception, *, v2_route: bool = False) -> JobAgentError:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import re
+from uuid import UUID
+
 import typer
 
 from jobagentctl.cli.context import get_state
 from jobagentctl.cli.server._common import database_option
 
-__all__ = ["register"]
+__all__ = ["register", "workspace_reference"]
 
 
 def create_key(
     ctx: typer.Context,
-    workspace: str = typer.Option(..., "--workspace", help="Workspace id."),
+    workspace: str = typer.Option(..., "--workspace", help="Workspace id or slug."),
     agent: str | None = typer.Option(
         None, "--agent", help="Job agent id: the key may then act only for this agent."
     ),
@@ -28,10 +31,10 @@ def create_key(
     from jobagentctl.server import admin
 
     state = get_state(ctx)
-    workspace_id = uuid_arg(workspace, "--workspace")
+    workspace_ref = workspace_reference(workspace)
     agent_id = uuid_arg(agent, "--agent") if agent is not None else None
     settings = server_settings(database=database)
-    created = run_async(lambda: admin.create_key(settings.database, workspace_id, agent_id))
+    created = run_async(lambda: admin.create_key(settings.database, workspace_ref, agent_id))
     output.emit(
         state,
         "key-created",
@@ -43,6 +46,23 @@ def create_key(
         },
     )
     output.notice("The API key is shown only once: store it now.")
+
+
+def workspace_reference(value: str) -> UUID | str:
+    """``--workspace`` as a UUID or a slug (as every other command takes it); a usage error
+    (exit 2) for anything that can be neither."""
+    from jobagentctl.errors import UsageError
+    from jobagentctl.models import SLUG_PATTERN, Workspace
+
+    reference = Workspace.reference(value.strip())
+    if reference is None or (
+        isinstance(reference, str) and not re.fullmatch(SLUG_PATTERN, reference)
+    ):
+        raise UsageError(
+            f"--workspace {value!r}: not a workspace id nor a slug (3-50 lowercase letters, "
+            "digits and '-')"
+        )
+    return reference
 
 
 def register(app: typer.Typer) -> None:

@@ -383,3 +383,7 @@ SELECT
        AND NOT EXISTS (SELECT 1 FROM job_claim AS c WHERE c.job_id = j.id)) AS unleased,
     COALESCE((SELECT (julianday('now') - 2440587.5) * 86400.0 - MIN(claimed_at) FROM job_claim),
              0.0) AS oldest_age_seconds
+
+-- name: api_key_revoked
+-- Whether the key of that id is revoked (no row: there is no such key).
+SELECT revoked_at IS NOT NULL AS revoked FROM api_key WHERE id = :id
