@@ -39,8 +39,11 @@ def list_jobs(
                 iter_pages(lambda n, off: client.list_jobs(status=wanted, limit=n, offset=off))
             )
         else:
-            jobs = client.list_jobs(status=wanted, limit=limit).items
+            page = client.list_jobs(status=wanted, limit=limit)
+            jobs, total = page.items, page.total
     output.emit(state, "job", jobs, title=f"jobs ({status})")
+    if not all_pages:
+        output.more_hint(state, len(jobs), total)
 
 
 @jobs_app.command("get")

@@ -45,8 +45,7 @@ def list_jobs(
             page = client.list_agent_jobs(agent, status=wanted, limit=limit)
             jobs, total = page.items, page.total
     output.emit(state, "job", jobs, title=f"{len(jobs)} of {total} jobs ({status})")
-    if not all_pages and total > len(jobs):
-        output.info(state, f"showing {len(jobs)} of {total}; use --all-pages for the rest")
+    output.more_hint(state, len(jobs), total)
 
 
 def register(app: typer.Typer) -> None:

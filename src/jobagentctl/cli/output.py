@@ -45,6 +45,7 @@ __all__ = [
     "emit_accepted",
     "emit_env",
     "info",
+    "more_hint",
     "notice",
     "relative",
     "render_table",
@@ -264,6 +265,13 @@ def emit(
         raise UsageError(f"-o {state.output} is not available for this command")
 
 
+def more_hint(state: AppState, shown: int, total: int) -> None:
+    """``50 of 10,000 (use --all-pages or --limit)`` on stderr when one page holds less than
+    the whole list and a person is reading (a table, or stderr on a terminal); not with -q."""
+    if total > shown and (state.output == "table" or context.stderr_is_tty()):
+        info(state, f"{shown:,} of {total:,} (use --all-pages or --limit)")
+
+
 def emit_accepted(state: AppState, accepted: BaseModel, confirmation: str) -> None:
     """A 202 ``{id, message}``: a confirmation on stderr on a TTY, the object otherwise."""
     if state.output == "table":
@@ -302,6 +310,9 @@ def _styled(state: AppState, text: str) -> Any:
     return Text(text, style=style or "")
 
 
+_NEVER_CUT = frozenset({"state", "status"})
+
+
 def _list_table(
     state: AppState, view: View, rows: Sequence[Mapping[str, Any]], *, title: str | None
 ) -> RenderableType:
@@ -310,14 +321,23 @@ def _list_table(
 
     now = datetime.now(UTC)
     table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False)
-    for column in view.columns:
-        table.add_column(column.header, no_wrap=column.key in ("id", "jobId"))
-    for row in rows:
-        cells = []
-        for column in view.columns:
-            text = _table_cell(column, row.get(column.key), now)
-            cells.append(_styled(state, text) if column.key in ("state", "status") else text)
-        table.add_row(*cells)
+    texts = [[_table_cell(c, row.get(c.key), now) for c in view.columns] for row in rows]
+    for index, column in enumerate(view.columns):
+        # A state or status is never cut (`qu…` says nothing): the other columns give way.
+        whole = column.key in _NEVER_CUT
+        widest = max((len(cells[index]) for cells in texts), default=0)
+        table.add_column(
+            column.header,
+            no_wrap=whole or column.key in ("id", "jobId"),
+            min_width=max(widest, len(column.header)) if whole else None,
+        )
+    for cells in texts:
+        table.add_row(
+            *(
+                _styled(state, text) if column.key in _NEVER_CUT else text
+                for column, text in zip(view.columns, cells, strict=True)
+            )
+        )
     if not rows:
         table.caption = "(none)"
     return table
