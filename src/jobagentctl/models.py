@@ -43,6 +43,7 @@ __all__ = [
     "LEASE_SECONDS_ENV",
     "MAX_CLAIM_BATCH",
     "SLUG_PATTERN",
+    "STALE_MARK",
     "STOP_REASON_FILE_ENV",
     "TERMINAL_STATUSES",
     "URL_ENV",
@@ -69,6 +70,7 @@ __all__ = [
     "Page",
     "UpdateJobStatusRequest",
     "UpsertJobAgentRequest",
+    "UrgentClaims",
     "WireModel",
     "Workspace",
     "heartbeat_interval",
@@ -456,3 +458,20 @@ class CreateJobRequest(RequestModel):
     job_agent_config: dict[str, Any] | None = None
     dispatch_context: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
+
+
+# The mark of an active claim silent for longer than a caller's threshold (``staleAfter``,
+# ``--stale-after``): not a claim state of the server, a judgement of the caller's.
+STALE_MARK = "stale"
+
+
+class UrgentClaims(WireModel):
+    """``GET …/job-claims/urgent``: at most ``limit`` claims, most urgent first (expired;
+    unleased or stale; then nearest expiry), and how many claims there are of each mark (a
+    claim state, or ``stale``; marks with no claim are left out), ``total`` in all: what a live
+    view of thousands of claims needs, in one request."""
+
+    items: list[JobClaim]
+    counts: dict[str, int]
+    total: int
+    limit: int

@@ -35,6 +35,7 @@ class Routes:
     ATTEMPTS = f"{_WS}/jobs/{{jobId}}/attempts"
     CLAIMS = f"{_WS}/job-claims"
     JOB_WAIT = f"{_WS}/jobs/{{jobId}}/wait"
+    CLAIMS_URGENT = f"{_WS}/job-claims/urgent"
 
     @staticmethod
     def path(template: str, **parts: object) -> str:
