@@ -15,7 +15,7 @@ import typer
 
 from jobagentctl.cli import context
 from jobagentctl.cli.context import get_state
-from jobagentctl.errors import StuckClaims, UsageError
+from jobagentctl.errors import JobAgentError, StuckClaims, UsageError
 from jobagentctl.models import ClaimState
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ def inspect_claims(
     with state.client() as client:
         snapshot = partial(_snapshot, client, agent, state_filter, stale)
         if watch:
-            stuck = _watch(state, snapshot, title, every, stop_when_stuck=fail_if_stuck)
+            stuck = _watch(state, client, agent, state_filter, stale, every, fail_if_stuck)
         else:
             claims, overrides, stuck = snapshot()
             output.emit(state, "claim", claims, overrides=overrides, title=title)
@@ -151,26 +151,46 @@ def _snapshot(
 
 def _watch(
     state: AppState,
-    snapshot: Callable[[], Snapshot],
-    title: str,
+    client: Client,
+    agent: UUID | None,
+    state_filter: str,
+    stale: float | None,
     interval: float,
-    *,
     stop_when_stuck: bool,
 ) -> int:
-    """Redraw the claims every ``interval`` (until Ctrl-C, or a stuck claim when asked to
-    stop then); the number of stuck claims last seen."""
-    from jobagentctl.cli import output
+    """Redraw the most urgent claims every ``interval`` (until Ctrl-C, or a stuck claim when
+    asked to stop then), through server outages; the number of stuck claims last seen."""
+    from jobagentctl.cli import claims_watch, output
 
-    seen_stuck = 0
+    ranked = True
+    names: list[Callable[[UUID], str] | None] = []  # the agents' names, once read
 
-    def frame() -> tuple[Any, bool]:
-        nonlocal seen_stuck
-        claims, overrides, seen_stuck = snapshot()
-        table = output.claims_table(state, claims, overrides, title)
-        return table, stop_when_stuck and seen_stuck > 0
+    def read(limit: int) -> claims_watch.Claims:
+        nonlocal ranked
+        options: dict[str, Any] = {"agent": agent, "state": state_filter, "stale_after": stale}
+        try:
+            claims = claims_watch.fetch_claims(client, **options, limit=limit, ranked=ranked)
+        except JobAgentError as exc:
+            if not (ranked and claims_watch.route_missing(exc)):
+                raise
+            # A server older than the ranked route: every claim is read, and ranked here.
+            ranked = False
+            claims = claims_watch.fetch_claims(client, **options, limit=limit, ranked=False)
+        if not names:
+            names.append(claims_watch.agent_names(client))
+        return claims
 
-    output.watch(state, frame, interval=interval, sleep=sleep)
-    return seen_stuck
+    def agent_label(agent_id: UUID) -> str | None:
+        return names[0](agent_id) if names and names[0] else None
+
+    watch = claims_watch.ClaimsWatch(read, interval, stale, agents=agent_label)
+
+    def frame(width: int, height: int) -> tuple[list[claims_watch.Line], bool]:
+        lines = watch.frame(width, height)
+        return lines, stop_when_stuck and watch.stuck > 0
+
+    output.live(state, frame, interval=interval, sleep=sleep)
+    return watch.stuck
 
 
 def register(app: typer.Typer) -> None:

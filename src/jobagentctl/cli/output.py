@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shlex
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
     from rich.console import Console, RenderableType
 
+    from jobagentctl.cli.claims_watch import Line
     from jobagentctl.cli.context import AppState
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "emit_accepted",
     "emit_env",
     "info",
+    "live",
     "more_hint",
     "notice",
     "relative",
@@ -53,7 +56,6 @@ __all__ = [
     "spinner",
     "to_jsonable",
     "warn",
-    "watch",
 ]
 
 # States shown in colour on a TTY (never when NO_COLOR / --no-color).
@@ -382,28 +384,45 @@ def spinner(state: AppState, text: str, *, enabled: bool = True) -> Iterator[Non
         yield
 
 
-def watch(
+def live(
     state: AppState,
-    frame: Callable[[], tuple[RenderableType | None, bool]],
+    frame: Callable[[int, int], tuple[Sequence[Line], bool]],
     *,
     interval: float,
     sleep: Callable[[float], None],
 ) -> None:
-    """Redraw ``frame()`` live every ``interval`` until it says stop (its second value)."""
+    """Redraw ``frame(width, height)`` (lines that fit the terminal, as it is sized at each
+    redraw) every ``interval`` until it says stop (its second value); a line's mark is
+    coloured as its state."""
     from rich.live import Live
+    from rich.text import Text
 
-    renderable, stop = frame()
-    with Live(
-        renderable or "", console=_console(state), auto_refresh=False, transient=False
-    ) as live:
+    console = _console(state)
+
+    def draw() -> tuple[Text, bool]:
+        try:
+            # The terminal as it is now (resized panes included), not COLUMNS/LINES, which a
+            # shell may have exported once.
+            real = os.get_terminal_size(sys.stdout.fileno())
+            console.size = (real.columns, real.lines)
+        except (OSError, ValueError):
+            pass
+        width, height = console.size
+        lines, stop = frame(width, height)
+        text = Text(no_wrap=True, overflow="crop", end="")
+        for index, line in enumerate(lines):
+            if index:
+                text.append("\n")
+            start = len(text)
+            text.append(line.text)
+            style = STATE_STYLES.get(line.mark) if line.mark and state.color else None
+            if style:
+                text.stylize(style, start + line.mark_at[0], start + line.mark_at[1])
+        return text, stop
+
+    renderable, stop = draw()
+    with Live(renderable, console=console, auto_refresh=False, transient=False) as shown:
         while not stop:
             sleep(interval)
-            renderable, stop = frame()
-            live.update(renderable or "", refresh=True)
-
-
-def claims_table(
-    state: AppState, claims: Sequence[BaseModel], overrides: Sequence[Mapping[str, Any]], title: str
-) -> RenderableType:
-    """The inspect-claims table, for :func:`watch`."""
-    return _list_table(state, VIEWS["claim"], _rows(claims, overrides), title=title)
+            renderable, stop = draw()
+            shown.update(renderable, refresh=True)

@@ -437,6 +437,29 @@ class Client:
             "GET", path, models.Page[models.JobClaim].from_wire, params=params, v2_route=True
         )
 
+    def urgent_claims(
+        self,
+        *,
+        agent_id: UUID | None = None,
+        state: ClaimState | str = ClaimState.ALL,
+        stale_after: float | None = None,
+        limit: int = 50,
+    ) -> models.UrgentClaims:
+        """The ``limit`` most urgent claims (expired, unleased or silent for ``stale_after``
+        seconds, then nearest expiry) and the count of each kind; a server without the route
+        (older than 0.4) answers :class:`LeaseUnsupported` or a :class:`NotFound` without
+        details."""
+        params = {
+            "jobAgentId": agent_id,
+            "state": ClaimState(state).value,
+            "staleAfter": stale_after,
+            "limit": limit,
+        }
+        path = self._at(Routes.CLAIMS_URGENT)
+        return self._conn.call(
+            "GET", path, models.UrgentClaims.from_wire, params=params, v2_route=True
+        )
+
     def list_attempts(self, job_id: UUID) -> list[models.JobAttempt]:
         """Every attempt (claim) of the job, oldest first."""
         path = self._at(Routes.ATTEMPTS, jobId=job_id)
