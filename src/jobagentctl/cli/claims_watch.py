@@ -232,7 +232,8 @@ def summary(claims: Claims, shown: int, now: datetime, width: int) -> str:
     """``3,051 claims: 12 expired, 3 stale, 3,036 active · 3,031 not shown`` and the time."""
     marks = sorted(claims.counts, key=lambda m: MARK_ORDER.index(m) if m in MARK_ORDER else 0.5)
     parts = [f"{claims.counts[m]:,} {m}" for m in marks if claims.counts[m]]
-    text = f"{claims.total:,} claims" + (f": {', '.join(parts)}" if parts else "")
+    noun = "claim" if claims.total == 1 else "claims"
+    text = f"{claims.total:,} {noun}" + (f": {', '.join(parts)}" if parts else "")
     hidden = claims.total - shown
     if hidden > 0:
         text += f" · {hidden:,} not shown"
