@@ -3,6 +3,7 @@ claims, and a server restart under the watch (``tmux capture-pane`` reads the sc
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import sqlite3
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.docs.recipes import block
 from tests.fixtures.cli import cli_command
 from tests.fixtures.databases import sqlite_path
 from tests.fixtures.live_server import LiveServer, LiveServerFactory
@@ -161,12 +163,32 @@ def check_frame(lines: list[str], size: tuple[int, int]) -> None:
     assert len(set(jobs)) == len(jobs) and all(7 <= len(job) < 32 for job in jobs)
     assert all(row["AGENT"].startswith("builder-") for row in rows)
     header = list(rows[0])
+    if size == DOCUMENTED:
+        same_as_the_docs(lines)
     if width == 80:
         # Columns gave way, in their order; the state and the id never.
         assert header[:4] == ["STATE", "JOB", "EXPIRES", "AGENT"]
         assert "CLAIM" not in header
     else:
         assert header[-1] == "CLAIM"
+
+
+# The pane of the frame docs/operators.md shows, and the columns that do not depend on time.
+DOCUMENTED = (80, 24)
+TIMELESS = ("STATE", "AGENT", "ATT", "LEASE")
+
+
+def same_as_the_docs(lines: list[str]) -> None:
+    """The frame docs/operators.md shows ("Watching claims", drawn from the same claims) is
+    this one, but for ids and times."""
+    documented = block("docs/operators.md › Watching claims").text.rstrip("\n").split("\n")
+    assert len(documented) == len(lines) == DOCUMENTED[1]
+    assert max(len(line) for line in documented) <= DOCUMENTED[0]
+    clock = re.compile(r"\s+\d\d:\d\d:\d\d$")
+    assert clock.sub("", documented[0]) == clock.sub("", lines[0])
+    assert documented[1] == lines[1]
+    timeless = [[row[name] for name in TIMELESS] for row in table_of(lines)]
+    assert [[row[name] for name in TIMELESS] for row in table_of(documented)] == timeless
 
 
 def test_the_watch_at_80x24_and_200x50_through_a_restart(
