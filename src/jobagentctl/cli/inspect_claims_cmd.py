@@ -61,7 +61,12 @@ def display_states(
 
 StateFlag = Annotated[
     str,
-    typer.Option("--state", metavar="STATE", help=f"{', '.join(STATES[:-1])} or {STATES[-1]}."),
+    typer.Option(
+        "--state",
+        metavar="STATE",
+        help=f"{', '.join(STATES[:-1])} or {STATES[-1]}.",
+        autocompletion=lambda incomplete: [s for s in STATES if s.startswith(incomplete)],
+    ),
 ]
 StaleAfterFlag = Annotated[
     str | None,
