@@ -140,6 +140,7 @@ def test_claim_limit_claims_a_batch_in_one_request(cli: Cli, mock_api: respx.Moc
     )
     result = cli("claim", "--limit", "5", "--json")
     assert result.exit_code == 0, result.stderr
+    assert "ignored" not in result.stderr
     assert body(route) == {"leaseSeconds": 60, "waitSeconds": 0.0, "limit": 5}
     assert [j["claimId"] for j in json.loads(result.stdout)] == [str(CLAIM), second["claimId"]]
     piped = cli("claim", "--limit", "2")
@@ -156,6 +157,10 @@ def test_claim_limit_from_a_server_that_does_not_batch(
     result = cli("claim", "--limit", "3", "--json")
     assert result.exit_code == 0
     assert [j["claimId"] for j in json.loads(result.stdout)] == [str(CLAIM)]
+    # Said once on stderr: the server took the request without the limit the user set.
+    assert "the server ignored the claim's limit of 3" in result.stderr
+    again = cli("claim", "--limit", "3", "--json")
+    assert "ignored" not in again.stderr
 
 
 @pytest.mark.parametrize(
