@@ -28,6 +28,7 @@ __all__ = [
     "Line",
     "agent_names",
     "fetch_claims",
+    "mark_of",
     "rank",
     "render",
     "route_missing",

@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from jobagentctl.cli import context
+from jobagentctl.cli.claims_watch import mark_of
 from jobagentctl.cli.context import get_state
 from jobagentctl.errors import JobAgentError, StuckClaims, UsageError
-from jobagentctl.models import ClaimState
+from jobagentctl.models import STALE_MARK, ClaimState
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -30,7 +31,7 @@ __all__ = ["STALE", "STATES", "display_states", "register"]
 # The --state filter values (the row states, then `all`), in the order the help lists them.
 STATES: tuple[str, ...] = tuple(state.value for state in ClaimState)
 # Not a claim state: the display mark of an active claim silent for longer than --stale-after.
-STALE = "stale"
+STALE = STALE_MARK
 STUCK = frozenset({ClaimState.EXPIRED.value, ClaimState.UNLEASED.value, STALE})
 # The pause between --watch redraws (tests replace it).
 sleep = time.sleep
@@ -39,24 +40,13 @@ sleep = time.sleep
 def display_states(
     claims: Sequence[JobClaim], stale_after: float | None, now: datetime
 ) -> list[str]:
-    """Each claim's state, with active claims silent for longer than ``stale_after`` as stale.
+    """Each claim's state, with active claims silent for longer than ``stale_after`` as stale
+    (the watch's marks: :func:`~jobagentctl.cli.claims_watch.mark_of`).
 
     Ages are measured against this machine's clock; the server's own expiry uses the database
     clock, so a skewed client clock only moves the ``stale`` mark, never the lease.
     """
-    states = []
-    for claim in claims:
-        state: str = claim.state
-        last = claim.last_heartbeat_at or claim.claimed_at
-        if (
-            stale_after is not None
-            and state == ClaimState.ACTIVE
-            and last is not None
-            and now - last > timedelta(seconds=stale_after)
-        ):
-            state = STALE
-        states.append(state)
-    return states
+    return [mark_of(claim, stale_after, now) for claim in claims]
 
 
 StateFlag = Annotated[
