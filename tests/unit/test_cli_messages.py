@@ -100,3 +100,13 @@ def test_a_missing_job_keeps_its_own_message(cli: Cli, mock_api: respx.MockRoute
     result = cli("jobs", "get", str(wire.JOB))
     assert result.exit_code == 5
     assert "error: job not found" in result.stderr
+
+
+def test_a_bare_not_found_names_both_causes(cli: Cli, mock_api: respx.MockRouter) -> None:
+    """Our server answers a bare "not found" to an agent key on a workspace-only route too."""
+    mock_api.get(f"{WS}/job-agents").respond(
+        404, json={"message": "not found", "code": "NOT_FOUND", "details": None}
+    )
+    result = cli("agents", "list")
+    assert result.exit_code == 5
+    assert "no such route on this server, or not one this API key may use" in result.stderr

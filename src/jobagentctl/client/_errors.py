@@ -88,10 +88,16 @@ def _from_status(response: httpx.Response, *, v2_route: bool) -> JobAgentError:
 
 def _unknown_route(where: str, path: str) -> str:
     prefix = path.split("/api/", 1)[0] if "/api/" in path else ""
-    fix = f"remove {prefix!r} from it" if prefix else "is it this server's address, and the API's?"
+    if prefix:
+        return (
+            f"not found: {where}: the server has no such route: check --url (the server's base "
+            f"URL, with or without /api): remove {prefix!r} from it"
+        )
+    # Our server also answers a bare "not found" to a key outside its scope (an agent key on a
+    # workspace-only route): both causes are named.
     return (
-        f"not found: {where}: the server has no such route: check --url (the server's base URL, "
-        f"with or without /api): {fix}"
+        f"not found: {where}: no such route on this server, or not one this API key may use "
+        "(check --url, and use a workspace key)"
     )
 
 
