@@ -89,11 +89,11 @@ def test_stale_and_unknown_kinds_rank_after_expired_and_before_active() -> None:
     assert ranked == [expired, silent, quiet]
     frame = render(claims_of(*ranked), 120, width=80, height=10, now=NOW)
     assert [line.mark for line in frame[2:]] == ["expired", "stale", "active"]
-    # A kind a newer server counts (say "quiet") is named and counts as stuck.
-    counts = Claims([], {"active": 2, "quiet": 1, "expired": 1}, NOW)
-    assert counts.stuck == 2
+    # A kind a newer server counts (say "held") is named and ranked, not counted as stuck.
+    counts = Claims([], {"active": 2, "held": 1, "expired": 1}, NOW)
+    assert counts.stuck == 1
     assert render(counts, None, width=80, height=5, now=NOW)[0].text.startswith(
-        "4 claims: 1 expired, 1 quiet, 2 active"
+        "4 claims: 1 expired, 1 held, 2 active"
     )
 
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from jobagentctl.models import JobClaim
 
 __all__ = [
+    "STUCK_MARKS",
     "Claims",
     "ClaimsWatch",
     "Line",
@@ -45,6 +46,8 @@ MARK_ORDER: tuple[str, ...] = (
     STALE_MARK,
     ClaimState.ACTIVE.value,
 )
+# The marks --fail-if-stuck counts (the table's and the watch's).
+STUCK_MARKS = frozenset({ClaimState.EXPIRED.value, ClaimState.UNLEASED.value, STALE_MARK})
 # The shortest id shown (git's default abbreviation); longer when two ids of a frame share it.
 SHORT_ID = 7
 # Back-off while the server is unreachable: the pause doubles from --interval up to this.
@@ -52,7 +55,8 @@ MAX_BACKOFF = 30.0
 
 
 def mark_rank(mark: str) -> int:
-    """0 for expired, 1 for any other stuck (or unknown) mark, 2 for active."""
+    """0 for expired, 1 for any other mark (stuck, or a kind a newer server knows: worth a
+    look), 2 for active."""
     if mark == ClaimState.EXPIRED:
         return 0
     return 2 if mark == ClaimState.ACTIVE else 1
@@ -85,8 +89,8 @@ class Claims:
 
     @property
     def stuck(self) -> int:
-        """How many claims are expired, unleased, stale (or of a kind this CLI does not know)."""
-        return sum(n for mark, n in self.counts.items() if mark_rank(mark) < 2)
+        """How many claims are stuck (:data:`STUCK_MARKS`)."""
+        return sum(n for mark, n in self.counts.items() if mark in STUCK_MARKS)
 
 
 def mark_of(claim: JobClaim, stale_after: float | None, now: datetime) -> str:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from jobagentctl.cli import context
-from jobagentctl.cli.claims_watch import mark_of
+from jobagentctl.cli.claims_watch import STUCK_MARKS, mark_of
 from jobagentctl.cli.context import get_state
 from jobagentctl.errors import JobAgentError, StuckClaims, UsageError
 from jobagentctl.models import STALE_MARK, ClaimState
@@ -32,7 +32,7 @@ __all__ = ["STALE", "STATES", "display_states", "register"]
 STATES: tuple[str, ...] = tuple(state.value for state in ClaimState)
 # Not a claim state: the display mark of an active claim silent for longer than --stale-after.
 STALE = STALE_MARK
-STUCK = frozenset({ClaimState.EXPIRED.value, ClaimState.UNLEASED.value, STALE})
+STUCK = STUCK_MARKS
 # The pause between --watch redraws (tests replace it).
 sleep = time.sleep
 
