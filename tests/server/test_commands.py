@@ -89,6 +89,8 @@ def test_create_key_for_an_agent_and_unknown_ids(runner: CliRunner, database_url
     )
     assert "no workspace with slug 'no-such'" in missing.stderr
     run(runner, "create-key", "--workspace", "Not_A_Slug", "--database", database_url, code=2)
+    by_name = run(runner, "create-key", "--workspace", ws, "--agent", "builder", code=2)
+    assert "the agent's id: jobagentctl agents list" in by_name.stderr
     # The slug, as every other command takes it.
     by_slug = run(
         runner, "create-key", "--workspace", "default", "--json", "--database", database_url

@@ -28,11 +28,16 @@ def create_key(
     from jobagentctl.cli import output
     from jobagentctl.cli.params import uuid_arg
     from jobagentctl.cli.server._common import run_async, server_settings
+    from jobagentctl.errors import UsageError
     from jobagentctl.server import admin
 
     state = get_state(ctx)
     workspace_ref = workspace_reference(workspace)
-    agent_id = uuid_arg(agent, "--agent") if agent is not None else None
+    try:
+        agent_id = uuid_arg(agent, "--agent") if agent is not None else None
+    except UsageError as exc:
+        # A key is bound to the agent's id (names may repeat): say where to find it.
+        raise UsageError(f"{exc.message} (the agent's id: jobagentctl agents list)") from None
     settings = server_settings(database=database)
     created = run_async(lambda: admin.create_key(settings.database, workspace_ref, agent_id))
     output.emit(
