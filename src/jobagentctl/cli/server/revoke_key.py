@@ -18,7 +18,7 @@ def revoke_key(
     """Revoke an API key: requests with it get 401 within a few seconds (key cache TTL).
     Revoking a revoked key changes nothing and succeeds.
 
-    An operator addition. Example: jobagentctl server revoke-key KEY_ID
+    Example: jobagentctl server revoke-key KEY_ID
     """
     from jobagentctl.cli import output
     from jobagentctl.cli.params import uuid_arg
