@@ -47,6 +47,7 @@ __all__ = [
     "MAX_CLAIM_BATCH",
     "REDACT_SOCKET_ENV",
     "SLUG_PATTERN",
+    "STALE_MARK",
     "STOP_REASON_FILE_ENV",
     "TERMINAL_STATUSES",
     "URL_ENV",
@@ -79,6 +80,7 @@ __all__ = [
     "Page",
     "UpdateJobStatusRequest",
     "UpsertJobAgentRequest",
+    "UrgentClaims",
     "WireModel",
     "Workspace",
     "heartbeat_interval",
@@ -584,3 +586,20 @@ class LogPage(WireModel):
     ended: bool
     outcome: AttemptOutcome | None = None
     job_status: JobStatus
+
+
+# The mark of an active claim silent for longer than a caller's threshold (``staleAfter``,
+# ``--stale-after``): not a claim state of the server, a judgement of the caller's.
+STALE_MARK = "stale"
+
+
+class UrgentClaims(WireModel):
+    """``GET …/job-claims/urgent``: at most ``limit`` claims, most urgent first (expired;
+    unleased or stale; then nearest expiry), and how many claims there are of each mark (a
+    claim state, or ``stale``; marks with no claim are left out), ``total`` in all: what a live
+    view of thousands of claims needs, in one request."""
+
+    items: list[JobClaim]
+    counts: dict[str, int]
+    total: int
+    limit: int

@@ -36,6 +36,7 @@ class Routes:
     CLAIMS = f"{_WS}/job-claims"
     JOB_WAIT = f"{_WS}/jobs/{{jobId}}/wait"
     JOB_LOGS = f"{_WS}/jobs/{{jobId}}/logs"
+    CLAIMS_URGENT = f"{_WS}/job-claims/urgent"
 
     @staticmethod
     def path(template: str, **parts: object) -> str:

@@ -58,6 +58,7 @@ __all__ = [
     "job_context",
     "normalize_url",
     "parse_uuid",
+    "profile_hint",
     "validation_problems",
     "write_profile",
 ]
@@ -118,13 +119,16 @@ def _read_key_file(path: Path, origin: str) -> str:
     return key
 
 
-def _resolve_key_file(values: dict[str, Any], origin: str, base: Path | None = None) -> None:
-    """Replace ``api_key_file`` by the key it holds; both at one level is ambiguous."""
+def _resolve_key_file(
+    values: dict[str, Any], origin: str, base: Path | None = None, *, both: str | None = None
+) -> None:
+    """Replace ``api_key_file`` by the key it holds; both at one level is ambiguous (``both``
+    says so, naming the two settings)."""
     key_file = values.pop("api_key_file", None)
     if key_file in (None, ""):
         return
     if values.get("api_key") not in (None, ""):
-        raise ConfigError(f"{origin} sets both an API key and an API key file: keep one")
+        raise ConfigError(both or f"{origin} sets both an API key and an API key file: keep one")
     path = Path(str(key_file)).expanduser()
     if base is not None and not path.is_absolute():
         path = base / path
@@ -156,7 +160,11 @@ _ENV_FIELDS = {
 def _env_values() -> dict[str, Any]:
     """``JOBAGENTCTL_*`` variables; empty ones count as unset."""
     values = {name: value for name, env in _ENV_FIELDS.items() if (value := os.environ.get(env))}
-    _resolve_key_file(values, API_KEY_FILE_ENV)
+    _resolve_key_file(
+        values,
+        API_KEY_FILE_ENV,
+        both=f"{API_KEY_ENV} and {API_KEY_FILE_ENV} are both set: unset one of them",
+    )
     return values
 
 
@@ -168,6 +176,14 @@ def _ctrlplane_values() -> dict[str, Any]:
 def _profile_values(profile: str | None) -> dict[str, Any]:
     """The chosen ``[profiles.NAME]`` table of the TOML config file."""
     path = config_path()
+    if os.environ.get(CONFIG_ENV) and not path.is_file():
+        # Named on purpose: reading nothing would only surface later as "no server URL".
+        what = "is a directory" if path.is_dir() else "names no file"
+        raise ConfigError(
+            f"{CONFIG_ENV}={path} {what}: point it at the config file "
+            "(e.g. .../jobagentctl/config.toml; jobagentctl server init --write-config creates "
+            f"one) or unset {CONFIG_ENV}"
+        )
     if not path.is_file():
         if profile is not None:
             raise ConfigError(f"profile {profile!r} asked for, but {path} does not exist")
@@ -192,7 +208,12 @@ def _profile_values(profile: str | None) -> dict[str, Any]:
     if unknown:
         _warn(f"{path} [profiles.{name}]: unknown keys ignored: {', '.join(unknown)}")
     values = {k: v for k, v in table.items() if k in PROFILE_KEYS}
-    _resolve_key_file(values, f"{path} [profiles.{name}]", base=path.parent)
+    _resolve_key_file(
+        values,
+        f"{path} [profiles.{name}]",
+        base=path.parent,
+        both=f"{path} [profiles.{name}] sets both api_key and api_key_file: keep one",
+    )
     if isinstance(values.get("ca_bundle"), str) and values["ca_bundle"]:
         # Relative to the config file, as api_key_file is.
         values["ca_bundle"] = path.parent / Path(values["ca_bundle"]).expanduser()
@@ -238,7 +259,8 @@ class ClientSettings(BaseModel):
     api_key: SecretStr | None = None
     # A UUID, or a slug that the client resolves with GET /v1/workspaces/slug/{slug} (as ctrlc).
     workspace: UUID | str | None = None
-    agent: UUID | None = None
+    # A UUID, or an agent's name that the CLI looks up (it must be unique in the workspace).
+    agent: UUID | str | None = None
     lease_seconds: int = Field(default=60, ge=0)
     timeout: float = Field(default=10.0, gt=0)
     profile: str | None = None
@@ -265,6 +287,17 @@ class ClientSettings(BaseModel):
                 "a workspace is a UUID or a slug (3-50 lowercase letters, digits and '-')"
             )
         return reference
+
+    @field_validator("agent", mode="before")
+    @classmethod
+    def _agent(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        try:
+            return UUID(text)
+        except ValueError:
+            return text or None
 
     @field_validator("ca_bundle", mode="before")
     @classmethod
@@ -318,6 +351,24 @@ class ClientSettings(BaseModel):
     def api_key_value(self) -> str | None:
         """The API key in clear, for the one place that sends it."""
         return self.api_key.get_secret_value() if self.api_key is not None else None
+
+
+def profile_hint(settings: ClientSettings) -> str:
+    """``"; or choose a profile of PATH: --profile ci"`` when the config file has profiles but
+    none applied (no ``--profile``, no ``default_profile``), else ``""``: for the messages that
+    say a setting is missing."""
+    path = config_path()
+    if settings.profile is not None or not path.is_file():
+        return ""
+    try:
+        profiles = tomllib.loads(path.read_text(encoding="utf-8")).get("profiles")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return ""
+    if not isinstance(profiles, dict) or not profiles:
+        return ""
+    names = sorted(profiles)
+    shown = " or ".join(f"--profile {name}" for name in names[:3])
+    return f"; or choose a profile of {path} ({shown}), or set default_profile in it"
 
 
 def validation_problems(exc: PydanticValidationError) -> str:

@@ -69,6 +69,10 @@ EXCLUDED: dict[str, str] = {
         "the libraries' owners (tests/test_layering.py holds it equal to the rules it enforces)"
     ),
     "docs/protocol.md › 1. The life of a job and its claim": "a mermaid diagram",
+    "docs/operators.md › Watching claims": (
+        "a captured 80x24 screen; tests/integration/test_watch_terminal.py compares it with the "
+        "frame it draws in tmux (summary, header, each row's state and agent)"
+    ),
     "docs/run.md › Lifecycle": "a text diagram",
     "docs/run.md › When `run` dies or freezes: the watchdog": "a text diagram",
     "docs/run.md › systemd: a long-running agent": (

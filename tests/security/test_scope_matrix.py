@@ -129,6 +129,10 @@ ENDPOINTS: dict[str, tuple[Call, dict[str, int]]] = {
         _request("GET", lambda w, c: "job-claims?limit=1000"),
         {WS: 200, OWN: 200, OTHER: 200},
     ),
+    "GET job-claims/urgent": (
+        _request("GET", lambda w, c: "job-claims/urgent?limit=1000&staleAfter=0"),
+        {WS: 200, OWN: 200, OTHER: 200},
+    ),
     "POST job-agents/{A}/jobs": (
         _request("POST", lambda w, c: f"job-agents/{w.agent_a}/jobs", {"metadata": {"k": "v"}}),
         {WS: 201},

@@ -60,7 +60,12 @@ def test_init_create_workspace_create_key_revoke_key(runner: CliRunner, database
 
     result = run(runner, "revoke-key", key["id"], "-o", "json", "--database", database_url)
     assert json.loads(result.stdout) == {"id": key["id"], "revoked": True}
-    run(runner, "revoke-key", str(uuid.uuid4()), "--database", database_url, code=5)
+    # Again: nothing to do, and said so (not "not found").
+    again = run(runner, "revoke-key", key["id"], "-o", "json", "--database", database_url)
+    assert json.loads(again.stdout) == {"id": key["id"], "revoked": True}
+    assert "already revoked" in again.stderr
+    unknown = run(runner, "revoke-key", str(uuid.uuid4()), "--database", database_url, code=5)
+    assert "check the key's id" in unknown.stderr
 
     # Only hashes are stored.
     rows = sql(database_url, "SELECT prefix, secret_hash FROM api_key")
@@ -79,7 +84,18 @@ def test_create_key_for_an_agent_and_unknown_ids(runner: CliRunner, database_url
     error = json.loads(result.stderr.strip().splitlines()[-1])["error"]
     assert error["code"] == "NOT_FOUND"
     assert error["exitCode"] == 5
-    run(runner, "create-key", "--workspace", "not-a-uuid", "--database", database_url, code=2)
+    missing = run(
+        runner, "create-key", "--workspace", "no-such", "--database", database_url, code=5
+    )
+    assert "no workspace with slug 'no-such'" in missing.stderr
+    run(runner, "create-key", "--workspace", "Not_A_Slug", "--database", database_url, code=2)
+    by_name = run(runner, "create-key", "--workspace", ws, "--agent", "builder", code=2)
+    assert "the agent's id: jobagentctl agents list" in by_name.stderr
+    # The slug, as every other command takes it.
+    by_slug = run(
+        runner, "create-key", "--workspace", "default", "--json", "--database", database_url
+    )
+    assert json.loads(by_slug.stdout)["workspaceId"] == ws
 
 
 def test_tsv_when_piped(runner: CliRunner, database_url: str) -> None:

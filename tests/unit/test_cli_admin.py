@@ -102,22 +102,57 @@ def test_watch_needs_a_terminal(cli: Cli) -> None:
     assert "needs a terminal" in result.stderr
 
 
+def urgent(*claims: dict[str, object], total: int | None = None) -> dict[str, object]:
+    """A ``job-claims/urgent`` answer: these claims, counted by state."""
+    counts: dict[str, int] = {}
+    for claim in claims:
+        counts[str(claim["state"])] = counts.get(str(claim["state"]), 0) + 1
+    if total is not None:
+        counts["active"] = counts.get("active", 0) + total - len(claims)
+    return {"items": list(claims), "counts": counts, "total": sum(counts.values()), "limit": 50}
+
+
 def test_watch_redraws_until_stuck(cli: Cli, mock_api: respx.MockRouter) -> None:
-    route = mock_api.get(f"{WS}/job-claims")
+    mock_api.get(f"{WS}/job-agents").respond(200, json=wire.page([wire.agent()]))
+    route = mock_api.get(f"{WS}/job-claims/urgent")
     route.side_effect = [
-        respx.MockResponse(200, json=wire.page([FRESH])),
-        respx.MockResponse(200, json=wire.page([FRESH, EXPIRED])),
+        respx.MockResponse(200, json=urgent(FRESH)),
+        respx.MockResponse(200, json=urgent(EXPIRED, FRESH, total=5000)),
     ]
-    result = cli("inspect-claims", "--watch", "--interval", "0.01", "--fail-if-stuck", tty=True)
+    args = ["inspect-claims", "--watch", "--interval", "0.01", "--fail-if-stuck"]
+    result = cli(*args, tty=True, env={"LINES": "30"})
     assert result.exit_code == 6
     assert route.call_count == 2
-    assert EXPIRED["jobId"] in result.stdout
+    # Only the rows that fit were asked for (30 lines, less the summary and the header).
+    assert route.calls[0].request.url.params["limit"] == "28"
+    assert "5,000 claims: 1 expired, 4,999 active · 4,998 not shown" in result.stdout
+    # The ids share their first 7 digits: shown as long as it takes to tell them apart.
+    assert EXPIRED["jobId"].replace("-", "") in result.stdout
+    assert "builder" in result.stdout  # the agent by name
+
+
+def test_watch_on_a_server_without_the_ranked_route(cli: Cli, mock_api: respx.MockRouter) -> None:
+    """An older server: every claim is read, ranked and counted here."""
+    mock_api.get(f"{WS}/job-agents").respond(200, json=wire.page([wire.agent()]))
+    mock_api.get(f"{WS}/job-claims/urgent").respond(
+        404, json={"message": "not found", "code": "NOT_FOUND", "details": None}
+    )
+    every = mock_api.get(f"{WS}/job-claims").respond(
+        200, json=wire.page([FRESH, UNLEASED, EXPIRED])
+    )
+    result = cli("inspect-claims", "--watch", "--fail-if-stuck", tty=True)
+    assert result.exit_code == 6
+    assert every.called
+    rows = [line.split()[0] for line in result.stdout.splitlines()[2:] if line.strip()]
+    assert rows == ["expired", "unleased", "active"]
+    assert "3 claims: 1 expired, 1 unleased, 1 active" in result.stdout
 
 
 def test_watch_ends_on_ctrl_c(
     cli: Cli, mock_api: respx.MockRouter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    mock_api.get(f"{WS}/job-claims").respond(200, json=wire.page([FRESH]))
+    mock_api.get(f"{WS}/job-agents").respond(200, json=wire.page([wire.agent()]))
+    mock_api.get(f"{WS}/job-claims/urgent").respond(200, json=urgent(FRESH))
 
     def interrupt(seconds: float) -> None:
         raise KeyboardInterrupt
@@ -125,7 +160,8 @@ def test_watch_ends_on_ctrl_c(
     monkeypatch.setattr("jobagentctl.cli.inspect_claims_cmd.sleep", interrupt)
     result = cli("inspect-claims", "--watch", tty=True)
     assert result.exit_code == 130
-    assert FRESH["jobId"] in result.stdout
+    assert "1 claim: 1 active" in result.stdout
+    assert "active  aaaaaaa  " in result.stdout  # one id: its first 7 digits
 
 
 @pytest.mark.parametrize(

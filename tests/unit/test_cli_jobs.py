@@ -45,7 +45,7 @@ def test_list_on_a_tty_is_a_table(cli: Cli, mock_api: respx.MockRouter) -> None:
     assert header.split()[:3] == ["JOB", "STATUS", "AGENT"]
     row = next(line for line in lines if str(JOB) in line)
     assert "queued" in row and " ago" in row
-    assert "showing 1 of 3; use --all-pages" in result.stderr
+    assert "1 of 3 (use --all-pages or --limit)" in result.stderr
 
 
 def test_list_json_and_option_after_command(cli: Cli, mock_api: respx.MockRouter) -> None:
@@ -157,6 +157,7 @@ def test_claim_limit_claims_a_batch_in_one_request(cli: Cli, mock_api: respx.Moc
     )
     result = cli("claim", "--limit", "5", "--json")
     assert result.exit_code == 0, result.stderr
+    assert "ignored" not in result.stderr
     assert body(route) == {"leaseSeconds": 60, "waitSeconds": 0.0, "limit": 5}
     assert [j["claimId"] for j in json.loads(result.stdout)] == [str(CLAIM), second["claimId"]]
     piped = cli("claim", "--limit", "2")
@@ -173,6 +174,10 @@ def test_claim_limit_from_a_server_that_does_not_batch(
     result = cli("claim", "--limit", "3", "--json")
     assert result.exit_code == 0
     assert [j["claimId"] for j in json.loads(result.stdout)] == [str(CLAIM)]
+    # Said once on stderr: the server took the request without the limit the user set.
+    assert "the server ignored the claim's limit of 3" in result.stderr
+    again = cli("claim", "--limit", "3", "--json")
+    assert "ignored" not in again.stderr
 
 
 @pytest.mark.parametrize(
@@ -291,6 +296,7 @@ def test_heartbeat_claim_lost_is_6(cli: Cli, mock_api: respx.MockRouter) -> None
         "message": "claim expired and was reaped",
         "status": 409,
         "exitCode": 6,
+        "details": {"jobStatus": "queued"},
     }
 
 
@@ -472,3 +478,38 @@ def test_jobs_logs_follow_exits_8_when_the_attempt_failed(
     assert route.calls.last.request.url.params["attempt"] == "2"
     ok = cli("jobs", "logs", str(JOB), "--attempt", "2")  # without --follow: printed, exit 0
     assert ok.exit_code == 0, ok.stderr
+
+
+# --- a page of a longer list, at 80 columns ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "path"),
+    [(["list"], f"{WS}/job-agents/{AGENT}/jobs"), (["jobs", "list"], f"{WS}/jobs")],
+)
+def test_a_page_says_how_many_there_are_and_keeps_statuses_whole(
+    cli: Cli,
+    mock_api: respx.MockRouter,
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    path: str,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    long_message = "a long message that would take the width " * 3
+    items = [
+        wire.job(status=status, externalId="ext-" + "x" * 40, message=long_message)
+        for status in ("actionRequired", "inProgress", "queued")
+    ]
+    mock_api.get(path).respond(200, json=wire.page(items, total=10_000))
+    result = cli(*args, tty=True)
+    assert result.exit_code == 0, result.stderr
+    assert "3 of 10,000 (use --all-pages or --limit)" in result.stderr
+    for status in ("actionRequired", "inProgress", "queued"):
+        assert f" {status} " in result.stdout
+    assert all(len(line) <= 80 for line in result.stdout.splitlines())
+    # Piped, stdout is data and stderr says nothing of pages.
+    piped = cli(*args)
+    assert piped.exit_code == 0
+    assert piped.stderr == ""
+    quiet = cli(*args, "-q", tty=True)
+    assert "10,000" not in quiet.stderr

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from jobagentctl.cli import shell_complete
 from jobagentctl.cli.app import app
 from jobagentctl.cli.completion_cmd import tree_json
+from jobagentctl.cli.options import GLOBAL_OPTIONS
 from tests.fixtures.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,8 +94,48 @@ def test_static_answers_match_typer(
     expected = result.stdout.split()
     if expected == [incomplete] and incomplete and not incomplete.startswith("-"):
         expected = []  # Typer echoes a path's prefix back; the shell completes files itself
+    # Typer hides the global options after a command; Tab offers them there (below).
+    offered = [value for value, _ in static if value in expected or value not in GLOBAL_NAMES]
     # Order aside: Click lists -h/--help in a different order from run to run.
-    assert sorted(value for value, _ in static) == sorted(expected)
+    assert sorted(offered) == sorted(expected)
+
+
+GLOBAL_NAMES = {name for option, _ in GLOBAL_OPTIONS for name in option.decls}
+
+
+@pytest.mark.parametrize(
+    ("words", "incomplete", "expected"),
+    [
+        (["inspect-claims", "--state"], "", ["active", "expired", "unleased", "all"]),
+        (["inspect-claims", "--state"], "e", ["expired"]),
+        (["list", "--status"], "f", ["failure"]),
+        (["jobs", "list", "--status"], "a", ["actionRequired", "all"]),
+        (["complete", "--status"], "s", ["skipped", "successful"]),
+        (["-o"], "", ["table", "json", "tsv", "env"]),
+        (["list", "--output"], "t", ["table", "tsv"]),
+        (["completion"], "", ["bash", "zsh", "fish"]),
+        (["completion"], "z", ["zsh"]),
+        (["completion", "bash"], "", []),
+    ],
+)
+def test_values_complete_to_their_choices(
+    words: list[str], incomplete: str, expected: list[str]
+) -> None:
+    static = shell_complete.completions(shell_complete.load_tree(), words, incomplete)
+    assert [value for value, _ in static] == expected
+
+
+@pytest.mark.parametrize("command", [["run"], ["list"], ["jobs", "get"]])
+def test_global_options_complete_after_the_command(command: list[str]) -> None:
+    offered = {v for v, _ in shell_complete.completions(shell_complete.load_tree(), command, "--")}
+    assert {"--url", "--workspace", "--agent", "--json", "--output", "--debug"} <= offered
+    if command == ["run"]:
+        assert {"--lease-seconds", "--timeout"} <= offered  # and its own
+    # Not once they are given, nor after `--`, where the command's own words begin.
+    again = shell_complete.completions(shell_complete.load_tree(), [*command, "--json"], "--")
+    assert "--json" not in {v for v, _ in again}
+    after = shell_complete.completions(shell_complete.load_tree(), [*command, "--"], "--")
+    assert after == []
 
 
 @pytest.mark.parametrize(

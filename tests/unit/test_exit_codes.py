@@ -82,6 +82,7 @@ def test_the_app_exits_with_the_code(
     assert body["code"] == cls.code
     assert body["exitCode"] == code
     assert body["message"] == "it broke"
+    assert body["details"] == {"jobStatus": "cancelled"}
 
 
 def test_unexpected_exception_is_exit_1_with_a_hint(monkeypatch: pytest.MonkeyPatch) -> None:

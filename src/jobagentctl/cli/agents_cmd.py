@@ -40,8 +40,11 @@ def list_agents(
         if all_pages:
             agents = list(iter_pages(lambda n, off: client.list_agents(limit=n, offset=off)))
         else:
-            agents = client.list_agents(limit=limit).items
+            page = client.list_agents(limit=limit)
+            agents, total = page.items, page.total
     output.emit(state, "agent", agents, title="job agents")
+    if not all_pages:
+        output.more_hint(state, len(agents), total)
 
 
 @agents_app.command("get")

@@ -65,17 +65,26 @@ def report_error(exc: BaseException, state: AppState | None, *, code: int | None
         # `status` is what a server answered; local errors (a bad flag, a refused connection,
         # stuck claims, the server commands' own database work) have none to report.
         message, wire_code, status = exc.message, exc.code, exc.response_status
+        details = exc.details
     else:
         message = f"unexpected {type(exc).__name__}: {exc}"
         if not debug:
             message += " (use --debug for the traceback)"
-        wire_code, status = "INTERNAL_ERROR", None
+        wire_code, status, details = "INTERNAL_ERROR", None, None
     from jobagentctl.cli.sanitize import safe_text
 
     # The message may quote the server or a job: no control character reaches the terminal.
     print(f"error: {safe_text(message)}", file=sys.stderr)
     if state is not None and state.output_or_default() == "json":
-        line = {"code": wire_code, "message": message, "status": status, "exitCode": code}
+        # `details` as the server sent them (e.g. heartbeat's `jobStatus`: a cancelled job is
+        # stopped for good, a reaped one runs elsewhere), null when there are none.
+        line = {
+            "code": wire_code,
+            "message": message,
+            "status": status,
+            "exitCode": code,
+            "details": details,
+        }
         print(json.dumps({"error": line}), file=sys.stderr)
     return code
 

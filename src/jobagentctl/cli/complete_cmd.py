@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from jobagentctl.cli.context import get_state
+from jobagentctl.cli.status import terminal_choices
 
 if TYPE_CHECKING:
     from jobagentctl.models import JobStatus
@@ -22,7 +23,13 @@ JobIdArg = Annotated[
 ]
 StatusFlag = Annotated[
     str | None,
-    typer.Option("--status", "-s", metavar="S", help="successful, failure, skipped, …"),
+    typer.Option(
+        "--status",
+        "-s",
+        metavar="S",
+        help="successful, failure, skipped, …",
+        autocompletion=terminal_choices,
+    ),
 ]
 ExitCodeFlag = Annotated[
     int | None,

@@ -18,16 +18,32 @@ from jobagentctl.cli.shell_complete import SHELLS, TREE_FILE, completion_script
 __all__ = ["TREE_FILE", "build_tree", "completion_script", "register", "tree_json"]
 
 
+def _choices(param: Any, ctx: Any) -> list[str]:
+    """The values Tab offers for ``param``: an enum's, or those its own completion gives."""
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return [str(member.value) for member in annotation]
+    # Plain values only: a path's completion ("file") is the shell's own.
+    offered = param.shell_complete(ctx, "")
+    return [item.value for item in offered if item.type == "plain" and item.value]
+
+
 def _node(command: Any, ctx: Any) -> dict[str, Any]:
-    """One command of the tree: its subcommands and options, as Tab needs them."""
-    node: dict[str, Any] = {"commands": [], "options": []}
+    """One command of the tree: its subcommands, arguments and options, as Tab needs them.
+
+    The global options are hidden from a command's --help, but Tab offers them there too: they
+    are accepted after the command as before it."""
+    from jobagentctl.cli.options import GLOBAL_OPTIONS
+
+    globals_ = {option.name for option, _ in GLOBAL_OPTIONS}
+    node: dict[str, Any] = {"commands": [], "options": [], "arguments": []}
     for param in command.get_params(ctx):
+        if param.param_type_name == "argument":
+            node["arguments"].append(_choices(param, ctx))
+            continue
         if param.param_type_name != "option":
             continue
-        annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
-        choices: list[str] = []
-        if isinstance(annotation, type) and issubclass(annotation, Enum):
-            choices = [str(member.value) for member in annotation]
+        choices = _choices(param, ctx)
         names = [*param.opts, *param.secondary_opts]
         if param.name == "help":
             names.sort(key=len)  # Click builds them from a set: any order, run to run
@@ -36,7 +52,7 @@ def _node(command: Any, ctx: Any) -> dict[str, Any]:
                 "names": names,
                 "value": not param.is_flag and not param.count,
                 "multiple": bool(param.multiple),
-                "hidden": bool(param.hidden),
+                "hidden": bool(param.hidden) and param.name not in globals_,
                 "help": param.help or "",
                 "choices": choices,
             }
@@ -83,8 +99,17 @@ if __name__ == "__main__":
     write_tree()
 
 
+def _shells(incomplete: str) -> list[str]:
+    return [shell for shell in SHELLS if shell.startswith(incomplete)]
+
+
 def completion(
-    shell: str = typer.Argument(..., metavar="SHELL", help="bash, zsh or fish."),
+    shell: str = typer.Argument(
+        ...,
+        metavar="SHELL",
+        help="bash, zsh or fish.",
+        autocompletion=_shells,
+    ),
 ) -> None:
     """Print the completion script for SHELL.
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from jobagentctl.client import Client
     from jobagentctl.settings import ClientSettings
 
-__all__ = ["OUTPUT_FORMATS", "AppState", "Flags", "get_state", "resolve_output"]
+__all__ = ["OUTPUT_FORMATS", "AppState", "Flags", "agent_named", "get_state", "resolve_output"]
 
 OUTPUT_FORMATS = ("table", "json", "tsv", "env")
 
@@ -79,6 +79,7 @@ class AppState:
     flags: Flags = field(default_factory=Flags)
     _output: str | None = field(default=None, repr=False)
     _settings: ClientSettings | None = field(default=None, repr=False)
+    _agent_id: UUID | None = field(default=None, repr=False)
 
     @property
     def settings(self) -> ClientSettings:
@@ -114,11 +115,13 @@ class AppState:
         """A new API client from the settings; the caller closes it (``with state.client()``)."""
         from jobagentctl.cli.messages import warn
         from jobagentctl.client import Client
+        from jobagentctl.settings import profile_hint
 
         settings = self.settings
         if settings.url is None:
             raise ConfigError(
                 "no server URL: use --url, JOBAGENTCTL_URL, CTRLPLANE_URL or a config profile"
+                + profile_hint(settings)
             )
         trace: Callable[[str], None] | None = None
         if self.debug:
@@ -140,11 +143,13 @@ class AppState:
 
         A slug is resolved by the client (one request, remembered for the process).
         """
+        from jobagentctl.settings import profile_hint
+
         workspace = self.settings.workspace
         if workspace is None:
             raise ConfigError(
                 "no workspace: use --workspace, JOBAGENTCTL_WORKSPACE, CTRLPLANE_WORKSPACE or a "
-                "config profile"
+                "config profile" + profile_hint(self.settings)
             )
         if isinstance(workspace, UUID):
             return workspace
@@ -152,16 +157,64 @@ class AppState:
             return client.workspace_id()
 
     def require_agent(self) -> UUID:
-        """The job agent id, or a :class:`ConfigError` (exit 2) naming where to set it."""
-        agent = self.settings.agent
+        """The job agent id, or a :class:`ConfigError` (exit 2) naming where to set it.
+
+        A name is looked up once (see :meth:`agent_filter`)."""
+        from jobagentctl.settings import profile_hint
+
+        agent = self.agent_filter()
         if agent is None:
-            raise ConfigError("no job agent: use --agent, JOBAGENTCTL_AGENT or a config profile")
+            raise ConfigError(
+                "no job agent: use --agent, JOBAGENTCTL_AGENT or a config profile"
+                + profile_hint(self.settings)
+            )
         return agent
+
+    def agent_filter(self) -> UUID | None:
+        """The job agent id if one is set; an agent given by name is looked up among the
+        workspace's agents once per process (it must be the only one of that name)."""
+        agent = self.settings.agent
+        if agent is None or isinstance(agent, UUID):
+            return agent
+        if self._agent_id is None:
+            with self.client() as client:
+                self._agent_id = agent_named(client, agent)
+        return self._agent_id
 
     @property
     def color(self) -> bool:
         """Colour is on unless --no-color or NO_COLOR (https://no-color.org) say otherwise."""
         return not (self.no_color or os.environ.get("NO_COLOR"))
+
+
+def agent_named(client: Client, name: str) -> UUID:
+    """The id of the workspace's one agent called ``name``; a :class:`ConfigError` that says to
+    use the id when there is none, several, or the key may not list agents."""
+    from jobagentctl.client import iter_pages
+    from jobagentctl.errors import AuthError, NotFound
+
+    try:
+        found = [
+            agent.id
+            for agent in iter_pages(lambda n, off: client.list_agents(n, off), limit=500)
+            if agent.name == name
+        ]
+    except (NotFound, AuthError) as exc:
+        raise ConfigError(
+            f"--agent {name!r} is not an id, and this API key cannot list agents to look the "
+            f"name up ({exc.message}): use the agent's id"
+        ) from None
+    if not found:
+        raise ConfigError(
+            f"--agent {name!r}: no agent of that name in this workspace: use an agent's id or "
+            "name (jobagentctl agents list)"
+        )
+    if len(found) > 1:
+        raise ConfigError(
+            f"--agent {name!r}: {len(found)} agents have that name: use the id "
+            f"({', '.join(str(agent) for agent in found)})"
+        )
+    return found[0]
 
 
 def get_state(ctx: typer.Context) -> AppState:

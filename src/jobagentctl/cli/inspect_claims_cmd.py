@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from jobagentctl.cli import context
+from jobagentctl.cli.claims_watch import STUCK_MARKS, mark_of
 from jobagentctl.cli.context import get_state
-from jobagentctl.errors import StuckClaims, UsageError
-from jobagentctl.models import ClaimState
+from jobagentctl.errors import JobAgentError, StuckClaims, UsageError
+from jobagentctl.models import STALE_MARK, ClaimState
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -30,8 +31,8 @@ __all__ = ["STALE", "STATES", "display_states", "register"]
 # The --state filter values (the row states, then `all`), in the order the help lists them.
 STATES: tuple[str, ...] = tuple(state.value for state in ClaimState)
 # Not a claim state: the display mark of an active claim silent for longer than --stale-after.
-STALE = "stale"
-STUCK = frozenset({ClaimState.EXPIRED.value, ClaimState.UNLEASED.value, STALE})
+STALE = STALE_MARK
+STUCK = STUCK_MARKS
 # The pause between --watch redraws (tests replace it).
 sleep = time.sleep
 
@@ -39,29 +40,23 @@ sleep = time.sleep
 def display_states(
     claims: Sequence[JobClaim], stale_after: float | None, now: datetime
 ) -> list[str]:
-    """Each claim's state, with active claims silent for longer than ``stale_after`` as stale.
+    """Each claim's state, with active claims silent for longer than ``stale_after`` as stale
+    (the watch's marks: :func:`~jobagentctl.cli.claims_watch.mark_of`).
 
     Ages are measured against this machine's clock; the server's own expiry uses the database
     clock, so a skewed client clock only moves the ``stale`` mark, never the lease.
     """
-    states = []
-    for claim in claims:
-        state: str = claim.state
-        last = claim.last_heartbeat_at or claim.claimed_at
-        if (
-            stale_after is not None
-            and state == ClaimState.ACTIVE
-            and last is not None
-            and now - last > timedelta(seconds=stale_after)
-        ):
-            state = STALE
-        states.append(state)
-    return states
+    return [mark_of(claim, stale_after, now) for claim in claims]
 
 
 StateFlag = Annotated[
     str,
-    typer.Option("--state", metavar="STATE", help=f"{', '.join(STATES[:-1])} or {STATES[-1]}."),
+    typer.Option(
+        "--state",
+        metavar="STATE",
+        help=f"{', '.join(STATES[:-1])} or {STATES[-1]}.",
+        autocompletion=lambda incomplete: [s for s in STATES if s.startswith(incomplete)],
+    ),
 ]
 StaleAfterFlag = Annotated[
     str | None,
@@ -117,12 +112,12 @@ def inspect_claims(
         raise UsageError("--watch draws a live table: it needs a terminal and -o table")
     if watch and not 0 < every < float("inf"):
         raise UsageError("--interval must be a finite duration above 0")
-    agent = state.settings.agent
+    agent = state.agent_filter()
     title = f"claims ({state_filter})" + (f" of agent {agent}" if agent else "")
     with state.client() as client:
         snapshot = partial(_snapshot, client, agent, state_filter, stale)
         if watch:
-            stuck = _watch(state, snapshot, title, every, stop_when_stuck=fail_if_stuck)
+            stuck = _watch(state, client, agent, state_filter, stale, every, fail_if_stuck)
         else:
             claims, overrides, stuck = snapshot()
             output.emit(state, "claim", claims, overrides=overrides, title=title)
@@ -151,26 +146,46 @@ def _snapshot(
 
 def _watch(
     state: AppState,
-    snapshot: Callable[[], Snapshot],
-    title: str,
+    client: Client,
+    agent: UUID | None,
+    state_filter: str,
+    stale: float | None,
     interval: float,
-    *,
     stop_when_stuck: bool,
 ) -> int:
-    """Redraw the claims every ``interval`` (until Ctrl-C, or a stuck claim when asked to
-    stop then); the number of stuck claims last seen."""
-    from jobagentctl.cli import output
+    """Redraw the most urgent claims every ``interval`` (until Ctrl-C, or a stuck claim when
+    asked to stop then), through server outages; the number of stuck claims last seen."""
+    from jobagentctl.cli import claims_watch, output
 
-    seen_stuck = 0
+    ranked = True
+    names: list[Callable[[UUID], str] | None] = []  # the agents' names, once read
 
-    def frame() -> tuple[Any, bool]:
-        nonlocal seen_stuck
-        claims, overrides, seen_stuck = snapshot()
-        table = output.claims_table(state, claims, overrides, title)
-        return table, stop_when_stuck and seen_stuck > 0
+    def read(limit: int) -> claims_watch.Claims:
+        nonlocal ranked
+        options: dict[str, Any] = {"agent": agent, "state": state_filter, "stale_after": stale}
+        try:
+            claims = claims_watch.fetch_claims(client, **options, limit=limit, ranked=ranked)
+        except JobAgentError as exc:
+            if not (ranked and claims_watch.route_missing(exc)):
+                raise
+            # A server older than the ranked route: every claim is read, and ranked here.
+            ranked = False
+            claims = claims_watch.fetch_claims(client, **options, limit=limit, ranked=False)
+        if not names:
+            names.append(claims_watch.agent_names(client))
+        return claims
 
-    output.watch(state, frame, interval=interval, sleep=sleep)
-    return seen_stuck
+    def agent_label(agent_id: UUID) -> str | None:
+        return names[0](agent_id) if names and names[0] else None
+
+    watch = claims_watch.ClaimsWatch(read, interval, stale, agents=agent_label)
+
+    def frame(width: int, height: int) -> tuple[list[claims_watch.Line], bool]:
+        lines = watch.frame(width, height)
+        return lines, stop_when_stuck and watch.stuck > 0
+
+    output.live(state, frame, interval=interval, sleep=sleep)
+    return watch.stuck
 
 
 def register(app: typer.Typer) -> None:

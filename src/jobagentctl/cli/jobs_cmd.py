@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from jobagentctl.cli.context import get_state
-from jobagentctl.cli.status import EVERY_STATUS
+from jobagentctl.cli.status import EVERY_STATUS, filter_choices
 
 __all__ = ["jobs_app", "register"]
 
@@ -16,7 +16,12 @@ jobs_app = typer.Typer(help="Jobs: list, get, enqueue, attempts, logs.", no_args
 def list_jobs(
     ctx: typer.Context,
     status: str = typer.Option(
-        EVERY_STATUS, "--status", "-s", metavar="S", help=f"A status, or {EVERY_STATUS}."
+        EVERY_STATUS,
+        "--status",
+        "-s",
+        metavar="S",
+        help=f"A status, or {EVERY_STATUS}.",
+        autocompletion=filter_choices,
     ),
     limit: int = typer.Option(50, "--limit", "-n", min=1, max=1000, help="Page size (1–1000)."),
     all_pages: bool = typer.Option(False, "--all-pages", help="Fetch every page."),
@@ -43,8 +48,11 @@ def list_jobs(
                 )
             )
         else:
-            jobs = client.list_jobs(status=wanted, limit=limit).items
+            page = client.list_jobs(status=wanted, limit=limit)
+            jobs, total = page.items, page.total
     output.emit(state, "job", jobs, title=f"jobs ({status})")
+    if not all_pages:
+        output.more_hint(state, len(jobs), total)
 
 
 @jobs_app.command("get")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from jobagentctl.cli.context import get_state
+from jobagentctl.cli.status import filter_choices
 from jobagentctl.models import JobStatus
 
 __all__ = ["register"]
@@ -15,7 +16,12 @@ STATUS_HELP = "Job status to show, or 'all' (statuses: queued, inProgress, succe
 def list_jobs(
     ctx: typer.Context,
     status: str = typer.Option(
-        JobStatus.QUEUED.value, "--status", "-s", metavar="S", help=STATUS_HELP
+        JobStatus.QUEUED.value,
+        "--status",
+        "-s",
+        metavar="S",
+        help=STATUS_HELP,
+        autocompletion=filter_choices,
     ),
     limit: int = typer.Option(50, "--limit", "-n", min=1, max=1000, help="Page size (1–1000)."),
     all_pages: bool = typer.Option(False, "--all-pages", help="Fetch every page, not just one."),
@@ -47,8 +53,7 @@ def list_jobs(
             page = client.list_agent_jobs(agent, status=wanted, limit=limit)
             jobs, total = page.items, page.total
     output.emit(state, "job", jobs, title=f"{len(jobs)} of {total} jobs ({status})")
-    if not all_pages and total > len(jobs):
-        output.info(state, f"showing {len(jobs)} of {total}; use --all-pages for the rest")
+    output.more_hint(state, len(jobs), total)
 
 
 def register(app: typer.Typer) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import typer
 
-from jobagentctl.cli.context import AppState, get_state
+from jobagentctl.cli.context import OUTPUT_FORMATS, AppState, get_state
 
 __all__ = ["GLOBAL_OPTIONS", "GlobalOption", "install", "with_global_options"]
 
@@ -35,6 +35,7 @@ class GlobalOption:
     annotation: Any
     help: str
     metavar: str | None = None
+    choices: tuple[str, ...] = ()  # what Tab offers for its value
 
     @property
     def is_flag(self) -> bool:
@@ -44,8 +45,18 @@ class GlobalOption:
     def parameter(self, *, hidden: bool) -> inspect.Parameter:
         """The option as a keyword-only parameter of a command's signature, for Typer."""
         default: Any = False if self.is_flag else None
+        choices = self.choices
         option = typer.Option(
-            default, *self.decls, metavar=self.metavar, help=self.help, hidden=hidden
+            default,
+            *self.decls,
+            metavar=self.metavar,
+            help=self.help,
+            hidden=hidden,
+            autocompletion=(
+                (lambda incomplete: [c for c in choices if c.startswith(incomplete)])
+                if choices
+                else None
+            ),
         )
         return inspect.Parameter(
             self.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=self.annotation
@@ -77,7 +88,12 @@ GLOBAL_OPTIONS: tuple[tuple[GlobalOption, Callable[[AppState, Any], None]], ...]
         GlobalOption("g_workspace", ("--workspace",), str | None, "Workspace id or slug.", "ID"),
         _flag("workspace"),
     ),
-    (GlobalOption("g_agent", ("--agent",), str | None, "Job agent id.", "ID"), _flag("agent")),
+    (
+        GlobalOption(
+            "g_agent", ("--agent",), str | None, "Job agent id, or its name if unique.", "ID"
+        ),
+        _flag("agent"),
+    ),
     (
         GlobalOption(
             "g_profile", ("--profile",), str | None, "Profile of the config file to use.", "NAME"
@@ -111,6 +127,7 @@ GLOBAL_OPTIONS: tuple[tuple[GlobalOption, Callable[[AppState, Any], None]], ...]
             str | None,
             "table, json, tsv or env (default: table on a TTY, tsv when piped).",
             "FORMAT",
+            OUTPUT_FORMATS,
         ),
         _attr("output_flag"),
     ),

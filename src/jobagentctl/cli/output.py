@@ -9,6 +9,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import json
+import os
 import shlex
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
     from rich.console import Console, RenderableType
 
+    from jobagentctl.cli.claims_watch import Line
     from jobagentctl.cli.context import AppState
 
 __all__ = [
@@ -54,6 +56,8 @@ __all__ = [
     "emit_accepted",
     "emit_env",
     "info",
+    "live",
+    "more_hint",
     "notice",
     "relative",
     "render_table",
@@ -61,7 +65,6 @@ __all__ = [
     "spinner",
     "to_jsonable",
     "warn",
-    "watch",
 ]
 
 # States shown in colour on a TTY (never when NO_COLOR / --no-color).
@@ -285,6 +288,13 @@ def emit(
         raise UsageError(f"-o {state.output} is not available for this command")
 
 
+def more_hint(state: AppState, shown: int, total: int) -> None:
+    """``50 of 10,000 (use --all-pages or --limit)`` on stderr when one page holds less than
+    the whole list and a person is reading (a table, or stderr on a terminal); not with -q."""
+    if total > shown and (state.output == "table" or context.stderr_is_tty()):
+        info(state, f"{shown:,} of {total:,} (use --all-pages or --limit)")
+
+
 def emit_accepted(state: AppState, accepted: BaseModel, confirmation: str) -> None:
     """A 202 ``{id, message}``: a confirmation on stderr on a TTY, the object otherwise."""
     if state.output == "table":
@@ -323,6 +333,9 @@ def _styled(state: AppState, text: str) -> Any:
     return Text(text, style=style or "")
 
 
+_NEVER_CUT = frozenset({"state", "status"})
+
+
 def _list_table(
     state: AppState, view: View, rows: Sequence[Mapping[str, Any]], *, title: str | None
 ) -> RenderableType:
@@ -331,14 +344,23 @@ def _list_table(
 
     now = datetime.now(UTC)
     table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False)
-    for column in view.columns:
-        table.add_column(column.header, no_wrap=column.key in ("id", "jobId"))
-    for row in rows:
-        cells = []
-        for column in view.columns:
-            text = _table_cell(column, row.get(column.key), now)
-            cells.append(_styled(state, text) if column.key in ("state", "status") else text)
-        table.add_row(*cells)
+    texts = [[_table_cell(c, row.get(c.key), now) for c in view.columns] for row in rows]
+    for index, column in enumerate(view.columns):
+        # A state or status is never cut (`qu…` says nothing): the other columns give way.
+        whole = column.key in _NEVER_CUT
+        widest = max((len(cells[index]) for cells in texts), default=0)
+        table.add_column(
+            column.header,
+            no_wrap=whole or column.key in ("id", "jobId"),
+            min_width=max(widest, len(column.header)) if whole else None,
+        )
+    for cells in texts:
+        table.add_row(
+            *(
+                _styled(state, text) if column.key in _NEVER_CUT else text
+                for column, text in zip(view.columns, cells, strict=True)
+            )
+        )
     if not rows:
         table.caption = "(none)"
     return table
@@ -383,31 +405,48 @@ def spinner(state: AppState, text: str, *, enabled: bool = True) -> Iterator[Non
         yield
 
 
-def watch(
+def live(
     state: AppState,
-    frame: Callable[[], tuple[RenderableType | None, bool]],
+    frame: Callable[[int, int], tuple[Sequence[Line], bool]],
     *,
     interval: float,
     sleep: Callable[[float], None],
 ) -> None:
-    """Redraw ``frame()`` live every ``interval`` until it says stop (its second value)."""
+    """Redraw ``frame(width, height)`` (lines that fit the terminal, as it is sized at each
+    redraw) every ``interval`` until it says stop (its second value); a line's mark is
+    coloured as its state."""
     from rich.live import Live
+    from rich.text import Text
 
-    renderable, stop = frame()
-    with Live(
-        renderable or "", console=_console(state), auto_refresh=False, transient=False
-    ) as live:
+    console = _console(state)
+
+    def draw() -> tuple[Text, bool]:
+        try:
+            # The terminal as it is now (resized panes included), not COLUMNS/LINES, which a
+            # shell may have exported once.
+            real = os.get_terminal_size(sys.stdout.fileno())
+            console.size = (real.columns, real.lines)
+        except (OSError, ValueError):
+            pass
+        width, height = console.size
+        lines, stop = frame(width, height)
+        text = Text(no_wrap=True, overflow="crop", end="")
+        for index, line in enumerate(lines):
+            if index:
+                text.append("\n")
+            start = len(text)
+            text.append(line.text)
+            style = STATE_STYLES.get(line.mark) if line.mark and state.color else None
+            if style:
+                text.stylize(style, start + line.mark_at[0], start + line.mark_at[1])
+        return text, stop
+
+    renderable, stop = draw()
+    with Live(renderable, console=console, auto_refresh=False, transient=False) as shown:
         while not stop:
             sleep(interval)
-            renderable, stop = frame()
-            live.update(renderable or "", refresh=True)
-
-
-def claims_table(
-    state: AppState, claims: Sequence[BaseModel], overrides: Sequence[Mapping[str, Any]], title: str
-) -> RenderableType:
-    """The inspect-claims table, for :func:`watch`."""
-    return _list_table(state, VIEWS["claim"], _rows(claims, overrides), title=title)
+            renderable, stop = draw()
+            shown.update(renderable, refresh=True)
 
 
 class LogPrinter:

@@ -117,6 +117,7 @@ def completions(tree: Mapping[str, Any], args: list[str], incomplete: str) -> li
     path = ""
     node = tree[path]
     level: list[str] = []  # the words given to the current command
+    positional = 0  # its arguments given so far
     i = 0
     while i < len(args):
         token = args[i]
@@ -134,7 +135,9 @@ def completions(tree: Mapping[str, Any], args: list[str], incomplete: str) -> li
             sub = f"{path} {token}".strip()
             if sub not in tree:
                 break  # an unknown command: offer what is valid here, as Click does
-            path, node, level = sub, tree[sub], []
+            path, node, level, positional = sub, tree[sub], [], 0
+        else:
+            positional += 1
         i += 1
 
     words = list(args)
@@ -151,6 +154,9 @@ def completions(tree: Mapping[str, Any], args: list[str], incomplete: str) -> li
         option = _option(node, words[-1])
         choices = option["choices"] if option else []
         return [(c, "") for c in choices if c.startswith(incomplete)]
+    arguments = node.get("arguments", [])
+    if not node["commands"] and positional < len(arguments):
+        return [(c, "") for c in arguments[positional] if c.startswith(incomplete)]
     return _commands(node, incomplete)
 
 

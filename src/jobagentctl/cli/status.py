@@ -5,11 +5,27 @@ from __future__ import annotations
 from jobagentctl.errors import UsageError
 from jobagentctl.models import TERMINAL_STATUSES, JobStatus
 
-__all__ = ["EVERY_STATUS", "status_filter", "terminal_status"]
+__all__ = [
+    "EVERY_STATUS",
+    "filter_choices",
+    "status_filter",
+    "terminal_choices",
+    "terminal_status",
+]
 
 # The --status word for "no filter": not a job status (and not ClaimState.ALL, which filters
 # claims), so it is spelled here once.
 EVERY_STATUS = "all"
+
+
+def filter_choices(incomplete: str) -> list[str]:
+    """What Tab offers for a ``--status`` filter: every status, and ``all``."""
+    return [c for c in [*(s.value for s in JobStatus), EVERY_STATUS] if c.startswith(incomplete)]
+
+
+def terminal_choices(incomplete: str) -> list[str]:
+    """What Tab offers for ``complete --status``: the terminal statuses."""
+    return sorted(s.value for s in TERMINAL_STATUSES if s.value.startswith(incomplete))
 
 
 def status_filter(value: str) -> str | None:

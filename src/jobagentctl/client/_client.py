@@ -50,6 +50,15 @@ def _claimed_jobs(data: Any) -> list[models.ClaimedJob]:
     return [models.ClaimedJob.from_wire(data)]
 
 
+def _is_batch(response: Any) -> bool:
+    """Whether claim-next answered a batch (``{"items": …}``), not one job."""
+    try:
+        data = response.json()
+    except ValueError:
+        return False
+    return isinstance(data, dict) and "items" in data and "id" not in data
+
+
 def _attempts(data: Any) -> list[models.JobAttempt]:
     return keep_wire(_ATTEMPTS.validate_python(data), data)
 
@@ -321,7 +330,16 @@ class Client:
         )
         if response.status_code == 204:
             raise NoJob("no job queued for this agent", status=204)
-        return parse(response, _claimed_jobs)
+        claimed = parse(response, _claimed_jobs)
+        if limit is not None and limit > 1 and not _is_batch(response):
+            # A server before claim batches takes the request without its `limit`: say so
+            # once, or the user would think one job was all there was.
+            self._v1.warn_once(
+                "claim-limit",
+                f"the server ignored the claim's limit of {limit} (it predates claim batches): "
+                "it claims one job per request",
+            )
+        return claimed
 
     def wait_for_job(
         self,
@@ -461,6 +479,29 @@ class Client:
         path = self._at(Routes.CLAIMS)
         return self._conn.call(
             "GET", path, models.Page[models.JobClaim].from_wire, params=params, v2_route=True
+        )
+
+    def urgent_claims(
+        self,
+        *,
+        agent_id: UUID | None = None,
+        state: ClaimState | str = ClaimState.ALL,
+        stale_after: float | None = None,
+        limit: int = 50,
+    ) -> models.UrgentClaims:
+        """The ``limit`` most urgent claims (expired, unleased or silent for ``stale_after``
+        seconds, then nearest expiry) and the count of each kind; a server without the route
+        (older than 0.4) answers :class:`LeaseUnsupported` or a :class:`NotFound` without
+        details."""
+        params = {
+            "jobAgentId": agent_id,
+            "state": ClaimState(state).value,
+            "staleAfter": stale_after,
+            "limit": limit,
+        }
+        path = self._at(Routes.CLAIMS_URGENT)
+        return self._conn.call(
+            "GET", path, models.UrgentClaims.from_wire, params=params, v2_route=True
         )
 
     def list_attempts(self, job_id: UUID) -> list[models.JobAttempt]:

@@ -70,6 +70,12 @@ def _from_status(response: httpx.Response, *, v2_route: bool) -> JobAgentError:
             f"unexpected redirect ({status}) from {where} to {location}: check --url",
             status=status,
         )
+    generic = body.message if body is not None else fallback
+    if status == 404 and (generic is None or generic.strip(" .").lower() == "not found"):
+        # A 404 that names nothing: the route itself is unknown here, most often because the
+        # base URL has a path of its own (`--url http://host/v2`).
+        details = body.details if body is not None else None
+        return NotFound(_unknown_route(where, request.url.path), details=details, status=404)
     cls = error_for_code(body.code if body is not None else None, status)
     if cls is ProtocolError and status in _RETRY_LATER:
         cls = ServerUnavailable
@@ -79,6 +85,21 @@ def _from_status(response: httpx.Response, *, v2_route: bool) -> JobAgentError:
         return NotFound(f"not found: {where}" + (f" ({fallback})" if fallback else ""), status=404)
     message = fallback or response.reason_phrase or "error"
     return cls(f"HTTP {status} from {where}: {message}", status=status)
+
+
+def _unknown_route(where: str, path: str) -> str:
+    prefix = path.split("/api/", 1)[0] if "/api/" in path else ""
+    if prefix:
+        return (
+            f"not found: {where}: the server has no such route: check --url (the server's base "
+            f"URL, with or without /api): remove {prefix!r} from it"
+        )
+    # Our server also answers a bare "not found" to a key outside its scope (an agent key on a
+    # workspace-only route): both causes are named.
+    return (
+        f"not found: {where}: no such route on this server, or not one this API key may use "
+        "(check --url, and use a workspace key)"
+    )
 
 
 def translate(exc: Exception, *, v2_route: bool = False) -> JobAgentError:

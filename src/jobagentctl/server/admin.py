@@ -120,11 +120,23 @@ async def _new_workspace(store: Store, name: str, slug: str | None) -> CreatedWo
     return CreatedWorkspace(workspace_id=workspace_id, slug=record.slug, api_key=key.api_key)
 
 
-async def create_key(database_url: str, workspace_id: UUID, agent_id: UUID | None) -> CreatedKey:
-    """A workspace key, or an agent key when ``agent_id`` is given (the agent must exist)."""
+async def create_key(database_url: str, workspace: UUID | str, agent_id: UUID | None) -> CreatedKey:
+    """A workspace key, or an agent key when ``agent_id`` is given (the agent must exist).
+    ``workspace`` is the workspace's id or its slug."""
     async with opened_store(database_url) as store:
-        if not await store.workspace_exists(workspace_id):
-            raise NotFound("workspace not found", details={"workspaceId": str(workspace_id)})
+        if isinstance(workspace, str):
+            record = await store.get_workspace_by_slug(workspace)
+            if record is None:
+                raise NotFound(
+                    f"no workspace with slug {workspace!r} in this database: check the slug, "
+                    "or --database",
+                    details={"slug": workspace},
+                )
+            workspace_id = record.id
+        elif not await store.workspace_exists(workspace):
+            raise NotFound("workspace not found", details={"workspaceId": str(workspace)})
+        else:
+            workspace_id = workspace
         if agent_id is not None and await store.get_agent(workspace_id, agent_id) is None:
             raise NotFound(
                 "job agent not found in that workspace", details={"jobAgentId": str(agent_id)}
@@ -132,9 +144,17 @@ async def create_key(database_url: str, workspace_id: UUID, agent_id: UUID | Non
         return await _new_key(store, workspace_id, agent_id)
 
 
-async def revoke_key(database_url: str, key_id: UUID) -> None:
+async def revoke_key(database_url: str, key_id: UUID) -> bool:
     """Revoke the key ``key_id`` (``NotFound`` when there is none): servers refuse it once
-    their key cache lets it go, ``key_cache_seconds`` at the latest."""
+    their key cache lets it go, ``key_cache_seconds`` at the latest. False when it was
+    already revoked (nothing to do: revoking is idempotent)."""
     async with opened_store(database_url) as store:
-        if not await store.revoke_api_key(key_id):
-            raise NotFound("API key not found", details={"id": str(key_id)})
+        if await store.revoke_api_key(key_id):
+            return True
+        if await store.api_key_revoked(key_id):
+            return False
+        raise NotFound(
+            "API key not found in this database: check the key's id (from create-key) or "
+            "--database",
+            details={"id": str(key_id)},
+        )

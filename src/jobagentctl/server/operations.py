@@ -46,6 +46,7 @@ from jobagentctl.models import (
     Page,
     UpdateJobStatusRequest,
     UpsertJobAgentRequest,
+    UrgentClaims,
 )
 from jobagentctl.routes import Routes
 from jobagentctl.server.auth import Principal
@@ -450,3 +451,32 @@ async def read_job_logs(
 
     page = await (_until_gone(call.receive, read) if wait_seconds else read(None))
     return model_bytes(page)
+
+
+@endpoint("GET", Routes.CLAIMS_URGENT, UrgentClaims, tag="leases")
+async def urgent_job_claims(
+    call: Call,
+    ws: WsPath,
+    job_agent_id: Annotated[UUID | None, Query(alias="jobAgentId")] = None,
+    state: ClaimState = ClaimState.ALL,
+    stale_after: Annotated[
+        float | None,
+        Query(
+            alias="staleAfter",
+            ge=0,
+            le=10**9,
+            description="Seconds without a heartbeat that make an active claim stale",
+        ),
+    ] = None,
+    limit: Limit = 50,
+) -> bytes:
+    """The most urgent claims first, and how many there are of each kind
+
+    Expired claims (longest overdue first), then unleased or stale ones, then the rest by
+    nearest expiry; ``counts`` has every mark's number over all the matching claims.
+    """
+    claims, counts = await call.service.urgent_claims(
+        call.principal, ws, agent_id=job_agent_id, state=state, stale_after=stale_after, limit=limit
+    )
+    total = sum(counts.values())
+    return model_bytes(UrgentClaims(items=claims, counts=counts, total=total, limit=limit))

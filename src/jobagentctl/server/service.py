@@ -514,3 +514,23 @@ class JobService:
         return await self.store.list_claims(
             ws, agent_id=agent_id, state=state, limit=limit, offset=offset
         )
+
+    async def urgent_claims(
+        self,
+        principal: Principal,
+        ws: UUID,
+        *,
+        agent_id: UUID | None,
+        state: ClaimState,
+        stale_after: float | None,
+        limit: int,
+    ) -> tuple[list[JobClaim], dict[str, int]]:
+        """The most urgent claims and the count of each mark (an agent key: its own agent's)."""
+        self._workspace(principal, ws)
+        if principal.agent_id is not None:
+            if agent_id is not None and agent_id != principal.agent_id:
+                raise _no_agent(agent_id)
+            agent_id = principal.agent_id
+        return await self.store.urgent_claims(
+            ws, agent_id=agent_id, state=state, stale_after=stale_after, limit=limit
+        )

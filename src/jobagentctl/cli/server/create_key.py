@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import re
+from uuid import UUID
+
 import typer
 
 from jobagentctl.cli.context import get_state
 from jobagentctl.cli.server._common import database_option
 
-__all__ = ["register"]
+__all__ = ["register", "workspace_reference"]
 
 
 def create_key(
     ctx: typer.Context,
-    workspace: str = typer.Option(..., "--workspace", help="Workspace id."),
+    workspace: str = typer.Option(..., "--workspace", help="Workspace id or slug."),
     agent: str | None = typer.Option(
         None, "--agent", help="Job agent id: the key may then act only for this agent."
     ),
@@ -25,13 +28,18 @@ def create_key(
     from jobagentctl.cli import output
     from jobagentctl.cli.params import uuid_arg
     from jobagentctl.cli.server._common import run_async, server_settings
+    from jobagentctl.errors import UsageError
     from jobagentctl.server import admin
 
     state = get_state(ctx)
-    workspace_id = uuid_arg(workspace, "--workspace")
-    agent_id = uuid_arg(agent, "--agent") if agent is not None else None
+    workspace_ref = workspace_reference(workspace)
+    try:
+        agent_id = uuid_arg(agent, "--agent") if agent is not None else None
+    except UsageError as exc:
+        # A key is bound to the agent's id (names may repeat): say where to find it.
+        raise UsageError(f"{exc.message} (the agent's id: jobagentctl agents list)") from None
     settings = server_settings(database=database)
-    created = run_async(lambda: admin.create_key(settings.database, workspace_id, agent_id))
+    created = run_async(lambda: admin.create_key(settings.database, workspace_ref, agent_id))
     output.emit(
         state,
         "key-created",
@@ -43,6 +51,23 @@ def create_key(
         },
     )
     output.notice("The API key is shown only once: store it now.")
+
+
+def workspace_reference(value: str) -> UUID | str:
+    """``--workspace`` as a UUID or a slug (as every other command takes it); a usage error
+    (exit 2) for anything that can be neither."""
+    from jobagentctl.errors import UsageError
+    from jobagentctl.models import SLUG_PATTERN, Workspace
+
+    reference = Workspace.reference(value.strip())
+    if reference is None or (
+        isinstance(reference, str) and not re.fullmatch(SLUG_PATTERN, reference)
+    ):
+        raise UsageError(
+            f"--workspace {value!r}: not a workspace id nor a slug (3-50 lowercase letters, "
+            "digits and '-')"
+        )
+    return reference
 
 
 def register(app: typer.Typer) -> None:

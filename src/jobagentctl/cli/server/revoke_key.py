@@ -16,6 +16,7 @@ def revoke_key(
     database: str | None = database_option(),
 ) -> None:
     """Revoke an API key: requests with it get 401 within a few seconds (key cache TTL).
+    Revoking a revoked key changes nothing and succeeds.
 
     Example: jobagentctl server revoke-key KEY_ID
     """
@@ -27,7 +28,8 @@ def revoke_key(
     state = get_state(ctx)
     key_uuid = uuid_arg(key_id, "KEY_ID")
     settings = server_settings(database=database)
-    run_async(lambda: admin.revoke_key(settings.database, key_uuid))
+    if not run_async(lambda: admin.revoke_key(settings.database, key_uuid)):
+        output.info(state, f"key {key_uuid} was already revoked: nothing changed")
     output.emit(state, "key-revoked", {"id": str(key_uuid), "revoked": True})
 
 

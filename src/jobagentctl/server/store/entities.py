@@ -96,6 +96,11 @@ class Entities:
         """Revoke the key; False when there is no such key not yet revoked."""
         return await self._db.one("revoke_api_key", {"id": key_id}) is not None
 
+    async def api_key_revoked(self, key_id: UUID) -> bool | None:
+        """Whether the key is revoked; None when there is no such key."""
+        row = await self._db.one("api_key_revoked", {"id": key_id})
+        return None if row is None else bool(row["revoked"])
+
     # --- agents --------------------------------------------------------------------------------
 
     async def upsert_agent(

@@ -383,6 +383,30 @@ class SqlStore(Entities, LogStore):
         found, total = await self._page("list_claims", params)
         return [rows.claim_from_row(row) for row in found], total
 
+    async def urgent_claims(
+        self,
+        workspace_id: UUID,
+        *,
+        agent_id: UUID | None,
+        state: str,
+        stale_after: float | None,
+        limit: int,
+    ) -> tuple[list[JobClaim], dict[str, int]]:
+        """The ``limit`` most urgent claims of :meth:`list_claims` (expired, longest overdue
+        first; then unleased, or active but silent for longer than ``stale_after`` seconds;
+        then the rest by nearest expiry) and how many claims there are of each mark (a state,
+        or ``stale``), all judged with the database clock."""
+        params = {
+            "workspace_id": workspace_id,
+            "agent_id": agent_id,
+            "state": check_claim_state(state).value,
+            "stale_after": stale_after,
+        }
+        found = await self._db.all("urgent_claims", {**params, "limit": limit})
+        counted = await self._db.all("claim_counts", params)
+        counts = {str(row["mark"]): int(row["n"]) for row in counted}
+        return [rows.claim_from_row(row) for row in found], counts
+
     async def list_attempts(
         self, workspace_id: UUID, job_id: UUID, agent_scope: UUID | None = None
     ) -> list[JobAttempt]:

@@ -504,3 +504,54 @@ SET expired_at = (julianday('now') - 2440587.5) * 86400.0, stored_bytes = 0
 WHERE (job_id, attempt) IN (
 -- include: expiring_logs
 )
+-- name: api_key_revoked
+-- Whether the key of that id is revoked (no row: there is no such key).
+SELECT revoked_at IS NOT NULL AS revoked FROM api_key WHERE id = :id
+
+-- fragment: claim_marks
+-- The rows of list_claims, each with its mark: its state, or `stale` for an active claim
+-- silent (no heartbeat, else no claim) for longer than stale_after seconds (NULL: never).
+-- A new kind of claim is a new mark here; urgent_claims ranks it, claim_counts counts it.
+SELECT *,
+       CASE WHEN state = 'active'
+                 AND silent_since < (julianday('now') - 2440587.5) * 86400.0 - :stale_after
+            THEN 'stale'
+            ELSE state END AS mark
+FROM (
+    SELECT j.id AS job_id,
+           j.rowid AS job_seq,
+           COALESCE(j.job_agent_id, c.job_agent_id, t.job_agent_id) AS job_agent_id,
+           c.claim_id,
+           COALESCE(c.attempt, t.attempt) AS attempt,
+           COALESCE(c.claimed_at, t.claimed_at, j.started_at) AS claimed_at,
+           c.claim_expires_at,
+           c.lease_seconds,
+           CASE WHEN c.job_id IS NULL THEN 'unleased'
+                WHEN c.claim_expires_at < (julianday('now') - 2440587.5) * 86400.0 THEN 'expired'
+                ELSE 'active' END AS state,
+           COALESCE(c.claim_expires_at - c.lease_seconds, c.claimed_at) AS silent_since
+    FROM job AS j
+    LEFT JOIN job_claim AS c ON c.job_id = j.id
+    LEFT JOIN job_attempt AS t ON t.job_id = j.id AND t.ended_at IS NULL
+    WHERE j.status = 'inProgress'
+      AND j.workspace_id = :workspace_id
+      AND (:agent_id IS NULL OR j.job_agent_id = :agent_id)
+) AS claims
+WHERE :state = 'all' OR state = :state
+
+-- name: urgent_claims
+-- The most urgent claims first: expired (longest overdue first), then unleased or stale,
+-- then the rest by nearest expiry.
+SELECT * FROM (
+-- include: claim_marks
+) AS marked
+ORDER BY CASE mark WHEN 'expired' THEN 0 WHEN 'active' THEN 2 ELSE 1 END,
+         claim_expires_at IS NULL, claim_expires_at, claimed_at, job_seq
+LIMIT :limit
+
+-- name: claim_counts
+-- How many claims there are of each mark (the marks of urgent_claims).
+SELECT mark, COUNT(*) AS n FROM (
+-- include: claim_marks
+) AS marked
+GROUP BY mark
