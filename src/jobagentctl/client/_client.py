@@ -393,8 +393,10 @@ class Client:
         external_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         claim_next: models.ClaimNext | None = None,
+        force: bool = False,
     ) -> models.AcceptedResponse:
-        """Set the job's status. ``claim_next`` (with ``claim_id``, ending the attempt): the
+        """Set the job's status. ``force`` (an operator's, without ``claim_id``): a claim
+        still held ends without waiting for its agent to let go (sent only when True). ``claim_next`` (with ``claim_id``, ending the attempt): the
         same request claims the agent's next jobs, listed in the answer's ``claimed`` — which
         stays None from a server that does not do this (ctrlplane, an older jobagentctl), where
         the caller claims as usual. Not sent to a server known to be V1-only.
@@ -409,6 +411,7 @@ class Client:
                 external_id=external_id,
                 metadata=metadata,
                 claim_next=self._v1.claim_next_option(claim_next),
+                force=force or None,
             )
         except (ValueError, PydanticValidationError) as exc:
             raise ConfigError(f"invalid status update: {exc}") from None

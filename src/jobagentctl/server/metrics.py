@@ -75,6 +75,11 @@ class Metrics:
         self.expired_claims = Gauge(
             "jobagentctl_expired_claims", "Claims past their lease, not yet reaped.", registry=r
         )
+        self.revoked_claims = Gauge(
+            "jobagentctl_revoked_claims",
+            "Claims an operator ended that their agent has not let go of yet.",
+            registry=r,
+        )
         self.oldest_claim_age = Gauge(
             "jobagentctl_oldest_claim_age_seconds", "Age of the oldest claim row.", registry=r
         )
@@ -102,5 +107,6 @@ class Metrics:
             self.active_claims.set(stats.get(ClaimState.ACTIVE, 0.0))
             self.expired_claims.set(stats.get(ClaimState.EXPIRED, 0.0))
             self.oldest_claim_age.set(stats.get("oldest_age_seconds", 0.0))
+            self.revoked_claims.set(stats.get(ClaimState.REVOKED, 0.0))
         data: bytes = generate_latest(self.registry)
         return data

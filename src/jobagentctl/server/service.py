@@ -421,6 +421,7 @@ class JobService:
                 metadata=body.metadata,
                 agent_scope=principal.agent_id,
                 require_claim_id=self.settings.require_claim_id,
+                force=bool(body.force),
             )
         except (ClaimLost, ClaimMismatch) as exc:
             self.metrics.lease_lost.labels(exc.code).inc()

@@ -113,7 +113,9 @@ woken AS (
 SELECT c.*, (SELECT count(*) FROM woken) AS woken FROM created AS c
 
 -- name: get_job
-SELECT j.*
+SELECT j.*,
+       EXISTS (SELECT 1 FROM job_claim AS c WHERE c.job_id = j.id)
+       OR EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = j.id) AS claim_held
 FROM job AS j
 WHERE j.id = %(job_id)s AND j.workspace_id = %(workspace_id)s
   AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid)
@@ -129,15 +131,18 @@ LIMIT %(limit)s OFFSET %(offset)s
 
 -- name: job_claim_state
 -- The failure paths: does the job exist in scope, what is its status, who holds the claim.
-SELECT j.status, c.claim_id, c.attempt
+SELECT j.status, c.claim_id, c.attempt,
+       EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = j.id) AS revoked_held
 FROM job AS j
 LEFT JOIN job_claim AS c ON c.job_id = j.id
 WHERE j.id = %(job_id)s AND j.workspace_id = %(workspace_id)s
   AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid)
 
 -- name: queued_exists
+-- A queued job whose revoked claim is still held is not claimable yet: it does not count.
 SELECT 1 AS found FROM job
 WHERE job_agent_id = %(agent_id)s AND status = 'queued'
+  AND NOT EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = job.id)
 LIMIT 1
 
 -- name: queued_counts
@@ -146,6 +151,8 @@ LIMIT 1
 SELECT a.id AS job_agent_id,
        (SELECT count(*) FROM (SELECT 1 FROM job
                               WHERE job_agent_id = a.id AND status = 'queued'
+                                AND NOT EXISTS (SELECT 1 FROM job_revoked_claim AS r
+                                                WHERE r.job_id = job.id)
                               LIMIT %(cap)s) AS q) AS jobs
 FROM unnest(%(agents)s::uuid[]) AS a(id)
 
@@ -189,6 +196,7 @@ WITH claimed AS (
     WHERE j.id = %(job_id)s AND j.job_agent_id = %(agent_id)s AND j.status = 'queued'
       AND EXISTS (SELECT 1 FROM job_agent AS a
                   WHERE a.id = %(agent_id)s AND a.workspace_id = %(workspace_id)s)
+      AND NOT EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = j.id)
     RETURNING j.*
 ),
 -- include: claim_tail
@@ -200,6 +208,7 @@ WITH claimed AS (
     WHERE j.job_agent_id = %(agent_id)s AND j.status = 'queued'
       AND EXISTS (SELECT 1 FROM job_agent AS a
                   WHERE a.id = %(agent_id)s AND a.workspace_id = %(workspace_id)s)
+      AND NOT EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = j.id)
     ORDER BY j.created_at, j.id
 
 -- fragment: flip_picked
@@ -342,12 +351,31 @@ WITH updated AS (
 released AS (
     DELETE FROM job_claim AS c
     WHERE c.job_id = %(job_id)s AND %(status)s::text <> 'inProgress'
-    RETURNING c.job_id, c.attempt, c.claim_id, c.job_agent_id, c.claimed_at
+    RETURNING c.job_id, c.attempt, c.claim_id, c.job_agent_id, c.claimed_at,
+              c.claim_expires_at, c.lease_seconds
 ),
 ended AS (
 -- include: end_released
     ON CONFLICT (job_id, attempt) DO UPDATE
     SET ended_at = excluded.ended_at, outcome = excluded.outcome
+),
+revoked AS (
+    -- The claim ended here without its holder: kept as revoked (the job not claimable) until
+    -- the holder reports with it, its lease runs out, or %(force)s.
+    INSERT INTO job_revoked_claim (job_id, job_agent_id, claim_id, attempt, claimed_at,
+                                   claim_expires_at, lease_seconds, revoked_at)
+    SELECT r.job_id, r.job_agent_id, r.claim_id, r.attempt, r.claimed_at, r.claim_expires_at,
+           r.lease_seconds, now()
+    FROM released AS r
+    WHERE NOT %(force)s::boolean
+    ON CONFLICT (job_id) DO UPDATE
+    SET job_agent_id = excluded.job_agent_id, claim_id = excluded.claim_id,
+        attempt = excluded.attempt, claimed_at = excluded.claimed_at,
+        claim_expires_at = excluded.claim_expires_at, lease_seconds = excluded.lease_seconds,
+        revoked_at = excluded.revoked_at
+),
+forced AS (
+    DELETE FROM job_revoked_claim AS r WHERE r.job_id = %(job_id)s AND %(force)s::boolean
 ),
 closed AS (
     UPDATE job_attempt AS t
@@ -465,6 +493,14 @@ FROM (
     WHERE j.status = 'inProgress'
       AND j.workspace_id = %(workspace_id)s
       AND (%(agent_id)s::uuid IS NULL OR j.job_agent_id = %(agent_id)s::uuid)
+    UNION ALL
+    -- Claims an operator revoked whose holder has not let go yet (the job waits for it).
+    SELECT r.job_id, r.job_agent_id, r.claim_id, r.attempt, r.claimed_at, r.claim_expires_at,
+           r.lease_seconds, 'revoked'
+    FROM job_revoked_claim AS r
+    JOIN job AS j ON j.id = r.job_id
+    WHERE j.workspace_id = %(workspace_id)s
+      AND (%(agent_id)s::uuid IS NULL OR j.job_agent_id = %(agent_id)s::uuid)
 ) AS claims
 WHERE %(state)s::text = 'all' OR state = %(state)s::text
 ORDER BY claimed_at, job_id
@@ -494,5 +530,45 @@ SELECT
     (SELECT count(*) FROM job AS j
      WHERE j.status = 'inProgress'
        AND NOT EXISTS (SELECT 1 FROM job_claim AS c WHERE c.job_id = j.id)) AS unleased,
+    (SELECT count(*) FROM job_revoked_claim) AS revoked,
     COALESCE((SELECT extract(epoch FROM now() - min(claimed_at)) FROM job_claim), 0)
         AS oldest_age_seconds
+
+-- name: release_revoked
+-- The holder of a revoked claim reports with its claim id (refused: the claim is gone), so its
+-- command has ended: the job no longer waits for it, and its agent's long-polls are woken on
+-- every replica when it is queued.
+WITH released AS (
+    DELETE FROM job_revoked_claim AS r
+    WHERE r.job_id = %(job_id)s AND r.claim_id = %(claim_id)s::uuid
+      AND EXISTS (SELECT 1 FROM job AS j
+                  WHERE j.id = r.job_id AND j.workspace_id = %(workspace_id)s
+                    AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid))
+    RETURNING r.job_id
+),
+updated AS (
+    SELECT j.id, j.status, j.job_agent_id FROM job AS j JOIN released AS r ON r.job_id = j.id
+),
+woken AS (
+-- include: wake_updated
+)
+SELECT u.*, (SELECT count(*) FROM woken) AS woken FROM updated AS u
+
+-- name: reap_revoked
+-- Revoked claims whose lease ran out (their holder no longer heartbeats, so no outage grace):
+-- the jobs stop waiting for them; their agents' long-polls are woken on every replica.
+WITH released AS (
+    DELETE FROM job_revoked_claim AS r
+    WHERE r.claim_expires_at < now()
+    RETURNING r.job_id
+),
+updated AS (
+    SELECT j.id, j.status, j.job_agent_id FROM job AS j JOIN released AS r ON r.job_id = j.id
+),
+woken AS (
+-- include: wake_updated
+)
+SELECT (SELECT count(*) FROM released) AS released,
+       ARRAY(SELECT u.job_agent_id FROM updated AS u
+             WHERE u.status = 'queued' AND u.job_agent_id IS NOT NULL) AS queued_agents,
+       (SELECT count(*) FROM woken) AS woken

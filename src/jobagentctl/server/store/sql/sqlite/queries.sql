@@ -97,7 +97,9 @@ WHERE a.id = :agent_id AND a.workspace_id = :workspace_id
 RETURNING *
 
 -- name: get_job
-SELECT j.*
+SELECT j.*,
+       EXISTS (SELECT 1 FROM job_claim AS c WHERE c.job_id = j.id)
+       OR EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = j.id) AS claim_held
 FROM job AS j
 WHERE j.id = :job_id AND j.workspace_id = :workspace_id
   AND (:agent_scope IS NULL OR j.job_agent_id = :agent_scope)
@@ -114,14 +116,19 @@ LIMIT :limit OFFSET :offset
 
 -- name: job_claim_state
 -- The failure paths: does the job exist in scope, what is its status, who holds the claim.
-SELECT j.status, c.claim_id, c.attempt
+SELECT j.status, c.claim_id, c.attempt,
+       EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = j.id) AS revoked_held
 FROM job AS j
 LEFT JOIN job_claim AS c ON c.job_id = j.id
 WHERE j.id = :job_id AND j.workspace_id = :workspace_id
   AND (:agent_scope IS NULL OR j.job_agent_id = :agent_scope)
 
 -- name: queued_exists
-SELECT 1 AS found FROM job WHERE job_agent_id = :agent_id AND status = 'queued' LIMIT 1
+-- A queued job whose revoked claim is still held is not claimable yet: it does not count.
+SELECT 1 AS found FROM job
+WHERE job_agent_id = :agent_id AND status = 'queued'
+  AND NOT EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = job.id)
+LIMIT 1
 
 -- name: queued_counts
 -- The long-poll poller's one question for every agent with waiters (:agents, a JSON array of
@@ -129,6 +136,8 @@ SELECT 1 AS found FROM job WHERE job_agent_id = :agent_id AND status = 'queued' 
 SELECT a.value AS job_agent_id,
        (SELECT count(*) FROM (SELECT 1 FROM job
                               WHERE job_agent_id = a.value AND status = 'queued'
+                                AND NOT EXISTS (SELECT 1 FROM job_revoked_claim AS r
+                                                WHERE r.job_id = job.id)
                               LIMIT :cap)) AS jobs
 FROM json_each(:agents) AS a
 
@@ -158,6 +167,7 @@ SET status = 'inProgress',
     attempts = attempts + 1
 WHERE id = :job_id AND job_agent_id = :agent_id AND status = 'queued'
   AND EXISTS (SELECT 1 FROM job_agent AS a WHERE a.id = :agent_id AND a.workspace_id = :workspace_id)
+  AND NOT EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = :job_id)
 RETURNING *;
 -- include: claim_tail
 
@@ -170,6 +180,7 @@ SET status = 'inProgress',
 WHERE id = (
         SELECT q.id FROM job AS q
         WHERE q.job_agent_id = :agent_id AND q.status = 'queued'
+          AND NOT EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = q.id)
         ORDER BY q.created_at, q.rowid
         LIMIT 1)
   AND EXISTS (SELECT 1 FROM job_agent AS a WHERE a.id = :agent_id AND a.workspace_id = :workspace_id)
@@ -235,6 +246,20 @@ FROM job_claim AS c
 WHERE c.job_id = :job_id AND :status <> 'inProgress'
 ON CONFLICT (job_id, attempt) DO UPDATE
 SET ended_at = excluded.ended_at, outcome = excluded.outcome;
+-- The claim ended here without its holder: kept as revoked (the job not claimable) until the
+-- holder reports with it, its lease runs out, or :force.
+INSERT INTO job_revoked_claim (job_id, job_agent_id, claim_id, attempt, claimed_at,
+                               claim_expires_at, lease_seconds, revoked_at)
+SELECT c.job_id, c.job_agent_id, c.claim_id, c.attempt, c.claimed_at, c.claim_expires_at,
+       c.lease_seconds, :updated_at
+FROM job_claim AS c
+WHERE c.job_id = :job_id AND :status <> 'inProgress' AND NOT :force
+ON CONFLICT (job_id) DO UPDATE
+SET job_agent_id = excluded.job_agent_id, claim_id = excluded.claim_id,
+    attempt = excluded.attempt, claimed_at = excluded.claimed_at,
+    claim_expires_at = excluded.claim_expires_at, lease_seconds = excluded.lease_seconds,
+    revoked_at = excluded.revoked_at;
+DELETE FROM job_revoked_claim WHERE job_id = :job_id AND :force;
 DELETE FROM job_claim WHERE job_id = :job_id AND :status <> 'inProgress';
 UPDATE job_attempt
 SET ended_at = :updated_at, outcome = :outcome
@@ -350,6 +375,14 @@ FROM (
     WHERE j.status = 'inProgress'
       AND j.workspace_id = :workspace_id
       AND (:agent_id IS NULL OR j.job_agent_id = :agent_id)
+    UNION ALL
+    -- Claims an operator revoked whose holder has not let go yet (the job waits for it).
+    SELECT r.job_id, j.rowid, r.job_agent_id, r.claim_id, r.attempt, r.claimed_at,
+           r.claim_expires_at, r.lease_seconds, 'revoked'
+    FROM job_revoked_claim AS r
+    JOIN job AS j ON j.id = r.job_id
+    WHERE j.workspace_id = :workspace_id
+      AND (:agent_id IS NULL OR j.job_agent_id = :agent_id)
 ) AS claims
 WHERE :state = 'all' OR state = :state
 ORDER BY claimed_at, job_seq
@@ -381,5 +414,30 @@ SELECT
     (SELECT COUNT(*) FROM job AS j
      WHERE j.status = 'inProgress'
        AND NOT EXISTS (SELECT 1 FROM job_claim AS c WHERE c.job_id = j.id)) AS unleased,
+    (SELECT COUNT(*) FROM job_revoked_claim) AS revoked,
     COALESCE((SELECT (julianday('now') - 2440587.5) * 86400.0 - MIN(claimed_at) FROM job_claim),
              0.0) AS oldest_age_seconds
+
+-- name: release_revoked
+-- The holder of a revoked claim reports with its claim id (refused: the claim is gone), so its
+-- command has ended: the job no longer waits for it. Answers the job's status and agent, whose
+-- long-polls the store wakes when the job is queued.
+DELETE FROM job_revoked_claim
+WHERE job_id = :job_id AND claim_id = :claim_id
+  AND EXISTS (SELECT 1 FROM job AS j
+              WHERE j.id = job_revoked_claim.job_id AND j.workspace_id = :workspace_id
+                AND (:agent_scope IS NULL OR j.job_agent_id = :agent_scope))
+RETURNING job_id;
+SELECT status, job_agent_id FROM job WHERE id = :job_id
+
+-- name: reap_revoked
+-- Revoked claims whose lease ran out (their holder no longer heartbeats, so no outage grace):
+-- the jobs stop waiting for them. The agents of those jobs now queued, to wake.
+SELECT n.now,
+       COUNT(r.job_id) AS released,
+       json_group_array(j.job_agent_id)
+           FILTER (WHERE j.status = 'queued' AND j.job_agent_id IS NOT NULL) AS queued_agents
+FROM (SELECT (julianday('now') - 2440587.5) * 86400.0 AS now) AS n
+LEFT JOIN job_revoked_claim AS r ON r.claim_expires_at < n.now
+LEFT JOIN job AS j ON j.id = r.job_id;
+DELETE FROM job_revoked_claim WHERE claim_expires_at < :now
