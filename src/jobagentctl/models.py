@@ -304,9 +304,9 @@ class Job(WireModel):
     started_at: datetime | None = None
     completed_at: datetime | None = None
     dispatch_context: dict[str, Any] | None = None
-    # Ours, on `jobs get` only (absent elsewhere and from ctrlplane): an agent still holds a
-    # claim on the job — its running attempt's, or one an operator revoked (requeue, cancel)
-    # whose command has not ended yet, during which a queued job is not claimable.
+    # Ours, on `jobs get` only, and only when true (absent otherwise, and from ctrlplane): an
+    # agent still holds a claim on the job — its running attempt's, or one an operator revoked
+    # (requeue, cancel) whose command has not ended yet, during which a queued job waits.
     claim_held: bool | None = None
 
     @field_validator("job_agent_id", mode="before")

@@ -396,7 +396,8 @@ class Client:
         force: bool = False,
     ) -> models.AcceptedResponse:
         """Set the job's status. ``force`` (an operator's, without ``claim_id``): a claim
-        still held ends without waiting for its agent to let go (sent only when True). ``claim_next`` (with ``claim_id``, ending the attempt): the
+        still held ends without waiting for its agent to let go (sent only when True).
+        ``claim_next`` (with ``claim_id``, ending the attempt): the
         same request claims the agent's next jobs, listed in the answer's ``claimed`` — which
         stays None from a server that does not do this (ctrlplane, an older jobagentctl), where
         the caller claims as usual. Not sent to a server known to be V1-only.

@@ -150,7 +150,8 @@ def _job_fields(row: Row, include_dispatch_context: bool) -> dict[str, Any]:
         "started_at": _opt_ts(row["started_at"]),
         "completed_at": _opt_ts(row["completed_at"]),
         "dispatch_context": _obj(row["dispatch_context"]) if include_dispatch_context else None,
-        "claim_held": None if row.get("claim_held") is None else bool(row["claim_held"]),
+        # Said only when true (absent otherwise, as from ctrlplane): see Job.claim_held.
+        "claim_held": True if row.get("claim_held") else None,
     }
 
 

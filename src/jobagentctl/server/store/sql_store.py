@@ -31,6 +31,7 @@ from jobagentctl.models import (
     HEARTBEAT_INTERVAL_MAX,
     HEARTBEAT_INTERVAL_MIN,
     TERMINAL_STATUSES,
+    AttemptOutcome,
     ClaimedJob,
     Heartbeat,
     JobAttempt,
@@ -262,6 +263,7 @@ class SqlStore(Entities):
         )
         write = _status_write(job_id, status, message, external_id, metadata)
         write["force"] = force
+        write["revoke"] = claim_id is None and not force
         if (
             claim_id is not None
             and status != JobStatus.IN_PROGRESS
@@ -279,18 +281,36 @@ class SqlStore(Entities):
             agent_scope=agent_scope,
             require_claim_id=require_claim_id,
         )
-        try:
-            return await self._set_status_locked(fence, write, metadata, rules)
-        except (ClaimLost, ClaimMismatch):
-            if claim_id is not None:
-                await self._release_revoked(fence)
-            raise
+        return await self._set_status_fenced(fence, write, metadata, rules)
 
-    async def _release_revoked(self, fence: Params) -> None:
-        """The holder of a revoked claim reported with it: the job stops waiting for it."""
-        row = await self._db.one("release_revoked", fence)
-        if row is not None:
-            self._changed(row)
+    async def _set_status_fenced(
+        self,
+        fence: Params,
+        write: Params,
+        metadata: dict[str, Any] | None,
+        rules: Callable[[StatusContext], str],
+    ) -> StatusChange:
+        """The locked path. A claim id refused there, or acknowledging a cancel, may be a
+        revoked claim's: its holder's command has ended, so the job stops waiting for it."""
+        let_go = False
+
+        def deciding(ctx: StatusContext) -> str:
+            nonlocal let_go
+            try:
+                decision = rules(ctx)
+            except (ClaimLost, ClaimMismatch):
+                let_go = True
+                raise
+            let_go = decision == "noop" and ctx.given_claim_outcome == AttemptOutcome.CANCELLED
+            return decision
+
+        try:
+            return await self._set_status_locked(fence, write, metadata, deciding)
+        finally:
+            if let_go and fence["claim_id"] is not None:
+                row = await self._db.one("release_revoked", fence)
+                if row is not None:
+                    self._changed(row)
 
     async def _set_status_locked(
         self,

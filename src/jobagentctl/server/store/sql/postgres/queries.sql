@@ -360,14 +360,14 @@ ended AS (
     SET ended_at = excluded.ended_at, outcome = excluded.outcome
 ),
 revoked AS (
-    -- The claim ended here without its holder: kept as revoked (the job not claimable) until
-    -- the holder reports with it, its lease runs out, or %(force)s.
+    -- The claim ended here without its holder (revoke: no claim id, no force): kept as
+    -- revoked (the job not claimable) until the holder reports with it or its lease runs out.
     INSERT INTO job_revoked_claim (job_id, job_agent_id, claim_id, attempt, claimed_at,
                                    claim_expires_at, lease_seconds, revoked_at)
     SELECT r.job_id, r.job_agent_id, r.claim_id, r.attempt, r.claimed_at, r.claim_expires_at,
            r.lease_seconds, now()
     FROM released AS r
-    WHERE NOT %(force)s::boolean
+    WHERE %(revoke)s::boolean
     ON CONFLICT (job_id) DO UPDATE
     SET job_agent_id = excluded.job_agent_id, claim_id = excluded.claim_id,
         attempt = excluded.attempt, claimed_at = excluded.claimed_at,

@@ -246,14 +246,14 @@ FROM job_claim AS c
 WHERE c.job_id = :job_id AND :status <> 'inProgress'
 ON CONFLICT (job_id, attempt) DO UPDATE
 SET ended_at = excluded.ended_at, outcome = excluded.outcome;
--- The claim ended here without its holder: kept as revoked (the job not claimable) until the
--- holder reports with it, its lease runs out, or :force.
+-- The claim ended here without its holder (:revoke: no claim id, no force): kept as revoked
+-- (the job not claimable) until the holder reports with it or its lease runs out.
 INSERT INTO job_revoked_claim (job_id, job_agent_id, claim_id, attempt, claimed_at,
                                claim_expires_at, lease_seconds, revoked_at)
 SELECT c.job_id, c.job_agent_id, c.claim_id, c.attempt, c.claimed_at, c.claim_expires_at,
        c.lease_seconds, :updated_at
 FROM job_claim AS c
-WHERE c.job_id = :job_id AND :status <> 'inProgress' AND NOT :force
+WHERE c.job_id = :job_id AND :status <> 'inProgress' AND :revoke
 ON CONFLICT (job_id) DO UPDATE
 SET job_agent_id = excluded.job_agent_id, claim_id = excluded.claim_id,
     attempt = excluded.attempt, claimed_at = excluded.claimed_at,
