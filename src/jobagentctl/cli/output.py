@@ -62,6 +62,7 @@ STATE_STYLES: dict[str, str] = {
     ClaimState.ACTIVE: "green",
     ClaimState.EXPIRED: "red",
     ClaimState.UNLEASED: "yellow",
+    ClaimState.REVOKED: "magenta",
     "stale": "yellow",
     JobStatus.SUCCESSFUL: "green",
     JobStatus.FAILURE: "red",
