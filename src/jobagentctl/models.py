@@ -48,6 +48,7 @@ __all__ = [
     "URL_ENV",
     "WORKSPACE_ENV",
     "AcceptedResponse",
+    "AgentState",
     "AttemptOutcome",
     "ClaimNext",
     "ClaimNextRequest",
@@ -125,6 +126,16 @@ class ClaimState(StrEnum):
 CLAIM_ROW_STATES: frozenset[ClaimState] = frozenset(
     {ClaimState.ACTIVE, ClaimState.EXPIRED, ClaimState.UNLEASED, ClaimState.REVOKED}
 )
+
+
+class AgentState(StrEnum):
+    """An agent's presence, as ``agents list`` shows and ``--state`` filters it: ``BUSY`` (a job
+    of its is in progress, or a claim of its was revoked and not let go yet), ``IDLE`` (seen
+    within the server's presence window), ``OFFLINE`` (not seen for longer, or never)."""
+
+    BUSY = "busy"
+    IDLE = "idle"
+    OFFLINE = "offline"
 
 
 class AttemptOutcome(StrEnum):
@@ -285,6 +296,9 @@ class JobAgent(WireModel):
     type: str
     config: dict[str, Any] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # Ours (absent from ctrlplane): presence, judged by the server when it answers.
+    state: AgentState | None = None
+    last_seen_at: datetime | None = None
 
 
 class Job(WireModel):
@@ -338,6 +352,8 @@ class Heartbeat(WireModel):
     attempt: int
     lease_seconds: int
     claim_expires_at: datetime
+    # The claim's agent, for the server's own bookkeeping (presence); never on the wire.
+    _job_agent_id: UUID | None = PrivateAttr(default=None)
 
 
 class JobWait(WireModel):

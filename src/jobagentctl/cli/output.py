@@ -29,7 +29,7 @@ from jobagentctl.cli.sanitize import (
 )
 from jobagentctl.durations import format_duration
 from jobagentctl.errors import UsageError
-from jobagentctl.models import ClaimState, JobStatus, WireModel
+from jobagentctl.models import AgentState, ClaimState, JobStatus, WireModel
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -63,6 +63,9 @@ STATE_STYLES: dict[str, str] = {
     ClaimState.EXPIRED: "red",
     ClaimState.UNLEASED: "yellow",
     ClaimState.REVOKED: "magenta",
+    AgentState.BUSY: "cyan",
+    AgentState.IDLE: "green",
+    AgentState.OFFLINE: "red",
     "stale": "yellow",
     JobStatus.SUCCESSFUL: "green",
     JobStatus.FAILURE: "red",
@@ -165,7 +168,15 @@ VIEWS: dict[str, View] = {
             _EXPIRES,
         )
     ),
-    "agent": View((Column("id", "ID"), Column("name", "NAME"), Column("type", "TYPE"))),
+    "agent": View(
+        (
+            Column("id", "ID"),
+            Column("name", "NAME"),
+            Column("type", "TYPE"),
+            Column("state", "STATE"),  # presence: last, older scripts cut the first three
+            Column("lastSeenAt", "LAST SEEN", "age"),
+        )
+    ),
     # `server …` results: printed once, the API key among them.
     "server-init": View(
         (

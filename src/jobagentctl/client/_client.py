@@ -153,9 +153,14 @@ class Client:
         path = self._at(Routes.AGENT, agentId=agent_id)
         return self._conn.call("PUT", path, models.AcceptedResponse.from_wire, body=body)
 
-    def list_agents(self, limit: int = 50, offset: int = 0) -> models.Page[models.JobAgent]:
-        """A page of the workspace's agents."""
-        params = {"limit": limit, "offset": offset}
+    def list_agents(
+        self, limit: int = 50, offset: int = 0, state: models.AgentState | None = None
+    ) -> models.Page[models.JobAgent]:
+        """A page of the workspace's agents (only those in ``state``, when the server knows
+        agent presence: one that does not ignores the filter and sends no ``state``)."""
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        if state is not None:
+            params["state"] = models.AgentState(state).value
         return self._conn.call(
             "GET", self._at(Routes.AGENTS), models.Page[models.JobAgent].from_wire, params=params
         )

@@ -17,6 +17,7 @@ from uuid import UUID
 from jobagentctl.errors import ClaimLost, ClaimMismatch, NotFound, ValidationError
 from jobagentctl.models import (
     AcceptedResponse,
+    AgentState,
     ClaimedJob,
     ClaimNextRequest,
     ClaimRequest,
@@ -35,6 +36,7 @@ from jobagentctl.models import (
 from jobagentctl.server.auth import Principal
 from jobagentctl.server.longpoll_ends import LongPollEnds
 from jobagentctl.server.metrics import Metrics
+from jobagentctl.server.presence import Presence
 from jobagentctl.server.settings import ServerSettings
 from jobagentctl.server.store import Store, WorkspaceRecord
 
@@ -110,6 +112,7 @@ class JobService:
         # Jobs whose status changed through this process: wakes their cancellation waiters.
         self._job_changed: dict[UUID, asyncio.Event] = {}
         self._long_poll_ends = LongPollEnds()
+        self.presence = Presence(store, settings.presence_interval)
 
     # --- lifecycle ---------------------------------------------------------------------------
     def begin_shutdown(self) -> None:
@@ -171,18 +174,29 @@ class JobService:
         return AcceptedResponse(id=agent_id, message="Job agent upserted")
 
     async def list_agents(
-        self, principal: Principal, ws: UUID, limit: int, offset: int
+        self,
+        principal: Principal,
+        ws: UUID,
+        limit: int,
+        offset: int,
+        state: AgentState | None = None,
     ) -> tuple[list[JobAgent], int]:
-        """A page of the workspace's agents and their total (a workspace key only)."""
+        """A page of the workspace's agents (in ``state`` if given) and their total, with their
+        presence (a workspace key only)."""
         self._workspace(principal, ws)
         self._workspace_key_only(principal)
-        return await self.store.list_agents(ws, limit, offset)
+        window = self.settings.presence_window
+        return await self.store.list_agents(ws, limit, offset, presence_window=window, state=state)
 
     async def get_agent(self, principal: Principal, ws: UUID, agent_id: UUID) -> JobAgent:
-        """An agent (an agent key: only its own)."""
+        """An agent with its presence (an agent key: only its own)."""
         self._workspace(principal, ws)
         self._own_agent(principal, agent_id)
-        return await self._agent_or_404(ws, agent_id)
+        window = self.settings.presence_window
+        agent = await self.store.get_agent_presence(ws, agent_id, window)
+        if agent is None:
+            raise _no_agent(agent_id)
+        return agent
 
     async def delete_agent(
         self, principal: Principal, ws: UUID, agent_id: UUID
@@ -209,6 +223,7 @@ class JobService:
         """A page of an agent's jobs, newest first, and their total (an agent key: its own)."""
         self._workspace(principal, ws)
         self._own_agent(principal, agent_id)
+        await self.presence.seen(agent_id)  # a V1 agent's poll
         items, total = await self.store.list_jobs(
             ws,
             agent_id=agent_id,
@@ -285,6 +300,7 @@ class JobService:
         self._workspace(principal, ws)
         self._own_agent(principal, agent_id)
         requested = body.lease_seconds if body is not None else None
+        await self.presence.seen(agent_id)
         lease = await self._lease_for(ws, agent_id, requested, claim_next=False)
         job = await self.store.claim_job(ws, agent_id, job_id, lease)
         self.metrics.claims.labels("byId", "true" if lease else "false").inc()
@@ -308,6 +324,7 @@ class JobService:
         wait = body.wait_seconds if body is not None and body.wait_seconds is not None else 0.0
         wait = min(wait, self.settings.max_wait_seconds)
         limit = body.limit if body is not None and body.limit is not None else 1
+        await self.presence.seen(agent_id)
         lease = await self._lease_for(ws, agent_id, requested, claim_next=True)
         deadline = self._long_poll_ends.deadline(wait) if wait > 0 else time.monotonic()
         checked_agent = requested is None  # _lease_for already proved the agent exists
@@ -394,6 +411,7 @@ class JobService:
             self.metrics.lease_lost.labels(exc.code).inc()
             raise
         self.metrics.heartbeats.inc()
+        await self.presence.seen(beat._job_agent_id)
         return beat
 
     async def update_status(
@@ -426,6 +444,8 @@ class JobService:
         except (ClaimLost, ClaimMismatch) as exc:
             self.metrics.lease_lost.labels(exc.code).inc()
             raise
+        if body.claim_id is not None:  # the holder reporting, not an operator
+            await self.presence.seen(change.job_agent_id)
         changed = self._job_changed.get(job_id)
         if changed is not None:
             changed.set()

@@ -126,6 +126,11 @@ class ServerSettings(BaseSettings):
     shutdown_timeout: int = Field(default=30, ge=0)
     log_level: str = "info"
     access_log: bool = False
+    # Agent presence (presence.py): each process writes when an agent was last seen at most once
+    # per interval; `agents list` shows an agent seen within the window (and holding no job)
+    # as idle, else offline. The window should exceed the interval plus the agents' poll period.
+    presence_interval: float = Field(default=15.0, ge=0)
+    presence_window: float = Field(default=90.0, gt=0)
 
     @field_validator("database")
     @classmethod

@@ -55,6 +55,22 @@ MaxWaitSeconds = Annotated[
         "Cap of a claim-next long-poll [JOBAGENTCTL_SERVER_MAX_WAIT_SECONDS; 30].",
     ),
 ]
+PresenceInterval = Annotated[
+    float | None,
+    _setting(
+        "--presence-interval",
+        "Seconds between two writes of one agent's last-seen time by this server; 0 = every "
+        "request [JOBAGENTCTL_SERVER_PRESENCE_INTERVAL; 15].",
+    ),
+]
+PresenceWindow = Annotated[
+    float | None,
+    _setting(
+        "--presence-window",
+        "An agent seen within this many seconds is idle, else offline "
+        "[JOBAGENTCTL_SERVER_PRESENCE_WINDOW; 90].",
+    ),
+]
 
 
 def start(
@@ -66,6 +82,8 @@ def start(
     max_reclaims: MaxReclaims = None,
     require_claim_id: RequireClaimId = None,
     max_wait_seconds: MaxWaitSeconds = None,
+    presence_interval: PresenceInterval = None,
+    presence_window: PresenceWindow = None,
 ) -> None:
     """Run the API and the reaper; migrate first. SIGTERM/SIGINT drain in-flight requests.
 
@@ -86,6 +104,8 @@ def start(
         max_reclaims=max_reclaims,
         require_claim_id=require_claim_id,
         max_wait_seconds=max_wait_seconds,
+        presence_interval=presence_interval,
+        presence_window=presence_window,
     )
     try:
         run_server(settings)

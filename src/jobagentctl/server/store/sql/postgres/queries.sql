@@ -86,10 +86,30 @@ RETURNING *
 -- name: get_agent
 SELECT * FROM job_agent WHERE id = %(id)s AND workspace_id = %(workspace_id)s
 
+-- fragment: agent_presence
+-- An agent's presence, after "SELECT a.*, …": when it was last seen, and its state — busy (a
+-- job of its in progress, or a revoked claim of its not let go yet), idle (seen within
+-- window seconds), offline.
+           p.last_seen_at,
+           CASE WHEN EXISTS (SELECT 1 FROM job AS j
+                             WHERE j.job_agent_id = a.id AND j.status = 'inProgress')
+                     OR EXISTS (SELECT 1 FROM job_revoked_claim AS r
+                                WHERE r.job_agent_id = a.id) THEN 'busy'
+                WHEN p.last_seen_at >= now() - make_interval(secs => %(window)s::float8)
+                    THEN 'idle'
+                ELSE 'offline' END AS state
+    FROM job_agent AS a
+    LEFT JOIN job_agent_presence AS p ON p.job_agent_id = a.id
+
 -- name: list_agents
+-- With each agent's presence (fragment agent_presence), filtered by state when not NULL.
 SELECT *, count(*) OVER () AS total
-FROM job_agent
-WHERE workspace_id = %(workspace_id)s
+FROM (
+    SELECT a.*,
+-- include: agent_presence
+    WHERE a.workspace_id = %(workspace_id)s
+) AS agents
+WHERE %(state)s::text IS NULL OR state = %(state)s::text
 ORDER BY created_at, id
 LIMIT %(limit)s OFFSET %(offset)s
 
@@ -255,7 +275,7 @@ WHERE c.job_id = %(job_id)s
   AND (%(agent_scope)s::uuid IS NULL OR c.job_agent_id = %(agent_scope)s::uuid)
   AND EXISTS (SELECT 1 FROM job AS j
               WHERE j.id = c.job_id AND j.workspace_id = %(workspace_id)s)
-RETURNING c.job_id, c.claim_id, c.attempt, c.lease_seconds, c.claim_expires_at
+RETURNING c.job_id, c.claim_id, c.attempt, c.lease_seconds, c.claim_expires_at, c.job_agent_id
 
 -- name: lock_claim
 -- The lock order of every writer that waits for locks: the claim row, then the job row
@@ -572,3 +592,24 @@ SELECT (SELECT count(*) FROM released) AS released,
        ARRAY(SELECT u.job_agent_id FROM updated AS u
              WHERE u.status = 'queued' AND u.job_agent_id IS NOT NULL) AS queued_agents,
        (SELECT count(*) FROM woken) AS woken
+
+-- name: get_agent_presence
+SELECT a.*,
+-- include: agent_presence
+WHERE a.id = %(id)s AND a.workspace_id = %(workspace_id)s
+
+-- name: touch_agent
+-- The agent was seen now (a request made for it); the server throttles these writes.
+INSERT INTO job_agent_presence (job_agent_id, last_seen_at)
+SELECT a.id, now() FROM job_agent AS a WHERE a.id = %(agent_id)s
+ON CONFLICT (job_agent_id) DO UPDATE SET last_seen_at = excluded.last_seen_at
+RETURNING job_agent_id
+
+-- name: agent_state_counts
+-- For /metrics: agents by state, every workspace.
+SELECT state, count(*) AS agents
+FROM (
+    SELECT a.id,
+-- include: agent_presence
+) AS agents
+GROUP BY state

@@ -76,12 +76,32 @@ RETURNING *
 -- name: get_agent
 SELECT * FROM job_agent WHERE id = :id AND workspace_id = :workspace_id
 
+-- fragment: agent_presence
+-- An agent's presence, after "SELECT a.*, …": when it was last seen, and its state — busy (a
+-- job of its in progress, or a revoked claim of its not let go yet), idle (seen within
+-- :window seconds), offline.
+           p.last_seen_at,
+           CASE WHEN EXISTS (SELECT 1 FROM job AS j
+                             WHERE j.job_agent_id = a.id AND j.status = 'inProgress')
+                     OR EXISTS (SELECT 1 FROM job_revoked_claim AS r
+                                WHERE r.job_agent_id = a.id) THEN 'busy'
+                WHEN p.last_seen_at >= (julianday('now') - 2440587.5) * 86400.0 - :window
+                    THEN 'idle'
+                ELSE 'offline' END AS state
+    FROM job_agent AS a
+    LEFT JOIN job_agent_presence AS p ON p.job_agent_id = a.id
+
 -- name: list_agents
--- rowid breaks ties of equal millisecond timestamps in insertion order.
+-- rowid breaks ties of equal millisecond timestamps in insertion order. With each agent's
+-- presence (fragment agent_presence), filtered by :state when not NULL.
 SELECT *, COUNT(*) OVER () AS total
-FROM job_agent
-WHERE workspace_id = :workspace_id
-ORDER BY created_at, rowid
+FROM (
+    SELECT a.*, a.rowid AS agent_seq,
+-- include: agent_presence
+    WHERE a.workspace_id = :workspace_id
+) AS agents
+WHERE :state IS NULL OR state = :state
+ORDER BY created_at, agent_seq
 LIMIT :limit OFFSET :offset
 
 -- name: delete_agent
@@ -206,7 +226,7 @@ WHERE job_id = :job_id
   AND (:agent_scope IS NULL OR job_agent_id = :agent_scope)
   AND EXISTS (SELECT 1 FROM job AS j
               WHERE j.id = job_claim.job_id AND j.workspace_id = :workspace_id)
-RETURNING job_id, claim_id, attempt, lease_seconds, claim_expires_at
+RETURNING job_id, claim_id, attempt, lease_seconds, claim_expires_at, job_agent_id
 
 -- name: lock_job
 -- SQLite's lock is the whole database: the write transaction itself.
@@ -441,3 +461,24 @@ FROM (SELECT (julianday('now') - 2440587.5) * 86400.0 AS now) AS n
 LEFT JOIN job_revoked_claim AS r ON r.claim_expires_at < n.now
 LEFT JOIN job AS j ON j.id = r.job_id;
 DELETE FROM job_revoked_claim WHERE claim_expires_at < :now
+
+-- name: get_agent_presence
+SELECT a.*,
+-- include: agent_presence
+WHERE a.id = :id AND a.workspace_id = :workspace_id
+
+-- name: touch_agent
+-- The agent was seen now (a request made for it); the server throttles these writes.
+INSERT INTO job_agent_presence (job_agent_id, last_seen_at)
+SELECT a.id, (julianday('now') - 2440587.5) * 86400.0 FROM job_agent AS a WHERE a.id = :agent_id
+ON CONFLICT (job_agent_id) DO UPDATE SET last_seen_at = excluded.last_seen_at
+RETURNING job_agent_id
+
+-- name: agent_state_counts
+-- For /metrics: agents by state, every workspace.
+SELECT state, COUNT(*) AS agents
+FROM (
+    SELECT a.id,
+-- include: agent_presence
+) AS agents
+GROUP BY state
