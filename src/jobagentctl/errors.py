@@ -7,6 +7,8 @@ The tree::
     JobAgentError                    1   base; unexpected errors
     ├── UsageError                   2   bad flag, bad duration, bad config
     │   └── ConfigError              2   settings or config file unusable (missing URL/key/…)
+    │       └── SchemaTooNew         2   503 SCHEMA_TOO_NEW: the database's schema is newer than
+    │                                    this release runs on (server start, /readyz)
     ├── ValidationError              2   400 VALIDATION_ERROR: the request was malformed
     │   └── PayloadTooLarge          2   413 PAYLOAD_TOO_LARGE
     ├── ServerUnavailable            3   cannot connect, timeout, 502/503/504
@@ -45,6 +47,7 @@ __all__ = [
     "NotFound",
     "PayloadTooLarge",
     "ProtocolError",
+    "SchemaTooNew",
     "ServerError",
     "ServerUnavailable",
     "StuckClaims",
@@ -101,6 +104,11 @@ class UsageError(JobAgentError, code="USAGE_ERROR", http_status=400, exit_code=2
 
 class ConfigError(UsageError, code="CONFIG_ERROR"):
     """The settings or config file are unusable (no URL, no workspace, bad profile)."""
+
+
+class SchemaTooNew(ConfigError, code="SCHEMA_TOO_NEW", http_status=503):
+    """The database was migrated by a newer release past this one's window (a migration above
+    this release's newest is not expand-only): this release must not serve it."""
 
 
 class ValidationError(JobAgentError, code="VALIDATION_ERROR", http_status=400, exit_code=2):

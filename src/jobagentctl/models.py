@@ -42,6 +42,7 @@ __all__ = [
     "JOB_ID_ENV",
     "LEASE_SECONDS_ENV",
     "MAX_CLAIM_BATCH",
+    "REDACT_SOCKET_ENV",
     "SLUG_PATTERN",
     "STOP_REASON_FILE_ENV",
     "TERMINAL_STATUSES",
@@ -180,6 +181,8 @@ LEASE_SECONDS_ENV = f"{ENV_PREFIX}LEASE_SECONDS"  # also the client's default le
 # `run`'s files for its child: the claimed job as JSON, and where the stop reason is written.
 JOB_FILE_ENV = f"{ENV_PREFIX}JOB_FILE"
 STOP_REASON_FILE_ENV = f"{ENV_PREFIX}STOP_REASON_FILE"
+# Where `jobagentctl redact add` inside a job hands `run` a value to redact.
+REDACT_SOCKET_ENV = f"{ENV_PREFIX}REDACT_SOCKET"
 # Client settings `run` hands its child, so a `jobagentctl` inside the job reaches the same
 # server (the API key only with --pass-api-key).
 URL_ENV = f"{ENV_PREFIX}URL"

@@ -33,6 +33,7 @@ ROWS = {
     "recovery": 2,
     "cli": 6,  # --version, heartbeat, complete, claim -o env, list, Tab completion
     "supervision": 1,
+    "fleet": 2,  # postgres and sqlite, 20 agents
 }
 GROUPS = [
     ("ceilings",),
@@ -40,6 +41,7 @@ GROUPS = [
     ("cycles", "heartbeats", "reaper"),
     ("pickup", "recovery", "supervision"),
     ("cli",),
+    ("fleet",),
 ]
 
 

@@ -20,6 +20,7 @@ EXPECTED = {
     "JobAgentError": 1,
     "UsageError": 2,
     "ConfigError": 2,
+    "SchemaTooNew": 2,
     "ValidationError": 2,
     "PayloadTooLarge": 2,
     "ServerUnavailable": 3,

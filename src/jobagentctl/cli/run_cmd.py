@@ -129,6 +129,14 @@ PassApiKeyFlag = Annotated[
     bool,
     typer.Option("--pass-api-key", help="Pass the API key to the command (JOBAGENTCTL_API_KEY)."),
 ]
+RedactFlag = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--redact",
+        metavar="PATTERN",
+        help="Also redact the values of variables named like PATTERN (fnmatch; repeatable).",
+    ),
+]
 ReportTimeoutFlag = Annotated[
     str, typer.Option("--report-timeout", envvar=REPORT_TIMEOUT_ENV, hidden=True)
 ]
@@ -152,6 +160,7 @@ def run(
     on_lease_lost: OnLeaseLostFlag = "stop",
     pass_api_key: PassApiKeyFlag = False,
     report_timeout: ReportTimeoutFlag = "5m",
+    redact: RedactFlag = None,
 ) -> None:
     """Claim a job, run CMD with the job in its environment, heartbeat, report the result.
 
@@ -188,6 +197,7 @@ def run(
         on_lease_lost=on_lease_lost,
         pass_api_key=pass_api_key,
         report_timeout=report_timeout,
+        redact=tuple(redact or ()),
     )
     options = _options(state, flags)
     raise typer.Exit(Supervisor(options, state.client, log=_log(state)).run())
@@ -213,6 +223,7 @@ class RunFlags:
     on_lease_lost: str
     pass_api_key: bool
     report_timeout: str
+    redact: tuple[str, ...] = ()
 
     def check(self) -> None:
         """A :class:`UsageError` for flags that contradict each other (or no CMD)."""
@@ -228,6 +239,8 @@ class RunFlags:
             raise UsageError("--wait applies only when claiming the next job (no --job)")
         if not self.loop and (self.max_jobs is not None or self.idle_timeout is not None):
             raise UsageError("--max-jobs and --idle-timeout need --loop")
+        if any(not pattern.strip() for pattern in self.redact):
+            raise UsageError("--redact: expected a variable name pattern, e.g. '*_CREDENTIALS'")
 
     def parse(self) -> partial[RunOptions]:
         """Flags → options, but for the connection (settings are read after). UsageError on a
@@ -235,6 +248,7 @@ class RunFlags:
         from jobagentctl.cli.params import uuid_arg
         from jobagentctl.durations import parse_duration
         from jobagentctl.supervisor import RunOptions
+        from jobagentctl.supervisor.redact import DEFAULT_PATTERNS
 
         self.check()
         idle = self.idle_timeout
@@ -255,6 +269,7 @@ class RunFlags:
             on_lease_lost=cast(Literal["stop", "continue"], self.on_lease_lost),
             pass_api_key=self.pass_api_key,
             report_timeout=parse_duration(self.report_timeout, name="--report-timeout"),
+            redact_patterns=(*DEFAULT_PATTERNS, *self.redact),
         )
 
 

@@ -124,12 +124,15 @@ async def serve(settings: ServerSettings, store: Store | None = None) -> None:
         store = open_store(settings.database, **settings.store_options())
     await store.open()
     try:
-        applied = await store.migrate()
+        applied = await store.migrate()  # SchemaTooNew: the database is past this release
+        note = (await store.schema_window()).note()
     except BaseException:
         await store.close()
         raise
     if applied:
         logger.info("applied migrations %s", ", ".join(str(v) for v in applied))
+    if note is not None:
+        logger.warning("%s", note)
     app = create_app(settings, store=store)
 
     # The app was handed an opened store, so its lifespan does not close it: serve() does.

@@ -24,6 +24,7 @@ from jobagentctl.supervisor.lease import JobLease
 from jobagentctl.supervisor.log import Log
 from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.outcome import StopReason
+from jobagentctl.supervisor.redact import Redactor
 from jobagentctl.supervisor.relay import Relay
 from jobagentctl.supervisor.tail import OutputTail
 from jobagentctl.supervisor.waiting import TICK_SECONDS, SignalPolicy
@@ -58,6 +59,8 @@ class Watch:
     _: KW_ONLY
     suspend: Callable[[Child], None]
     log: Log
+    # Secrets are replaced in the tail (it goes to the server); our own copy keeps them.
+    redactor: Redactor | None = None
 
     def __post_init__(self) -> None:
         self.tail = OutputTail(self.opts.output_tail_bytes)
@@ -86,6 +89,7 @@ class Watch:
             for fd, stream in list(self.pipes.items()):
                 self._close_pipe(fd, stream)
             self.selector.close()
+            self._close_tail()
             # Anything still in the group outlived the child: it is part of the job, and the
             # next job (or the shell) must not inherit it.
             self.child.kill_leftovers()
@@ -236,7 +240,7 @@ class Watch:
         if not data:
             self._close_pipe(fd, stream)
             return
-        self.tail.feed(stream, data)
+        self._to_tail(stream, data)
         relay = self.relays.get(stream)
         if relay is None:
             return
@@ -271,7 +275,7 @@ class Watch:
                     break
                 if not data:
                     break
-                self.tail.feed(stream, data)
+                self._to_tail(stream, data)
                 if relay is not None:
                     relay.write(data)
             self._close_pipe(fd, stream)
@@ -284,7 +288,23 @@ class Watch:
         self.pipes.pop(fd, None)
         with contextlib.suppress(OSError):
             os.close(fd)
-        self.tail.close(stream)
+
+    def _to_tail(self, stream: str, data: bytes) -> None:
+        if self.tail.limit == 0:
+            return
+        if self.redactor is None:
+            self.tail.feed(stream, data)
+            return
+        for segment_stream, segment in self.redactor.feed(stream, data):
+            self.tail.feed(segment_stream, segment)
+
+    def _close_tail(self) -> None:
+        """The output is over: what the redactor held back, then each stream's last bytes."""
+        if self.redactor is not None:
+            for stream, segment in self.redactor.flush():
+                self.tail.feed(stream, segment)
+        for stream in ("stdout", "stderr"):
+            self.tail.close(stream)
 
 
 @dataclass(frozen=True)

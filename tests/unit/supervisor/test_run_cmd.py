@@ -40,6 +40,7 @@ def invoke(*args: str, env: dict[str, str | None] | None = None) -> Result:
         (["--job", "not-a-uuid", "--", "true"], "not a UUID"),
         (["--max-jobs", "3", "--", "true"], "need --loop"),
         (["--lease-seconds", "-1", "--", "true"], "--lease-seconds"),
+        (["--redact", " ", "--", "true"], "--redact"),
         ([], "missing CMD"),
     ],
 )
