@@ -31,7 +31,7 @@ ROWS = {
     "reaper": 1,
     "pickup": 2,
     "recovery": 2,
-    "cli": 6,  # --version, heartbeat, complete, claim -o env, list, Tab completion
+    "cli": 7,  # --version, heartbeat, complete, claim -o env, list, heartbeat over https, Tab
     "supervision": 1,
     "fleet": 2,  # postgres and sqlite, 20 agents
 }
