@@ -46,6 +46,11 @@ def _time(path: Path) -> float:
     return float(path.read_text())
 
 
+def _written(path: Path) -> bool:
+    """The command's time is in the file (the shell creates it before `date` writes)."""
+    return path.exists() and path.read_text().endswith("\n")
+
+
 def test_a_requeued_job_starts_again_only_after_the_old_command_exited(
     harness: Harness,
 ) -> None:
@@ -66,7 +71,8 @@ def test_a_requeued_job_starts_again_only_after_the_old_command_exited(
 
     (first.workdir / "release").touch()
     assert first.wait() == 75, first.stderr()
-    wait_until((second.workdir / "started").exists, what="the second attempt to start")
+    started = second.workdir / "started"
+    wait_until(lambda: _written(started), what="the second attempt to start")
     assert _time(second.workdir / "started") > _time(first.workdir / "ended")
     wait_until(lambda: harness.job(job_id)["status"] == "successful", what="attempt 2 to end")
     outcomes = [a["outcome"] for a in harness.attempts(job_id)]
