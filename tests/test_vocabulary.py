@@ -48,6 +48,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     # cancelled, timeout, interrupted), are how a run ended, not a job's status.
     ("jobagentctl.supervisor.", "completed"): "run's Verdict.COMPLETED",
     ("jobagentctl.supervisor.", "cancelled"): "run's verdict / stop reason `cancelled`",
+    # `server revoke-key`'s result: an API key's `revoked` field, not ClaimState.REVOKED.
+    ("jobagentctl.cli.output", "revoked"): "the key-revoked view's `revoked` column",
+    ("jobagentctl.cli.server.revoke_key", "revoked"): "the revoked key's `revoked` field",
 }
 
 

@@ -53,6 +53,7 @@ __all__ = [
     "URL_ENV",
     "WORKSPACE_ENV",
     "AcceptedResponse",
+    "AgentState",
     "AttemptOutcome",
     "ClaimNext",
     "ClaimNextRequest",
@@ -122,19 +123,32 @@ class ClaimState(StrEnum):
     """The state of a claim, as ``GET /job-claims`` reports it and ``--state`` filters it.
 
     A claim row is ``ACTIVE`` (lease holds), ``EXPIRED`` (lease ran out, not yet reaped) or
-    ``UNLEASED`` (claimed without a lease: a V1 claim). ``ALL`` is only a filter value ("every
+    ``UNLEASED`` (claimed without a lease: a V1 claim); ``REVOKED`` is a claim an operator ended
+    (requeue, cancel) that its agent has not let go of yet: the job is not claimable until the
+    agent reports its command gone or the lease runs out. ``ALL`` is only a filter value ("every
     state"); no row is ever in it. :data:`CLAIM_ROW_STATES` is the set a row can be in.
     """
 
     ACTIVE = "active"
     EXPIRED = "expired"
     UNLEASED = "unleased"
+    REVOKED = "revoked"
     ALL = "all"
 
 
 CLAIM_ROW_STATES: frozenset[ClaimState] = frozenset(
-    {ClaimState.ACTIVE, ClaimState.EXPIRED, ClaimState.UNLEASED}
+    {ClaimState.ACTIVE, ClaimState.EXPIRED, ClaimState.UNLEASED, ClaimState.REVOKED}
 )
+
+
+class AgentState(StrEnum):
+    """An agent's presence, as ``agents list`` shows and ``--state`` filters it: ``BUSY`` (a job
+    of its is in progress, or a claim of its was revoked and not let go yet), ``IDLE`` (seen
+    within the server's presence window), ``OFFLINE`` (not seen for longer, or never)."""
+
+    BUSY = "busy"
+    IDLE = "idle"
+    OFFLINE = "offline"
 
 
 class AttemptOutcome(StrEnum):
@@ -302,6 +316,9 @@ class JobAgent(WireModel):
     type: str
     config: dict[str, Any] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # Ours (absent from ctrlplane): presence, judged by the server when it answers.
+    state: AgentState | None = None
+    last_seen_at: datetime | None = None
 
 
 class Job(WireModel):
@@ -321,6 +338,10 @@ class Job(WireModel):
     started_at: datetime | None = None
     completed_at: datetime | None = None
     dispatch_context: dict[str, Any] | None = None
+    # Ours, on `jobs get` only, and only when true (absent otherwise, and from ctrlplane): an
+    # agent still holds a claim on the job — its running attempt's, or one an operator revoked
+    # (requeue, cancel) whose command has not ended yet, during which a queued job waits.
+    claim_held: bool | None = None
 
     @field_validator("job_agent_id", mode="before")
     @classmethod
@@ -351,6 +372,8 @@ class Heartbeat(WireModel):
     attempt: int
     lease_seconds: int
     claim_expires_at: datetime
+    # The claim's agent, for the server's own bookkeeping (presence); never on the wire.
+    _job_agent_id: UUID | None = PrivateAttr(default=None)
 
 
 class JobWait(WireModel):
@@ -468,6 +491,9 @@ class UpdateJobStatusRequest(RequestModel):
     external_id: str | None = Field(default=None, max_length=1024)
     metadata: dict[str, Any] | None = None
     claim_next: ClaimNext | None = None
+    # Without a claim id: end the claim without waiting for its holder to let go (a requeued
+    # job is claimable at once, even while the old attempt's command may still run).
+    force: bool | None = None
 
 
 class CreateJobRequest(RequestModel):

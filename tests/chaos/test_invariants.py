@@ -288,7 +288,8 @@ def test_a_lease_loss_counts_only_without_a_fault_nearby(explanation: str) -> No
         ("agent_kill", "agent_kill"),
         ("agent_stop", "agent_stop"),
         ("frozen host", "frozen host"),
-        ("requeued", "other"),  # the operator's requeue explains it, the kill after it not
+        ("requeued", "operator_requeue"),
+        ("requeued, then killed", "agent_kill"),  # the kill explains it, the requeue not
         ("none", "other"),
     ],
 )
@@ -298,9 +299,9 @@ def test_with_the_watchdog_an_overlap_after_an_agent_kill_or_stop_is_a_violation
     ev = clean()
     ev.watchdog = watchdog
     ev.overlaps = [Overlap(JOB, 2, 0, 1)]  # attempt 2 started while attempt 1's tree lived
-    if fault in ("agent_kill", "requeued"):
+    if fault in ("agent_kill", "requeued, then killed"):
         ev.kills = [(0, T0 + 1.5)]
-    if fault == "requeued":
+    if fault.startswith("requeued"):
         ev.requeues = [(JOB, T0 + 1.2)]
     if fault in ("agent_stop", "frozen host"):
         ev.pauses = [(0, T0 + 1.5, T0 + 5.0)]
@@ -312,6 +313,9 @@ def test_with_the_watchdog_an_overlap_after_an_agent_kill_or_stop_is_a_violation
     found = result.violations["no overlap after an agent kill or stop (watchdog)"]
     # Only a frozen host (and what no agent fault explains) may overlap with the watchdog on.
     assert len(found) == (1 if watchdog and cause in ("agent_kill", "agent_stop") else 0), found
+    # An operator's requeue never overlaps, watchdog or not (revoked claims).
+    requeued = result.violations["no overlap after an operator's requeue"]
+    assert len(requeued) == (1 if cause == "operator_requeue" else 0), requeued
 
 
 def test_parse_executions_pairs_starts_with_ends_and_flags_junk() -> None:

@@ -65,7 +65,7 @@ class Raw:
 
     def clear_jobs(self) -> None:
         """Forget the jobs of the previous example (agents and workspaces stay)."""
-        for table in ("job_claim", "job_attempt", "job"):
+        for table in ("job_revoked_claim", "job_claim", "job_attempt", "job"):
             self.rows(f"DELETE FROM {table}")
 
     def expire(self, job_id: UUID) -> int:
@@ -101,6 +101,11 @@ class Raw:
             f" claim_expires_at < {self.now} FROM job_claim"
         )
         return [(str(r[0]), str(r[1]), int(r[2]), int(r[3]), bool(r[4])) for r in rows]
+
+    def revoked(self) -> dict[str, str]:
+        """``job_id → claim_id`` of the revoked claims still held."""
+        rows = self.rows("SELECT job_id, claim_id FROM job_revoked_claim")
+        return {str(r[0]): str(r[1]) for r in rows}
 
     def attempts(self) -> list[tuple[str, int, str | None, str | None, bool]]:
         """``(job_id, attempt, claim_id, outcome, ended_at set)`` by job then attempt."""

@@ -5,7 +5,9 @@ Every answer is checked against a small model of what each job should be (status
 attempts), and after every step the tables themselves are checked against the model and the
 invariants: at most one claim row per job; a claim row ⇔ the job is ``inProgress`` under a
 lease; attempt numbers 1..n with only the last one open; a refused or repeated write changes no
-row at all; each expiry is reaped exactly once (``maxReclaims`` included).
+row at all; each expiry is reaped exactly once (``maxReclaims`` included); a claim an operator
+ended is kept as revoked, and its job not claimable, until its holder writes with it (refused),
+the operator forces it, or it expires and is reaped.
 
 Leases are long (≥ 300 s) so none lapses by itself; expiry is the ``Raw.expire`` UPDATE.
 ``JOBAGENTCTL_PROPERTY_EXAMPLES=500`` runs longer; ``JOBAGENTCTL_PROPERTY_SHRINK=1`` shrinks a
@@ -93,6 +95,8 @@ class ModelJob:
     lease: int | None = None  # the claim row's lease_seconds; None = no claim row
     expired: bool = False
     expiries: int = 0
+    revoked: UUID | None = None  # the claim id of a revoked claim still held
+    revoked_expired: bool = False
 
     @property
     def claim_id(self) -> UUID | None:
@@ -176,6 +180,7 @@ def test_lease_lifecycle_matches_the_model(database_url: str, runner: asyncio.Ru
             ),
             "reaped expiries": seen["reaped: requeued"] + seen["reaped: failed"],
             "fenced-off writes": seen["refused: ClaimMismatch"] + seen["refused: ClaimLost"],
+            "revoked claims let go": seen["revoked claim let go"],
         }
         assert all(reached.values()), reached
     finally:
@@ -284,13 +289,17 @@ def _machine(
                 self.refused(NotFound, call)
             elif job.status != JobStatus.QUEUED:
                 self.refused(NotClaimable, call, {"jobStatus": job.status.value})
+            elif job.revoked is not None:
+                self.refused(NotClaimable, call, {"jobStatus": "queued", "claimHeld": True})
             else:
                 self.claimed(job, self.run(call), lease)
 
         @rule(agent=st.sampled_from(agents), lease=st.sampled_from((*LEASES, None)))
         def claim_next(self, agent: UUID, lease: int | None) -> None:
             queued = [
-                j for j in self.jobs.values() if j.agent == agent and j.status == JobStatus.QUEUED
+                j
+                for j in self.jobs.values()
+                if j.agent == agent and j.status == JobStatus.QUEUED and j.revoked is None
             ]
             if not queued:
                 before = raw.snapshot()
@@ -385,6 +394,10 @@ def _machine(
         @rule(batch_size=st.integers(1, 3))
         def reap(self, batch_size: int) -> None:
             due = [j for j in self.jobs.values() if j.lease is not None and j.expired]
+            for job in self.jobs.values():
+                if job.revoked is not None and job.revoked_expired:
+                    self.seen["revoked claim reaped"] += 1
+                    job.revoked = None
             requeued = failed = 0
             for job in due:
                 job.expiries += 1
@@ -448,13 +461,15 @@ def _machine(
             data=st.data(),
             status=st.sampled_from(WRITE_STATUSES),
             message=st.sampled_from((None, "first", "second")),
+            force=st.sampled_from((False, False, False, True)),
         )
         def operator_writes(
-            self, data: st.DataObject, status: JobStatus, message: str | None
+            self, data: st.DataObject, status: JobStatus, message: str | None, force: bool
         ) -> None:
-            """An operator cancels, requeues or ends a job without a claim id."""
+            """An operator cancels, requeues or ends a job without a claim id (``force``: not
+            waiting for the agent holding its claim)."""
             job = self.pick(data, leased)
-            self.set_status(job, status, None, "operator", False, message)
+            self.set_status(job, status, None, "operator", False, message, force)
 
         @precondition(lambda self: self.jobs)
         @rule(
@@ -486,8 +501,10 @@ def _machine(
             scope: str,
             require_claim_id: bool,
             message: str | None,
+            force: bool = False,
         ) -> None:
             """The fencing rules, stated once more, independently of the store."""
+            revoked = job.revoked is not None and claim_id == job.revoked
             agent_scope = self.agent_scope(job, scope)
             call = store.set_status(
                 ws,
@@ -499,6 +516,7 @@ def _machine(
                 metadata=None,
                 agent_scope=agent_scope,
                 require_claim_id=require_claim_id,
+                force=force,
             )
             details: dict[str, Any] = {"jobStatus": job.status.value}
             if scope == "other":
@@ -509,20 +527,35 @@ def _machine(
                 elif job.claim_id is not None:
                     details["attempt"] = len(job.attempts)
                     self.refused(ClaimMismatch, call, details)
+                    self.let_go(job, revoked)
                 elif self.outcome_of(job, claim_id) in ("completed", "cancelled") and (
                     job.status == status
                 ):
                     self.idempotent(job, call)
+                    self.let_go(job, revoked and self.outcome_of(job, claim_id) == "cancelled")
                 else:
                     self.refused(ClaimLost, call, details)
+                    self.let_go(job, revoked)
             elif require_claim_id and agent_scope is not None and job.lease is not None:
                 self.refused(ValidationError, call)
             elif job.status in TERMINAL_STATUSES and job.status == status:
                 self.idempotent(job, call)
             else:
                 # V1 parity: without a claim id any transition is applied, a finished
-                # job included (an operator's requeue; its next claim is attempt N+1).
+                # job included (an operator's requeue; its next claim is attempt N+1). A
+                # claim still held is kept as revoked, unless forced.
+                if force:
+                    job.revoked = None
+                elif job.lease is not None:
+                    self.seen["claim revoked"] += 1
+                    job.revoked, job.revoked_expired = job.claim_id, job.expired
                 self.applied(job, status, message, call)
+
+        def let_go(self, job: ModelJob, revoked: bool) -> None:
+            """The holder of a revoked claim wrote with it: the job waits no longer."""
+            if revoked:
+                self.seen["revoked claim let go"] += 1
+                job.revoked = None
 
         def agent_scope(self, job: ModelJob, scope: str) -> UUID | None:
             if scope == "operator":
@@ -565,6 +598,10 @@ def _machine(
                 assert (status, message) == (job.status.value, job.message), job
                 assert completed == (job.status in TERMINAL_STATUSES), job
                 assert started or not job.attempts, job
+
+            assert raw.revoked() == {
+                str(j.id): str(j.revoked) for j in self.jobs.values() if j.revoked is not None
+            }, "revoked claims"
 
             claims = raw.claims()
             claimed_jobs = [c[0] for c in claims]

@@ -194,7 +194,9 @@ async def test_cancel_makes_the_agents_heartbeat_409_cancelled(api: Api) -> None
     _agent, claimed = await _claimed(api, lease=30)
     r = await api.status(claimed["id"], {"status": "cancelled", "message": "operator"})
     assert r.status_code == 202
-    assert await api.claims() == []
+    # The claim is revoked (its agent has not stopped its command yet), no longer active.
+    assert [c["state"] for c in await api.claims()] == ["revoked"]
+    assert await api.claims(state="active") == []
     r = await api.heartbeat(claimed["id"], {"claimId": claimed["claimId"]})
     assert r.status_code == 409
     assert r.json()["code"] == "CLAIM_LOST"

@@ -153,3 +153,58 @@ def test_logs_follow_on_one_replica_shows_appends_through_the_other(
         f"\ncross-replica follow: median {statistics.median(latencies):.2f}s, "
         f"max {max(latencies):.2f}s"
     )
+
+
+def test_a_requeue_through_one_replica_waits_for_the_holder_on_the_other(
+    live_server_factory: LiveServerFactory,
+) -> None:
+    a = live_server_factory()
+    b = a.replica()
+    agent = a.create_agent("held")
+    job = a.enqueue(agent)["id"]
+    status, claimed = a.request("POST", f"job-agents/{agent}/claim", {"leaseSeconds": 30})
+    assert status == 200 and claimed["id"] == job
+    status, _ = b.request("PUT", f"jobs/{job}/status", {"status": "queued"})
+    assert status == 202
+    # Queued, but held back for the old holder: neither replica hands it out.
+    for server in (a, b):
+        assert server.request("POST", f"job-agents/{agent}/claim", {"leaseSeconds": 30})[0] == 204
+    status, page = a.request("GET", "job-claims?state=revoked")
+    assert status == 200 and [c["claimId"] for c in page["items"]] == [claimed["claimId"]]
+
+    # A long-poll on B is woken when the holder lets go through A (its report, refused 409).
+    result: dict[str, Any] = {}
+
+    def wait_on_b() -> None:
+        result["r"] = b.request(
+            "POST", f"job-agents/{agent}/claim", {"waitSeconds": 25, "leaseSeconds": 30}, timeout=60
+        )
+
+    thread = threading.Thread(target=wait_on_b)
+    thread.start()
+    wait_until(
+        lambda: "jobagentctl_long_polls_waiting 1.0" in server_metrics(b), what="b's long-poll"
+    )
+    let_go_at = time.monotonic()
+    body = {"status": "queued", "claimId": claimed["claimId"]}
+    status, refused = a.request("PUT", f"jobs/{job}/status", body)
+    assert status == 409 and refused["code"] == "CLAIM_LOST"
+    thread.join(30)
+    assert time.monotonic() - let_go_at < 9  # woken, not the service's own 10 s re-check
+    status, again = result["r"]
+    assert status == 200 and again["id"] == job and again["attempt"] == 2
+
+    # A revoked claim whose holder never lets go frees the job when its lease runs out (either
+    # replica's reaper).
+    status, _ = a.request("POST", f"jobs/{job}/heartbeat", {"leaseSeconds": 1})
+    assert status == 200
+    status, _ = a.request("PUT", f"jobs/{job}/status", {"status": "queued"})
+    assert status == 202
+
+    def claimed_again() -> bool:
+        got = b.request("POST", f"job-agents/{agent}/claim", {"leaseSeconds": 30})
+        return got[0] == 200 and bool(got[1]["id"] == job)
+
+    wait_until(claimed_again, what="the job claimable once the revoked lease ran out")
+    status, attempts = b.request("GET", f"jobs/{job}/attempts")
+    assert [x["outcome"] for x in attempts] == ["released", "released", None]

@@ -306,9 +306,12 @@ async def test_release_requeues_at_once_and_opens_a_new_attempt(env: Env) -> Non
 
 async def test_operator_requeue_without_claim_id(env: Env) -> None:
     job = await env.job()
-    await env.store.claim_job(env.ws, env.agent, job.id, 30)
+    first = await env.store.claim_job(env.ws, env.agent, job.id, 30)
     await env.status(job.id, JobStatus.QUEUED)
     assert (await env.store.list_attempts(env.ws, job.id))[0].outcome == "released"
+    # Claimable once the holder lets go (tests/store/test_revoked_claims.py).
+    with pytest.raises(ClaimLost):
+        await env.status(job.id, JobStatus.QUEUED, claim_id=first.claim_id)
     claimed = await env.store.claim_job(env.ws, env.agent, job.id, 30)
     assert claimed.attempt == 2
 
@@ -500,6 +503,7 @@ async def test_claim_stats_on_an_empty_database(env: Env) -> None:
         "active": 0.0,
         "expired": 0.0,
         "unleased": 0.0,
+        "revoked": 0.0,
         "oldest_age_seconds": 0.0,
     }
 

@@ -94,6 +94,8 @@ def test_migrations_are_numbered_and_agree_on_tables() -> None:
             "store_probe",
             "job_log",
             "job_log_attempt",
+            "job_revoked_claim",
+            "job_agent_presence",
         }
     )
 

@@ -200,9 +200,25 @@ def test_operator_overrides(
 
 def test_agents_list(cli: Cli, mock_api: respx.MockRouter) -> None:
     mock_api.get(f"{WS}/job-agents").respond(200, json=wire.page([wire.agent()]))
-    assert cli("agents", "list").stdout == f"{AGENT}\tbuilder\tshell\n"
+    # No presence from this server (as ctrlplane): empty STATE and LAST SEEN, "-" on a TTY.
+    assert cli("agents", "list").stdout == f"{AGENT}\tbuilder\tshell\t\t\n"
     assert json.loads(cli("agents", "list", "--json").stdout)[0]["name"] == "builder"
-    assert "builder" in cli("agents", "list", tty=True).stdout
+    tty = cli("agents", "list", tty=True).stdout
+    assert "builder" in tty and "LAST SEEN" in tty
+
+
+def test_agents_list_state_and_the_state_filter(cli: Cli, mock_api: respx.MockRouter) -> None:
+    seen = {"state": "idle", "lastSeenAt": wire.T0}
+    route = mock_api.get(f"{WS}/job-agents").respond(200, json=wire.page([wire.agent(**seen)]))
+    out = cli("agents", "list", "--state", "idle").stdout
+    assert out == f"{AGENT}\tbuilder\tshell\tidle\t{wire.T0}\n"
+    assert route.calls.last.request.url.params["state"] == "idle"
+    assert cli("agents", "list", "--state", "asleep").exit_code == 2
+    # A server that ignores the filter and knows no presence: nothing matches, and it says so.
+    mock_api.get(f"{WS}/job-agents").respond(200, json=wire.page([wire.agent()]))
+    result = cli("agents", "list", "--state", "busy")
+    assert result.exit_code == 0 and result.stdout == ""
+    assert "does not report agent presence" in result.stderr
 
 
 def test_agents_get_defaults_to_the_configured_agent(cli: Cli, mock_api: respx.MockRouter) -> None:

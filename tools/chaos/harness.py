@@ -67,6 +67,11 @@ for other in "$locks/$JOBAGENTCTL_JOB_ID".*; do
   flock -n "$other" true 2>/dev/null || echo "overlap $JOBAGENTCTL_JOB_ID $JOBAGENTCTL_ATTEMPT \
 $JOBAGENTCTL_CLAIM_ID $$ $CHAOS_SLOT ${other#"$locks/$JOBAGENTCTL_JOB_ID".}" >> "$CHAOS_RECORDS"
 done
+# --slow-stop: the job cleans up for that long on SIGTERM (its lock still held), as a command
+# that takes its time to stop does: an operator's requeue must not start it again meanwhile.
+if [ "${CHAOS_SLOW_STOP:-0}" != "0" ]; then
+  trap 'sleep "$CHAOS_SLOW_STOP"; exit 143' TERM
+fi
 sleep "${pause:-0.5}"
 echo "end $JOBAGENTCTL_JOB_ID $JOBAGENTCTL_ATTEMPT $JOBAGENTCTL_CLAIM_ID $$ $CHAOS_SLOT \
 $(date +%s.%N)" >> "$CHAOS_RECORDS"
@@ -99,6 +104,8 @@ class ChaosConfig:
     # watchdog must prevent), and how long they sleep, in leases. The rest sleep 0.05-1.5 s.
     long_jobs: float = 0.4
     long_leases: tuple[float, float] = (2.0, 3.5)
+    # Seconds a job takes to exit after SIGTERM (0: at once), within run's --grace of 2 s.
+    slow_stop: float = 0.0
     keep: bool = False
     verbose: bool = False
 
@@ -353,6 +360,7 @@ class ChaosRun:
                     "JOBAGENTCTL_TIMEOUT": str(cfg.client_timeout),
                     "CHAOS_RECORDS": str(self.records_path),
                     "CHAOS_SLOT": str(slot),
+                    "CHAOS_SLOW_STOP": str(cfg.slow_stop),
                     "JOBAGENTCTL_WATCHDOG": "1" if cfg.watchdog else "0",
                 }
             )
@@ -950,6 +958,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="agents run jobs without the watchdog (JOBAGENTCTL_WATCHDOG=0): the baseline",
     )
+    parser.add_argument(
+        "--slow-stop",
+        type=float,
+        default=0.0,
+        help="seconds a job takes to exit after SIGTERM (default 0), e.g. with "
+        "--faults operator_requeue",
+    )
     parser.add_argument("--keep", action="store_true", help="keep every run's work dir")
     parser.add_argument("--verbose", "-v", action="store_true", help="narrate each fault")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
@@ -974,6 +989,7 @@ def main(argv: list[str] | None = None) -> int:
         "verbose": args.verbose,
         "calm": args.calm,
         "watchdog": not args.no_watchdog,
+        "slow_stop": args.slow_stop,
     }
     if args.faults:
         only = tuple(kind.strip() for kind in args.faults.split(",") if kind.strip())

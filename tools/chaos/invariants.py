@@ -176,7 +176,7 @@ def _ts(value: Any) -> float | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
 
 
-OVERLAP_CAUSES = ("agent_kill", "agent_stop", "frozen host", "other")
+OVERLAP_CAUSES = ("agent_kill", "agent_stop", "frozen host", "operator_requeue", "other")
 # With the watchdog, overlaps of these causes break an invariant (see Evidence.watchdog).
 WATCHDOG_CAUSES = ("agent_kill", "agent_stop")
 
@@ -186,9 +186,10 @@ def _overlap_causes(
 ) -> list[tuple[Overlap, str]]:
     """Each witnessed overlap with its cause: what happened to the earlier execution's agent
     between its start and the later one's. In this order: stopped with its job (a frozen
-    host, the one overlap the watchdog cannot prevent); the job requeued by an operator (its
-    agent runs on until its next heartbeat is refused: "other"); SIGKILLed alone; SIGSTOPped
-    alone; or none of these ("other": a lease lost while the agent lived)."""
+    host, the one overlap the watchdog cannot prevent); SIGKILLed alone; SIGSTOPped alone; the
+    job requeued by an operator (which must never overlap: the job waits for the revoked
+    claim's agent to let go, or for its lease); or none of these ("other": a lease lost while
+    the agent lived)."""
     found: list[tuple[Overlap, str]] = []
     for o in ev.overlaps or []:
         runs = executions_by_job.get(o.job_id, [])
@@ -199,12 +200,12 @@ def _overlap_causes(
             a, b, slot = earlier.started, later.started, earlier.slot
             if any(s == slot and start <= b and end >= a for s, start, end in ev.freezes):
                 cause = "frozen host"
-            elif any(j == o.job_id and a <= t <= b for j, t in ev.requeues):
-                cause = "other"
             elif any(s == slot and a <= t <= b for s, t in ev.kills):
                 cause = "agent_kill"
             elif any(s == slot and start <= b and end >= a for s, start, end in ev.pauses):
                 cause = "agent_stop"
+            elif any(j == o.job_id and a <= t <= b for j, t in ev.requeues):
+                cause = "operator_requeue"
         found.append((o, cause))
     return found
 
@@ -234,6 +235,7 @@ def check(ev: Evidence) -> CheckResult:
         "attempts explain every re-run": [],
         "every lease loss explained by a fault": [],
         "no overlap after an agent kill or stop (watchdog)": [],
+        "no overlap after an operator's requeue": [],
         "records well formed": list(ev.bad_records),
     }
     attempts_by_claim: dict[tuple[str, str], dict[str, Any]] = {}
@@ -447,6 +449,13 @@ def check(ev: Evidence) -> CheckResult:
             for o, cause in caused
             if cause in WATCHDOG_CAUSES
         ]
+    v["no overlap after an operator's requeue"] += [
+        f"job {o.job_id}: attempt {o.attempt} (agent {o.slot}) started while attempt "
+        f"{o.earlier}'s tree still lived, after an operator requeued it: the job should have "
+        "waited for the revoked claim's agent to let go"
+        for o, cause in caused
+        if cause == "operator_requeue"
+    ]
     worst = max(recovery, default=None)
     clean = max((r for r in recovery if r[1] == bound), default=None)
     over = [r for r in recovery if r[0] > r[1] + RECOVERY_TOLERANCE]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from jobagentctl.cli.context import get_state
+from jobagentctl.models import AgentState
 
 __all__ = ["AGENT_ID_NAMESPACE", "DEFAULT_AGENT_TYPE", "agents_app", "register"]
 
@@ -25,12 +26,22 @@ def list_agents(
     ctx: typer.Context,
     limit: int = typer.Option(50, "--limit", "-n", min=1, max=1000, help="Page size (1–1000)."),
     all_pages: bool = typer.Option(False, "--all-pages", help="Fetch every page."),
+    presence: AgentState | None = typer.Option(
+        None,
+        "--state",
+        help="Only agents in this state: busy (running a job), idle (seen within the server's "
+        "presence window), offline.",
+        show_default=False,
+    ),
 ) -> None:
-    """List the workspace's job agents.
+    """List the workspace's job agents, with their presence (STATE, LAST SEEN).
+
+    --state filters on the server. A server without presence (ctrlplane) shows STATE and
+    LAST SEEN as "-", and --state then matches nothing (said on stderr).
 
     \b
     Example:
-      jobagentctl agents list --json | jq -r '.[].id'
+      jobagentctl agents list --state offline -o json | jq -r '.[].id'
     """
     from jobagentctl.cli import output
     from jobagentctl.client import iter_pages
@@ -38,10 +49,16 @@ def list_agents(
     state = get_state(ctx)
     with state.client() as client:
         if all_pages:
-            agents = list(iter_pages(lambda n, off: client.list_agents(limit=n, offset=off)))
+            agents = list(
+                iter_pages(lambda n, off: client.list_agents(limit=n, offset=off, state=presence))
+            )
         else:
-            page = client.list_agents(limit=limit)
+            page = client.list_agents(limit=limit, state=presence)
             agents, total = page.items, page.total
+    if presence is not None:
+        if any(agent.state is None for agent in agents):
+            output.warn("this server does not report agent presence: --state matches nothing")
+        agents = [agent for agent in agents if agent.state == presence]
     output.emit(state, "agent", agents, title="job agents")
     if not all_pages:
         output.more_hint(state, len(agents), total)

@@ -32,6 +32,7 @@ from jobagentctl.cli.sanitize import (
 from jobagentctl.durations import format_duration
 from jobagentctl.errors import UsageError
 from jobagentctl.models import (
+    AgentState,
     ClaimState,
     JobStatus,
     LogChunk,
@@ -74,6 +75,10 @@ STATE_STYLES: dict[str, str] = {
     ClaimState.ACTIVE: "green",
     ClaimState.EXPIRED: "red",
     ClaimState.UNLEASED: "yellow",
+    ClaimState.REVOKED: "magenta",
+    AgentState.BUSY: "cyan",
+    AgentState.IDLE: "green",
+    AgentState.OFFLINE: "red",
     "stale": "yellow",
     JobStatus.SUCCESSFUL: "green",
     JobStatus.FAILURE: "red",
@@ -181,7 +186,15 @@ VIEWS: dict[str, View] = {
             _EXPIRES,
         )
     ),
-    "agent": View((Column("id", "ID"), Column("name", "NAME"), Column("type", "TYPE"))),
+    "agent": View(
+        (
+            Column("id", "ID"),
+            Column("name", "NAME"),
+            Column("type", "TYPE"),
+            Column("state", "STATE"),  # presence: last, older scripts cut the first three
+            Column("lastSeenAt", "LAST SEEN", "age"),
+        )
+    ),
     # `server …` results: printed once, the API key among them.
     "server-init": View(
         (

@@ -168,9 +168,14 @@ class Client:
         path = self._at(Routes.AGENT, agentId=agent_id)
         return self._conn.call("PUT", path, models.AcceptedResponse.from_wire, body=body)
 
-    def list_agents(self, limit: int = 50, offset: int = 0) -> models.Page[models.JobAgent]:
-        """A page of the workspace's agents."""
-        params = {"limit": limit, "offset": offset}
+    def list_agents(
+        self, limit: int = 50, offset: int = 0, state: models.AgentState | None = None
+    ) -> models.Page[models.JobAgent]:
+        """A page of the workspace's agents (only those in ``state``, when the server knows
+        agent presence: one that does not ignores the filter and sends no ``state``)."""
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        if state is not None:
+            params["state"] = models.AgentState(state).value
         return self._conn.call(
             "GET", self._at(Routes.AGENTS), models.Page[models.JobAgent].from_wire, params=params
         )
@@ -436,8 +441,11 @@ class Client:
         external_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         claim_next: models.ClaimNext | None = None,
+        force: bool = False,
     ) -> models.AcceptedResponse:
-        """Set the job's status. ``claim_next`` (with ``claim_id``, ending the attempt): the
+        """Set the job's status. ``force`` (an operator's, without ``claim_id``): a claim
+        still held ends without waiting for its agent to let go (sent only when True).
+        ``claim_next`` (with ``claim_id``, ending the attempt): the
         same request claims the agent's next jobs, listed in the answer's ``claimed`` — which
         stays None from a server that does not do this (ctrlplane, an older jobagentctl), where
         the caller claims as usual. Not sent to a server known to be V1-only.
@@ -452,6 +460,7 @@ class Client:
                 external_id=external_id,
                 metadata=metadata,
                 claim_next=self._v1.claim_next_option(claim_next),
+                force=force or None,
             )
         except (ValueError, PydanticValidationError) as exc:
             raise ConfigError(f"invalid status update: {exc}") from None

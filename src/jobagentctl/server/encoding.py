@@ -56,10 +56,13 @@ def model_bytes(model: BaseModel, *, exclude: set[str] | None = None) -> bytes:
 # Optional fields of ctrlplane's Job: omitted when absent, never sent as null, as ctrlplane's
 # toJobResponse spreads them in only when set (a V1 client may test for the key, not the value).
 _OPTIONAL_JOB_FIELDS = ("external_id", "message", "started_at", "completed_at", "updated_at")
+# Ours, and only where the store read it (`jobs get`): absent otherwise, never null.
+_OURS_OPTIONAL_JOB_FIELDS = ("claim_held",)
 
 
 def _job_exclude(job: Job, include_dispatch_context: bool) -> set[str] | None:
-    exclude = {name for name in _OPTIONAL_JOB_FIELDS if getattr(job, name) is None}
+    optional = _OPTIONAL_JOB_FIELDS + _OURS_OPTIONAL_JOB_FIELDS
+    exclude = {name for name in optional if getattr(job, name) is None}
     if not include_dispatch_context or job.dispatch_context is None:
         exclude.add("dispatch_context")
     return exclude or None

@@ -75,6 +75,17 @@ class Metrics:
         self.expired_claims = Gauge(
             "jobagentctl_expired_claims", "Claims past their lease, not yet reaped.", registry=r
         )
+        self.agents = Gauge(
+            "jobagentctl_agents",
+            "Job agents by presence state (busy, idle, offline), every workspace.",
+            ["state"],
+            registry=r,
+        )
+        self.revoked_claims = Gauge(
+            "jobagentctl_revoked_claims",
+            "Claims an operator ended that their agent has not let go of yet.",
+            registry=r,
+        )
         self.oldest_claim_age = Gauge(
             "jobagentctl_oldest_claim_age_seconds", "Age of the oldest claim row.", registry=r
         )
@@ -102,10 +113,11 @@ class Metrics:
             "jobagentctl_logs_expired", "Attempt logs deleted by log retention.", registry=r
         )
 
-    async def render(self, store: Store) -> bytes:
-        """The exposition text, with the claim gauges refreshed from the database."""
+    async def render(self, store: Store, presence_window: float = 90.0) -> bytes:
+        """The exposition text, with the claim and agent gauges refreshed from the database."""
         try:
             stats = await store.claim_stats()
+            agents = await store.agent_state_counts(presence_window)
         except Exception:
             # A scrape must still answer (counters stay useful) when the database is down.
             self.scrape_errors.inc()
@@ -113,5 +125,8 @@ class Metrics:
             self.active_claims.set(stats.get(ClaimState.ACTIVE, 0.0))
             self.expired_claims.set(stats.get(ClaimState.EXPIRED, 0.0))
             self.oldest_claim_age.set(stats.get("oldest_age_seconds", 0.0))
+            self.revoked_claims.set(stats.get(ClaimState.REVOKED, 0.0))
+            for state, count in agents.items():
+                self.agents.labels(state).set(count)
         data: bytes = generate_latest(self.registry)
         return data

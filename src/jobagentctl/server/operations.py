@@ -24,6 +24,7 @@ from starlette.types import Receive
 
 from jobagentctl.models import (
     AcceptedResponse,
+    AgentState,
     ClaimedJob,
     ClaimedJobs,
     ClaimNextRequest,
@@ -185,9 +186,15 @@ async def upsert_job_agent(
 
 
 @endpoint("GET", Routes.AGENTS, Page[JobAgent], tag="job agents")
-async def list_job_agents(call: Call, ws: WsPath, limit: Limit = 50, offset: Offset = 0) -> bytes:
-    """List job agents"""
-    agents, total = await call.service.list_agents(call.principal, ws, limit, offset)
+async def list_job_agents(
+    call: Call,
+    ws: WsPath,
+    limit: Limit = 50,
+    offset: Offset = 0,
+    state: Annotated[AgentState | None, Query(description="Only agents in this state")] = None,
+) -> bytes:
+    """List job agents, with their presence (busy, idle, offline)"""
+    agents, total = await call.service.list_agents(call.principal, ws, limit, offset, state)
     return page_bytes(agents, total, limit, offset)
 
 

@@ -92,4 +92,5 @@ def add_operational_routes(app: FastAPI, service: JobService, metrics: Metrics) 
         response_class=PlainTextResponse,  # documents text/plain, as Prometheus serves it
     )
     async def prometheus_metrics() -> Response:
-        return Response(await metrics.render(service.store), media_type=METRICS_CONTENT_TYPE)
+        body = await metrics.render(service.store, service.settings.presence_window)
+        return Response(body, media_type=METRICS_CONTENT_TYPE)

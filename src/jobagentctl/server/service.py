@@ -17,6 +17,7 @@ from uuid import UUID
 from jobagentctl.errors import ClaimLost, ClaimMismatch, NotFound, ValidationError
 from jobagentctl.models import (
     AcceptedResponse,
+    AgentState,
     ClaimedJob,
     ClaimNextRequest,
     ClaimRequest,
@@ -36,6 +37,7 @@ from jobagentctl.server.auth import Principal
 from jobagentctl.server.logs import JobLogs
 from jobagentctl.server.longpoll_ends import LongPollEnds
 from jobagentctl.server.metrics import Metrics
+from jobagentctl.server.presence import Presence
 from jobagentctl.server.settings import ServerSettings
 from jobagentctl.server.store import Store, WorkspaceRecord
 
@@ -113,6 +115,7 @@ class JobService:
         self._long_poll_ends = LongPollEnds()
         # Job logs: appends, reads and their follow long-poll (logs.py).
         self.logs = JobLogs(store, settings, metrics, self._stopping)
+        self.presence = Presence(store, settings.presence_interval)
 
     # --- lifecycle ---------------------------------------------------------------------------
     def begin_shutdown(self) -> None:
@@ -174,18 +177,29 @@ class JobService:
         return AcceptedResponse(id=agent_id, message="Job agent upserted")
 
     async def list_agents(
-        self, principal: Principal, ws: UUID, limit: int, offset: int
+        self,
+        principal: Principal,
+        ws: UUID,
+        limit: int,
+        offset: int,
+        state: AgentState | None = None,
     ) -> tuple[list[JobAgent], int]:
-        """A page of the workspace's agents and their total (a workspace key only)."""
+        """A page of the workspace's agents (in ``state`` if given) and their total, with their
+        presence (a workspace key only)."""
         self._workspace(principal, ws)
         self._workspace_key_only(principal)
-        return await self.store.list_agents(ws, limit, offset)
+        window = self.settings.presence_window
+        return await self.store.list_agents(ws, limit, offset, presence_window=window, state=state)
 
     async def get_agent(self, principal: Principal, ws: UUID, agent_id: UUID) -> JobAgent:
-        """An agent (an agent key: only its own)."""
+        """An agent with its presence (an agent key: only its own)."""
         self._workspace(principal, ws)
         self._own_agent(principal, agent_id)
-        return await self._agent_or_404(ws, agent_id)
+        window = self.settings.presence_window
+        agent = await self.store.get_agent_presence(ws, agent_id, window)
+        if agent is None:
+            raise _no_agent(agent_id)
+        return agent
 
     async def delete_agent(
         self, principal: Principal, ws: UUID, agent_id: UUID
@@ -214,6 +228,7 @@ class JobService:
         (an agent key: its own agent's)."""
         self._workspace(principal, ws)
         self._own_agent(principal, agent_id)
+        await self.presence.seen(agent_id)  # a V1 agent's poll
         items, total, following = await self.store.list_jobs(
             ws,
             agent_id=agent_id,
@@ -294,6 +309,7 @@ class JobService:
         self._workspace(principal, ws)
         self._own_agent(principal, agent_id)
         requested = body.lease_seconds if body is not None else None
+        await self.presence.seen(agent_id)
         lease = await self._lease_for(ws, agent_id, requested, claim_next=False)
         job = await self.store.claim_job(ws, agent_id, job_id, lease)
         self.metrics.claims.labels("byId", "true" if lease else "false").inc()
@@ -317,6 +333,7 @@ class JobService:
         wait = body.wait_seconds if body is not None and body.wait_seconds is not None else 0.0
         wait = min(wait, self.settings.max_wait_seconds)
         limit = body.limit if body is not None and body.limit is not None else 1
+        await self.presence.seen(agent_id)
         lease = await self._lease_for(ws, agent_id, requested, claim_next=True)
         deadline = self._long_poll_ends.deadline(wait) if wait > 0 else time.monotonic()
         checked_agent = requested is None  # _lease_for already proved the agent exists
@@ -403,6 +420,7 @@ class JobService:
             self.metrics.lease_lost.labels(exc.code).inc()
             raise
         self.metrics.heartbeats.inc()
+        await self.presence.seen(beat._job_agent_id)
         return beat
 
     async def update_status(
@@ -430,10 +448,13 @@ class JobService:
                 metadata=body.metadata,
                 agent_scope=principal.agent_id,
                 require_claim_id=self.settings.require_claim_id,
+                force=bool(body.force),
             )
         except (ClaimLost, ClaimMismatch) as exc:
             self.metrics.lease_lost.labels(exc.code).inc()
             raise
+        if body.claim_id is not None:  # the holder reporting, not an operator
+            await self.presence.seen(change.job_agent_id)
         changed = self._job_changed.get(job_id)
         if changed is not None:
             changed.set()

@@ -132,6 +132,11 @@ class ServerSettings(BaseSettings):
     # duration such as 30d from the environment or the flag).
     log_max_bytes: int = Field(default=10 * MIB, ge=4096)
     log_retention: float = Field(default=30 * 86400.0, gt=0)
+    # Agent presence (presence.py): each process writes when an agent was last seen at most once
+    # per interval; `agents list` shows an agent seen within the window (and holding no job)
+    # as idle, else offline. The window should exceed the interval plus the agents' poll period.
+    presence_interval: float = Field(default=15.0, ge=0)
+    presence_window: float = Field(default=90.0, gt=0)
     # HTTPS: the certificate chain (PEM) and its private key; both or neither (server/tls.py).
     tls_cert: Path | None = None
     tls_key: Path | None = None

@@ -89,6 +89,7 @@ class Reporter:
         if reason is StopReason.CANCELLED:
             record.status = JobStatus.CANCELLED.value
             self.log.warn(f"job {job.id} was cancelled: stopped it")
+            self.let_go(job)
             return Outcome(reason, rc)
         if reason is StopReason.LEASE_LOST:
             beat, why = lease_verdict or (Beat.LEASE_LOST, "the lease expired")
@@ -96,6 +97,7 @@ class Reporter:
                 self.log.warn(f"job {job.id} is gone ({why}): the result is not reported")
                 return Outcome(Verdict.JOB_GONE, rc)
             self.log.warn(f"lease lost ({why}): the result is not reported")
+            self.let_go(job)
             return Outcome(reason, rc)
         assert rc is not None
         status, message = _result(rc, reason, timeout)
@@ -212,6 +214,17 @@ class Reporter:
                 return False
             if self.waiter.pause(delay, "report"):
                 return False
+
+    def let_go(self, job: ClaimedJob) -> None:
+        """Say once, after the command of a claim we lost has ended, that it has: a job an
+        operator requeued waits for this (or for the lease to run out) before another agent may
+        claim it. The server refuses it (the claim is gone); no answer changes anything here."""
+        if job.claim_id is None:
+            return
+        client = self.client
+        call = self.waiter.call(lambda: client.release(job.id, claim_id=job.claim_id), "report")
+        if call.finished and call.error is not None:
+            self.log.debug(f"claim {job.claim_id} let go ({describe_error(call.error)})")
 
     def take_next_claim(self) -> tuple[ClaimedJob, float, float] | None:
         """The job claimed with the last report, with when that request was sent and

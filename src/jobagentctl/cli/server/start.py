@@ -73,6 +73,22 @@ LogRetention = Annotated[
     ),
 ]
 
+PresenceInterval = Annotated[
+    float | None,
+    _setting(
+        "--presence-interval",
+        "Seconds between two writes of one agent's last-seen time by this server; 0 = every "
+        "request [JOBAGENTCTL_SERVER_PRESENCE_INTERVAL; 15].",
+    ),
+]
+PresenceWindow = Annotated[
+    float | None,
+    _setting(
+        "--presence-window",
+        "An agent seen within this many seconds is idle, else offline "
+        "[JOBAGENTCTL_SERVER_PRESENCE_WINDOW; 90].",
+    ),
+]
 TlsCert = Annotated[
     Path | None,
     _setting(
@@ -106,6 +122,8 @@ def start(
     max_wait_seconds: MaxWaitSeconds = None,
     log_max_bytes: LogMaxBytes = None,
     log_retention: LogRetention = None,
+    presence_interval: PresenceInterval = None,
+    presence_window: PresenceWindow = None,
     tls_cert: TlsCert = None,
     tls_key: TlsKey = None,
     behind_proxy: BehindProxy = None,
@@ -133,6 +151,8 @@ def start(
         max_wait_seconds=max_wait_seconds,
         log_max_bytes=log_max_bytes,
         log_retention=log_retention,
+        presence_interval=presence_interval,
+        presence_window=presence_window,
         tls_cert=tls_cert,
         tls_key=tls_key,
         behind_proxy=behind_proxy,

@@ -7,7 +7,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from jobagentctl.errors import Conflict, NotFound
-from jobagentctl.models import Job, JobAgent, JobStatus
+from jobagentctl.models import AgentState, Job, JobAgent, JobStatus
 from jobagentctl.server.store import rows
 from jobagentctl.server.store.connector import Connector, Params, Row
 from jobagentctl.server.store.cursors import decode_cursor, encode_cursor
@@ -135,12 +135,46 @@ class Entities:
         return None if row is None else rows.agent_from_row(row)
 
     async def list_agents(
-        self, workspace_id: UUID, limit: int, offset: int
+        self,
+        workspace_id: UUID,
+        limit: int,
+        offset: int,
+        *,
+        presence_window: float = 90.0,
+        state: AgentState | None = None,
     ) -> tuple[list[JobAgent], int]:
-        """A page of the workspace's agents and how many it has in all."""
-        params = {"workspace_id": workspace_id, "limit": limit, "offset": offset}
+        """A page of the workspace's agents and how many (in ``state`` when given) it has in
+        all, each with its presence: ``busy`` (a job of its in progress, or a revoked claim not
+        let go), ``idle`` (seen within ``presence_window`` seconds), else ``offline``."""
+        params = {
+            "workspace_id": workspace_id,
+            "limit": limit,
+            "offset": offset,
+            "window": presence_window,
+            "state": None if state is None else AgentState(state).value,
+        }
         found, total = await self._page("list_agents", params)
         return [rows.agent_from_row(row) for row in found], total
+
+    async def get_agent_presence(
+        self, workspace_id: UUID, agent_id: UUID, presence_window: float
+    ) -> JobAgent | None:
+        """``get_agent`` with the agent's presence, as ``list_agents`` judges it."""
+        params = {"id": agent_id, "workspace_id": workspace_id, "window": presence_window}
+        row = await self._db.one("get_agent_presence", params)
+        return None if row is None else rows.agent_from_row(row)
+
+    async def touch_agent(self, agent_id: UUID) -> None:
+        """Record that the agent was seen now (nothing for an unknown agent). One write: the
+        caller throttles (``server/presence.py``)."""
+        await self._db.one("touch_agent", {"agent_id": agent_id})
+
+    async def agent_state_counts(self, presence_window: float) -> dict[str, int]:
+        """For ``/metrics``: how many agents (every workspace) are in each state."""
+        found = await self._db.all("agent_state_counts", {"window": presence_window})
+        counts = dict.fromkeys((s.value for s in AgentState), 0)
+        counts.update({str(row["state"]): int(row["agents"]) for row in found})
+        return counts
 
     async def delete_agent(self, workspace_id: UUID, agent_id: UUID) -> bool:
         """Delete the agent and its keys; False when there was none. Its jobs stay, as in

@@ -16,6 +16,7 @@ from uuid import UUID
 
 from jobagentctl.errors import ValidationError
 from jobagentctl.models import (
+    AgentState,
     AttemptOutcome,
     ClaimedJob,
     ClaimState,
@@ -137,6 +138,8 @@ def agent_from_row(row: Row) -> JobAgent:
         type=row["type"],
         config=_obj(row["config"]),
         metadata=_obj(row["metadata"]),
+        state=None if row.get("state") is None else AgentState(row["state"]),
+        last_seen_at=_opt_ts(row.get("last_seen_at")),
     )
 
 
@@ -154,6 +157,8 @@ def _job_fields(row: Row, include_dispatch_context: bool) -> dict[str, Any]:
         "started_at": _opt_ts(row["started_at"]),
         "completed_at": _opt_ts(row["completed_at"]),
         "dispatch_context": _obj(row["dispatch_context"]) if include_dispatch_context else None,
+        # Said only when true (absent otherwise, as from ctrlplane): see Job.claim_held.
+        "claim_held": True if row.get("claim_held") else None,
     }
 
 
@@ -176,14 +181,16 @@ def claimed_job_from_row(row: Row) -> ClaimedJob:
 
 
 def heartbeat_from_row(row: Row) -> Heartbeat:
-    """The ``job_claim`` row a heartbeat touched."""
-    return Heartbeat(
+    """The ``job_claim`` row a heartbeat touched (its agent kept off the wire)."""
+    beat = Heartbeat(
         job_id=_uuid(row["job_id"]),
         claim_id=_uuid(row["claim_id"]),
         attempt=int(row["attempt"]),
         lease_seconds=int(row["lease_seconds"]),
         claim_expires_at=_ts(row["claim_expires_at"]),
     )
+    beat._job_agent_id = _opt_uuid(row.get("job_agent_id"))
+    return beat
 
 
 def claim_from_row(row: Row) -> JobClaim:

@@ -20,6 +20,8 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from jobagentctl.errors import (
+    ClaimLost,
+    ClaimMismatch,
     Conflict,
     JobAgentError,
     NotClaimable,
@@ -31,6 +33,7 @@ from jobagentctl.models import (
     HEARTBEAT_INTERVAL_MAX,
     HEARTBEAT_INTERVAL_MIN,
     TERMINAL_STATUSES,
+    AttemptOutcome,
     ClaimedJob,
     Heartbeat,
     JobAttempt,
@@ -161,6 +164,12 @@ class SqlStore(Entities, LogStore):
         state = await self._db.one("job_claim_state", params)
         if state is None:
             raise NotFound("job not found")
+        if state["status"] == JobStatus.QUEUED and state["revoked_held"]:
+            raise NotClaimable(
+                "the job is queued, but the agent of its previous attempt has not let go of its "
+                "revoked claim yet (claimable once it does, or its lease runs out)",
+                details={"jobStatus": state["status"], "claimHeld": True},
+            )
         raise NotClaimable(
             f"the job is {state['status']}, not queued", details={"jobStatus": state["status"]}
         )
@@ -242,6 +251,7 @@ class SqlStore(Entities, LogStore):
         metadata: dict[str, Any] | None,
         agent_scope: UUID | None = None,
         require_claim_id: bool = False,
+        force: bool = False,
     ) -> StatusChange:
         """Set a status, fenced by ``claim_id``, atomically; answers the job's status and agent
         (the wire's ``{id, message}`` needs no job: read it with ``get_job``).
@@ -264,11 +274,18 @@ class SqlStore(Entities, LogStore):
         long-polls; ``inProgress`` sets ``started_at`` (as a claim does: the latest attempt's);
         a terminal status sets ``completed_at``, any other clears it. ``message`` and
         ``external_id`` replace when given; ``metadata`` is merged key by key.
+
+        A claim row ended without its claim id (an operator's requeue or cancel) is kept as
+        revoked: the job is not claimable while it is, until its holder reports with that claim
+        id (refused as above, but the job stops waiting: its command is gone), its lease runs
+        out (``reap``), or a status change with ``force`` (which also drops one kept earlier).
         """
         fence = dict(
             job_id=job_id, workspace_id=workspace_id, claim_id=claim_id, agent_scope=agent_scope
         )
         write = _status_write(job_id, status, message, external_id, metadata)
+        write["force"] = force
+        write["revoke"] = claim_id is None and not force
         if (
             claim_id is not None
             and status != JobStatus.IN_PROGRESS
@@ -286,7 +303,36 @@ class SqlStore(Entities, LogStore):
             agent_scope=agent_scope,
             require_claim_id=require_claim_id,
         )
-        return await self._set_status_locked(fence, write, metadata, rules)
+        return await self._set_status_fenced(fence, write, metadata, rules)
+
+    async def _set_status_fenced(
+        self,
+        fence: Params,
+        write: Params,
+        metadata: dict[str, Any] | None,
+        rules: Callable[[StatusContext], str],
+    ) -> StatusChange:
+        """The locked path. A claim id refused there, or acknowledging a cancel, may be a
+        revoked claim's: its holder's command has ended, so the job stops waiting for it."""
+        let_go = False
+
+        def deciding(ctx: StatusContext) -> str:
+            nonlocal let_go
+            try:
+                decision = rules(ctx)
+            except (ClaimLost, ClaimMismatch):
+                let_go = True
+                raise
+            let_go = decision == "noop" and ctx.given_claim_outcome == AttemptOutcome.CANCELLED
+            return decision
+
+        try:
+            return await self._set_status_locked(fence, write, metadata, deciding)
+        finally:
+            if let_go and fence["claim_id"] is not None:
+                row = await self._db.one("release_revoked", fence)
+                if row is not None:
+                    self._changed(row)
 
     async def _set_status_locked(
         self,
@@ -344,6 +390,10 @@ class SqlStore(Entities, LogStore):
             "heartbeat_min": HEARTBEAT_INTERVAL_MIN,
             "heartbeat_max": HEARTBEAT_INTERVAL_MAX,
         }
+        # Revoked claims past their lease no longer hold their jobs back.
+        freed = await self._db.one("reap_revoked")
+        for agent, jobs in Counter(rows.id_list((freed or {}).get("queued_agents"))).items():
+            self._db.notify(agent, jobs)
         requeued = failed = 0
         while True:
             row = await self._db.one("reap", params)

@@ -98,10 +98,30 @@ RETURNING *
 -- name: get_agent
 SELECT * FROM job_agent WHERE id = %(id)s AND workspace_id = %(workspace_id)s
 
+-- fragment: agent_presence
+-- An agent's presence, after "SELECT a.*, …": when it was last seen, and its state — busy (a
+-- job of its in progress, or a revoked claim of its not let go yet), idle (seen within
+-- window seconds), offline.
+           p.last_seen_at,
+           CASE WHEN EXISTS (SELECT 1 FROM job AS j
+                             WHERE j.job_agent_id = a.id AND j.status = 'inProgress')
+                     OR EXISTS (SELECT 1 FROM job_revoked_claim AS r
+                                WHERE r.job_agent_id = a.id) THEN 'busy'
+                WHEN p.last_seen_at >= now() - make_interval(secs => %(window)s::float8)
+                    THEN 'idle'
+                ELSE 'offline' END AS state
+    FROM job_agent AS a
+    LEFT JOIN job_agent_presence AS p ON p.job_agent_id = a.id
+
 -- name: list_agents
+-- With each agent's presence (fragment agent_presence), filtered by state when not NULL.
 SELECT *, count(*) OVER () AS total
-FROM job_agent
-WHERE workspace_id = %(workspace_id)s
+FROM (
+    SELECT a.*,
+-- include: agent_presence
+    WHERE a.workspace_id = %(workspace_id)s
+) AS agents
+WHERE %(state)s::text IS NULL OR state = %(state)s::text
 ORDER BY created_at, id
 LIMIT %(limit)s OFFSET %(offset)s
 
@@ -125,7 +145,9 @@ woken AS (
 SELECT c.*, (SELECT count(*) FROM woken) AS woken FROM created AS c
 
 -- name: get_job
-SELECT j.*
+SELECT j.*,
+       EXISTS (SELECT 1 FROM job_claim AS c WHERE c.job_id = j.id)
+       OR EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = j.id) AS claim_held
 FROM job AS j
 WHERE j.id = %(job_id)s AND j.workspace_id = %(workspace_id)s
   AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid)
@@ -154,15 +176,18 @@ LIMIT %(limit)s OFFSET %(offset)s
 
 -- name: job_claim_state
 -- The failure paths: does the job exist in scope, what is its status, who holds the claim.
-SELECT j.status, c.claim_id, c.attempt
+SELECT j.status, c.claim_id, c.attempt,
+       EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = j.id) AS revoked_held
 FROM job AS j
 LEFT JOIN job_claim AS c ON c.job_id = j.id
 WHERE j.id = %(job_id)s AND j.workspace_id = %(workspace_id)s
   AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid)
 
 -- name: queued_exists
+-- A queued job whose revoked claim is still held is not claimable yet: it does not count.
 SELECT 1 AS found FROM job
 WHERE job_agent_id = %(agent_id)s AND status = 'queued'
+  AND NOT EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = job.id)
 LIMIT 1
 
 -- name: queued_counts
@@ -171,6 +196,8 @@ LIMIT 1
 SELECT a.id AS job_agent_id,
        (SELECT count(*) FROM (SELECT 1 FROM job
                               WHERE job_agent_id = a.id AND status = 'queued'
+                                AND NOT EXISTS (SELECT 1 FROM job_revoked_claim AS r
+                                                WHERE r.job_id = job.id)
                               LIMIT %(cap)s) AS q) AS jobs
 FROM unnest(%(agents)s::uuid[]) AS a(id)
 
@@ -214,6 +241,7 @@ WITH claimed AS (
     WHERE j.id = %(job_id)s AND j.job_agent_id = %(agent_id)s AND j.status = 'queued'
       AND EXISTS (SELECT 1 FROM job_agent AS a
                   WHERE a.id = %(agent_id)s AND a.workspace_id = %(workspace_id)s)
+      AND NOT EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = j.id)
     RETURNING j.*
 ),
 -- include: claim_tail
@@ -225,6 +253,7 @@ WITH claimed AS (
     WHERE j.job_agent_id = %(agent_id)s AND j.status = 'queued'
       AND EXISTS (SELECT 1 FROM job_agent AS a
                   WHERE a.id = %(agent_id)s AND a.workspace_id = %(workspace_id)s)
+      AND NOT EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = j.id)
     ORDER BY j.created_at, j.id
 
 -- fragment: flip_picked
@@ -271,7 +300,7 @@ WHERE c.job_id = %(job_id)s
   AND (%(agent_scope)s::uuid IS NULL OR c.job_agent_id = %(agent_scope)s::uuid)
   AND EXISTS (SELECT 1 FROM job AS j
               WHERE j.id = c.job_id AND j.workspace_id = %(workspace_id)s)
-RETURNING c.job_id, c.claim_id, c.attempt, c.lease_seconds, c.claim_expires_at
+RETURNING c.job_id, c.claim_id, c.attempt, c.lease_seconds, c.claim_expires_at, c.job_agent_id
 
 -- name: lock_claim
 -- The lock order of every writer that waits for locks: the claim row, then the job row
@@ -367,12 +396,31 @@ WITH updated AS (
 released AS (
     DELETE FROM job_claim AS c
     WHERE c.job_id = %(job_id)s AND %(status)s::text <> 'inProgress'
-    RETURNING c.job_id, c.attempt, c.claim_id, c.job_agent_id, c.claimed_at
+    RETURNING c.job_id, c.attempt, c.claim_id, c.job_agent_id, c.claimed_at,
+              c.claim_expires_at, c.lease_seconds
 ),
 ended AS (
 -- include: end_released
     ON CONFLICT (job_id, attempt) DO UPDATE
     SET ended_at = excluded.ended_at, outcome = excluded.outcome
+),
+revoked AS (
+    -- The claim ended here without its holder (revoke: no claim id, no force): kept as
+    -- revoked (the job not claimable) until the holder reports with it or its lease runs out.
+    INSERT INTO job_revoked_claim (job_id, job_agent_id, claim_id, attempt, claimed_at,
+                                   claim_expires_at, lease_seconds, revoked_at)
+    SELECT r.job_id, r.job_agent_id, r.claim_id, r.attempt, r.claimed_at, r.claim_expires_at,
+           r.lease_seconds, now()
+    FROM released AS r
+    WHERE %(revoke)s::boolean
+    ON CONFLICT (job_id) DO UPDATE
+    SET job_agent_id = excluded.job_agent_id, claim_id = excluded.claim_id,
+        attempt = excluded.attempt, claimed_at = excluded.claimed_at,
+        claim_expires_at = excluded.claim_expires_at, lease_seconds = excluded.lease_seconds,
+        revoked_at = excluded.revoked_at
+),
+forced AS (
+    DELETE FROM job_revoked_claim AS r WHERE r.job_id = %(job_id)s AND %(force)s::boolean
 ),
 closed AS (
     UPDATE job_attempt AS t
@@ -490,6 +538,14 @@ FROM (
     WHERE j.status = 'inProgress'
       AND j.workspace_id = %(workspace_id)s
       AND (%(agent_id)s::uuid IS NULL OR j.job_agent_id = %(agent_id)s::uuid)
+    UNION ALL
+    -- Claims an operator revoked whose holder has not let go yet (the job waits for it).
+    SELECT r.job_id, r.job_agent_id, r.claim_id, r.attempt, r.claimed_at, r.claim_expires_at,
+           r.lease_seconds, 'revoked'
+    FROM job_revoked_claim AS r
+    JOIN job AS j ON j.id = r.job_id
+    WHERE j.workspace_id = %(workspace_id)s
+      AND (%(agent_id)s::uuid IS NULL OR j.job_agent_id = %(agent_id)s::uuid)
 ) AS claims
 WHERE %(state)s::text = 'all' OR state = %(state)s::text
 ORDER BY claimed_at, job_id
@@ -519,6 +575,7 @@ SELECT
     (SELECT count(*) FROM job AS j
      WHERE j.status = 'inProgress'
        AND NOT EXISTS (SELECT 1 FROM job_claim AS c WHERE c.job_id = j.id)) AS unleased,
+    (SELECT count(*) FROM job_revoked_claim) AS revoked,
     COALESCE((SELECT extract(epoch FROM now() - min(claimed_at)) FROM job_claim), 0)
         AS oldest_age_seconds
 
@@ -687,6 +744,14 @@ FROM (
     WHERE j.status = 'inProgress'
       AND j.workspace_id = %(workspace_id)s
       AND (%(agent_id)s::uuid IS NULL OR j.job_agent_id = %(agent_id)s::uuid)
+    UNION ALL
+    -- Claims an operator revoked whose holder has not let go yet (as list_claims).
+    SELECT r.job_id, r.job_agent_id, r.claim_id, r.attempt, r.claimed_at, r.claim_expires_at,
+           r.lease_seconds, 'revoked', r.claimed_at
+    FROM job_revoked_claim AS r
+    JOIN job AS j ON j.id = r.job_id
+    WHERE j.workspace_id = %(workspace_id)s
+      AND (%(agent_id)s::uuid IS NULL OR j.job_agent_id = %(agent_id)s::uuid)
 ) AS claims
 WHERE %(state)s::text = 'all' OR state = %(state)s::text
 
@@ -706,3 +771,62 @@ SELECT mark, count(*) AS n FROM (
 -- include: claim_marks
 ) AS marked
 GROUP BY mark
+-- name: release_revoked
+-- The holder of a revoked claim reports with its claim id (refused: the claim is gone), so its
+-- command has ended: the job no longer waits for it, and its agent's long-polls are woken on
+-- every replica when it is queued.
+WITH released AS (
+    DELETE FROM job_revoked_claim AS r
+    WHERE r.job_id = %(job_id)s AND r.claim_id = %(claim_id)s::uuid
+      AND EXISTS (SELECT 1 FROM job AS j
+                  WHERE j.id = r.job_id AND j.workspace_id = %(workspace_id)s
+                    AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid))
+    RETURNING r.job_id
+),
+updated AS (
+    SELECT j.id, j.status, j.job_agent_id FROM job AS j JOIN released AS r ON r.job_id = j.id
+),
+woken AS (
+-- include: wake_updated
+)
+SELECT u.*, (SELECT count(*) FROM woken) AS woken FROM updated AS u
+
+-- name: reap_revoked
+-- Revoked claims whose lease ran out (their holder no longer heartbeats, so no outage grace):
+-- the jobs stop waiting for them; their agents' long-polls are woken on every replica.
+WITH released AS (
+    DELETE FROM job_revoked_claim AS r
+    WHERE r.claim_expires_at < now()
+    RETURNING r.job_id
+),
+updated AS (
+    SELECT j.id, j.status, j.job_agent_id FROM job AS j JOIN released AS r ON r.job_id = j.id
+),
+woken AS (
+-- include: wake_updated
+)
+SELECT (SELECT count(*) FROM released) AS released,
+       ARRAY(SELECT u.job_agent_id FROM updated AS u
+             WHERE u.status = 'queued' AND u.job_agent_id IS NOT NULL) AS queued_agents,
+       (SELECT count(*) FROM woken) AS woken
+
+-- name: get_agent_presence
+SELECT a.*,
+-- include: agent_presence
+WHERE a.id = %(id)s AND a.workspace_id = %(workspace_id)s
+
+-- name: touch_agent
+-- The agent was seen now (a request made for it); the server throttles these writes.
+INSERT INTO job_agent_presence (job_agent_id, last_seen_at)
+SELECT a.id, now() FROM job_agent AS a WHERE a.id = %(agent_id)s
+ON CONFLICT (job_agent_id) DO UPDATE SET last_seen_at = excluded.last_seen_at
+RETURNING job_agent_id
+
+-- name: agent_state_counts
+-- For /metrics: agents by state, every workspace.
+SELECT state, count(*) AS agents
+FROM (
+    SELECT a.id,
+-- include: agent_presence
+) AS agents
+GROUP BY state

@@ -85,12 +85,32 @@ RETURNING *
 -- name: get_agent
 SELECT * FROM job_agent WHERE id = :id AND workspace_id = :workspace_id
 
+-- fragment: agent_presence
+-- An agent's presence, after "SELECT a.*, …": when it was last seen, and its state — busy (a
+-- job of its in progress, or a revoked claim of its not let go yet), idle (seen within
+-- :window seconds), offline.
+           p.last_seen_at,
+           CASE WHEN EXISTS (SELECT 1 FROM job AS j
+                             WHERE j.job_agent_id = a.id AND j.status = 'inProgress')
+                     OR EXISTS (SELECT 1 FROM job_revoked_claim AS r
+                                WHERE r.job_agent_id = a.id) THEN 'busy'
+                WHEN p.last_seen_at >= (julianday('now') - 2440587.5) * 86400.0 - :window
+                    THEN 'idle'
+                ELSE 'offline' END AS state
+    FROM job_agent AS a
+    LEFT JOIN job_agent_presence AS p ON p.job_agent_id = a.id
+
 -- name: list_agents
--- rowid breaks ties of equal millisecond timestamps in insertion order.
+-- rowid breaks ties of equal millisecond timestamps in insertion order. With each agent's
+-- presence (fragment agent_presence), filtered by :state when not NULL.
 SELECT *, COUNT(*) OVER () AS total
-FROM job_agent
-WHERE workspace_id = :workspace_id
-ORDER BY created_at, rowid
+FROM (
+    SELECT a.*, a.rowid AS agent_seq,
+-- include: agent_presence
+    WHERE a.workspace_id = :workspace_id
+) AS agents
+WHERE :state IS NULL OR state = :state
+ORDER BY created_at, agent_seq
 LIMIT :limit OFFSET :offset
 
 -- name: delete_agent
@@ -106,7 +126,9 @@ WHERE a.id = :agent_id AND a.workspace_id = :workspace_id
 RETURNING *
 
 -- name: get_job
-SELECT j.*
+SELECT j.*,
+       EXISTS (SELECT 1 FROM job_claim AS c WHERE c.job_id = j.id)
+       OR EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = j.id) AS claim_held
 FROM job AS j
 WHERE j.id = :job_id AND j.workspace_id = :workspace_id
   AND (:agent_scope IS NULL OR j.job_agent_id = :agent_scope)
@@ -134,14 +156,19 @@ LIMIT :limit OFFSET :offset
 
 -- name: job_claim_state
 -- The failure paths: does the job exist in scope, what is its status, who holds the claim.
-SELECT j.status, c.claim_id, c.attempt
+SELECT j.status, c.claim_id, c.attempt,
+       EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = j.id) AS revoked_held
 FROM job AS j
 LEFT JOIN job_claim AS c ON c.job_id = j.id
 WHERE j.id = :job_id AND j.workspace_id = :workspace_id
   AND (:agent_scope IS NULL OR j.job_agent_id = :agent_scope)
 
 -- name: queued_exists
-SELECT 1 AS found FROM job WHERE job_agent_id = :agent_id AND status = 'queued' LIMIT 1
+-- A queued job whose revoked claim is still held is not claimable yet: it does not count.
+SELECT 1 AS found FROM job
+WHERE job_agent_id = :agent_id AND status = 'queued'
+  AND NOT EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = job.id)
+LIMIT 1
 
 -- name: queued_counts
 -- The long-poll poller's one question for every agent with waiters (:agents, a JSON array of
@@ -149,6 +176,8 @@ SELECT 1 AS found FROM job WHERE job_agent_id = :agent_id AND status = 'queued' 
 SELECT a.value AS job_agent_id,
        (SELECT count(*) FROM (SELECT 1 FROM job
                               WHERE job_agent_id = a.value AND status = 'queued'
+                                AND NOT EXISTS (SELECT 1 FROM job_revoked_claim AS r
+                                                WHERE r.job_id = job.id)
                               LIMIT :cap)) AS jobs
 FROM json_each(:agents) AS a
 
@@ -178,6 +207,7 @@ SET status = 'inProgress',
     attempts = attempts + 1
 WHERE id = :job_id AND job_agent_id = :agent_id AND status = 'queued'
   AND EXISTS (SELECT 1 FROM job_agent AS a WHERE a.id = :agent_id AND a.workspace_id = :workspace_id)
+  AND NOT EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = :job_id)
 RETURNING *;
 -- include: claim_tail
 
@@ -190,6 +220,7 @@ SET status = 'inProgress',
 WHERE id = (
         SELECT q.id FROM job AS q
         WHERE q.job_agent_id = :agent_id AND q.status = 'queued'
+          AND NOT EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = q.id)
         ORDER BY q.created_at, q.rowid
         LIMIT 1)
   AND EXISTS (SELECT 1 FROM job_agent AS a WHERE a.id = :agent_id AND a.workspace_id = :workspace_id)
@@ -215,7 +246,7 @@ WHERE job_id = :job_id
   AND (:agent_scope IS NULL OR job_agent_id = :agent_scope)
   AND EXISTS (SELECT 1 FROM job AS j
               WHERE j.id = job_claim.job_id AND j.workspace_id = :workspace_id)
-RETURNING job_id, claim_id, attempt, lease_seconds, claim_expires_at
+RETURNING job_id, claim_id, attempt, lease_seconds, claim_expires_at, job_agent_id
 
 -- name: lock_job
 -- SQLite's lock is the whole database: the write transaction itself.
@@ -255,6 +286,20 @@ FROM job_claim AS c
 WHERE c.job_id = :job_id AND :status <> 'inProgress'
 ON CONFLICT (job_id, attempt) DO UPDATE
 SET ended_at = excluded.ended_at, outcome = excluded.outcome;
+-- The claim ended here without its holder (:revoke: no claim id, no force): kept as revoked
+-- (the job not claimable) until the holder reports with it or its lease runs out.
+INSERT INTO job_revoked_claim (job_id, job_agent_id, claim_id, attempt, claimed_at,
+                               claim_expires_at, lease_seconds, revoked_at)
+SELECT c.job_id, c.job_agent_id, c.claim_id, c.attempt, c.claimed_at, c.claim_expires_at,
+       c.lease_seconds, :updated_at
+FROM job_claim AS c
+WHERE c.job_id = :job_id AND :status <> 'inProgress' AND :revoke
+ON CONFLICT (job_id) DO UPDATE
+SET job_agent_id = excluded.job_agent_id, claim_id = excluded.claim_id,
+    attempt = excluded.attempt, claimed_at = excluded.claimed_at,
+    claim_expires_at = excluded.claim_expires_at, lease_seconds = excluded.lease_seconds,
+    revoked_at = excluded.revoked_at;
+DELETE FROM job_revoked_claim WHERE job_id = :job_id AND :force;
 DELETE FROM job_claim WHERE job_id = :job_id AND :status <> 'inProgress';
 UPDATE job_attempt
 SET ended_at = :updated_at, outcome = :outcome
@@ -370,6 +415,14 @@ FROM (
     WHERE j.status = 'inProgress'
       AND j.workspace_id = :workspace_id
       AND (:agent_id IS NULL OR j.job_agent_id = :agent_id)
+    UNION ALL
+    -- Claims an operator revoked whose holder has not let go yet (the job waits for it).
+    SELECT r.job_id, j.rowid, r.job_agent_id, r.claim_id, r.attempt, r.claimed_at,
+           r.claim_expires_at, r.lease_seconds, 'revoked'
+    FROM job_revoked_claim AS r
+    JOIN job AS j ON j.id = r.job_id
+    WHERE j.workspace_id = :workspace_id
+      AND (:agent_id IS NULL OR j.job_agent_id = :agent_id)
 ) AS claims
 WHERE :state = 'all' OR state = :state
 ORDER BY claimed_at, job_seq
@@ -401,6 +454,7 @@ SELECT
     (SELECT COUNT(*) FROM job AS j
      WHERE j.status = 'inProgress'
        AND NOT EXISTS (SELECT 1 FROM job_claim AS c WHERE c.job_id = j.id)) AS unleased,
+    (SELECT COUNT(*) FROM job_revoked_claim) AS revoked,
     COALESCE((SELECT (julianday('now') - 2440587.5) * 86400.0 - MIN(claimed_at) FROM job_claim),
              0.0) AS oldest_age_seconds
 
@@ -536,6 +590,14 @@ FROM (
     WHERE j.status = 'inProgress'
       AND j.workspace_id = :workspace_id
       AND (:agent_id IS NULL OR j.job_agent_id = :agent_id)
+    UNION ALL
+    -- Claims an operator revoked whose holder has not let go yet (as list_claims).
+    SELECT r.job_id, j.rowid, r.job_agent_id, r.claim_id, r.attempt, r.claimed_at,
+           r.claim_expires_at, r.lease_seconds, 'revoked', r.claimed_at
+    FROM job_revoked_claim AS r
+    JOIN job AS j ON j.id = r.job_id
+    WHERE j.workspace_id = :workspace_id
+      AND (:agent_id IS NULL OR j.job_agent_id = :agent_id)
 ) AS claims
 WHERE :state = 'all' OR state = :state
 
@@ -555,3 +617,47 @@ SELECT mark, COUNT(*) AS n FROM (
 -- include: claim_marks
 ) AS marked
 GROUP BY mark
+-- name: release_revoked
+-- The holder of a revoked claim reports with its claim id (refused: the claim is gone), so its
+-- command has ended: the job no longer waits for it. Answers the job's status and agent, whose
+-- long-polls the store wakes when the job is queued.
+DELETE FROM job_revoked_claim
+WHERE job_id = :job_id AND claim_id = :claim_id
+  AND EXISTS (SELECT 1 FROM job AS j
+              WHERE j.id = job_revoked_claim.job_id AND j.workspace_id = :workspace_id
+                AND (:agent_scope IS NULL OR j.job_agent_id = :agent_scope))
+RETURNING job_id;
+SELECT status, job_agent_id FROM job WHERE id = :job_id
+
+-- name: reap_revoked
+-- Revoked claims whose lease ran out (their holder no longer heartbeats, so no outage grace):
+-- the jobs stop waiting for them. The agents of those jobs now queued, to wake.
+SELECT n.now,
+       COUNT(r.job_id) AS released,
+       json_group_array(j.job_agent_id)
+           FILTER (WHERE j.status = 'queued' AND j.job_agent_id IS NOT NULL) AS queued_agents
+FROM (SELECT (julianday('now') - 2440587.5) * 86400.0 AS now) AS n
+LEFT JOIN job_revoked_claim AS r ON r.claim_expires_at < n.now
+LEFT JOIN job AS j ON j.id = r.job_id;
+DELETE FROM job_revoked_claim WHERE claim_expires_at < :now
+
+-- name: get_agent_presence
+SELECT a.*,
+-- include: agent_presence
+WHERE a.id = :id AND a.workspace_id = :workspace_id
+
+-- name: touch_agent
+-- The agent was seen now (a request made for it); the server throttles these writes.
+INSERT INTO job_agent_presence (job_agent_id, last_seen_at)
+SELECT a.id, (julianday('now') - 2440587.5) * 86400.0 FROM job_agent AS a WHERE a.id = :agent_id
+ON CONFLICT (job_agent_id) DO UPDATE SET last_seen_at = excluded.last_seen_at
+RETURNING job_agent_id
+
+-- name: agent_state_counts
+-- For /metrics: agents by state, every workspace.
+SELECT state, COUNT(*) AS agents
+FROM (
+    SELECT a.id,
+-- include: agent_presence
+) AS agents
+GROUP BY state

@@ -1,0 +1,124 @@
+"""Agent presence on both databases: requests made for an agent record when it was last seen,
+at most one write per agent per presence interval; `GET job-agents` answers each agent's state
+(busy, idle, offline) and filters by it; /metrics counts agents by state."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from jobagentctl.server.presence import Presence
+from tests.fixtures.databases import sql
+from tests.fixtures.server_app import Api, open_api
+
+pytestmark = pytest.mark.anyio
+
+
+def _count_writes(api: Api, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Every presence write the store receives, by agent."""
+    writes: Counter[str] = Counter()
+    touch = api.store.touch_agent
+
+    async def counted(agent_id: UUID) -> None:
+        writes[str(agent_id)] += 1
+        await touch(agent_id)
+
+    monkeypatch.setattr(api.store, "touch_agent", counted)
+    return writes
+
+
+async def _requests_for(api: Api, agent: str, other: str) -> None:
+    """Each kind of request made for ``agent`` (and one for ``other``)."""
+    job = await api.enqueue(agent)
+    claimed = (await api.claim_next(agent, {"leaseSeconds": 30})).json()
+    for _ in range(3):
+        assert (await api.heartbeat(job["id"], {"claimId": claimed["claimId"]})).status_code == 200
+    assert (await api.call("GET", f"job-agents/{agent}/jobs")).status_code == 200
+    body = {"status": "successful", "claimId": claimed["claimId"]}
+    assert (await api.status(job["id"], body)).status_code == 202
+    second = await api.enqueue(agent)
+    assert (await api.claim(agent, second["id"], {"leaseSeconds": 30})).status_code == 200
+    assert (await api.claim_next(agent, {"waitSeconds": 0})).status_code == 204
+    assert (await api.claim_next(other, {"waitSeconds": 0})).status_code == 204
+
+
+async def test_at_most_one_presence_write_per_agent_per_interval(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with open_api(database_url, presence_interval=3600) as api:
+        agent, other, silent = await api.agent("a"), await api.agent("b"), await api.agent("c")
+        writes = _count_writes(api, monkeypatch)
+        await _requests_for(api, agent, other)
+        assert writes == {agent: 1, other: 1}  # 8 requests for `agent`, one write
+        stored = sql(database_url, "SELECT job_agent_id FROM job_agent_presence")
+        assert {str(row[0]) for row in stored} == {agent, other}
+        assert silent not in writes
+    # The control: with no interval every request writes (the counter sees them all).
+    async with open_api(database_url, presence_interval=0) as api:
+        agent, other = await api.agent("a"), await api.agent("b")
+        writes = _count_writes(api, monkeypatch)
+        await _requests_for(api, agent, other)
+        assert writes == {agent: 8, other: 1}
+
+
+class _Store:
+    def __init__(self) -> None:
+        self.touched: list[UUID] = []
+
+    async def touch_agent(self, agent_id: UUID) -> None:
+        self.touched.append(agent_id)
+
+
+async def test_the_throttle_is_per_agent_and_per_interval() -> None:
+    now = [100.0]
+    store = _Store()
+    presence = Presence(store, 15.0, clock=lambda: now[0])  # type: ignore[arg-type]
+    a, b = UUID(int=1), UUID(int=2)
+    for t in (100.0, 105.0, 114.9):
+        now[0] = t
+        await presence.seen(a)
+    await presence.seen(b)
+    await presence.seen(None)
+    assert store.touched == [a, b]
+    now[0] = 115.0  # one interval after a's write
+    await presence.seen(a)
+    await presence.seen(b)
+    assert store.touched == [a, b, a]
+    assert presence.writes == 3
+
+
+def _states(page: dict[str, Any]) -> dict[str, tuple[str, bool]]:
+    return {a["name"]: (a["state"], a["lastSeenAt"] is not None) for a in page["items"]}
+
+
+async def test_agents_list_shows_and_filters_states(api: Api) -> None:
+    busy, idle, offline = await api.agent("busy"), await api.agent("idle"), await api.agent("off")
+    await api.enqueue(busy)
+    assert (await api.claim_next(busy, {"leaseSeconds": 30})).status_code == 200
+    assert (await api.claim_next(idle, {"waitSeconds": 0})).status_code == 204
+    page = (await api.call("GET", "job-agents")).json()
+    assert _states(page) == {
+        "busy": ("busy", True),
+        "idle": ("idle", True),
+        "off": ("offline", False),
+    }
+    only_idle = (await api.call("GET", "job-agents", params={"state": "idle"})).json()
+    assert [a["id"] for a in only_idle["items"]] == [idle] and only_idle["total"] == 1
+    assert (await api.call("GET", "job-agents", params={"state": "asleep"})).status_code == 400
+    got = (await api.call("GET", f"job-agents/{offline}")).json()
+    assert (got["state"], got["lastSeenAt"]) == ("offline", None)
+
+    # Seen longer ago than the window (90 s by default): offline.
+    ago = "- 3600" if api.database_url.startswith("sqlite:") else "- interval '1 hour'"
+    sql(api.database_url, f"UPDATE job_agent_presence SET last_seen_at = last_seen_at {ago}")
+    page = (await api.call("GET", "job-agents")).json()
+    assert _states(page)["idle"] == ("offline", True)
+    assert _states(page)["busy"] == ("busy", True)  # its job is still running
+
+    metrics = (await api.client.get("/metrics")).text
+    assert 'jobagentctl_agents{state="busy"} 1.0' in metrics
+    assert 'jobagentctl_agents{state="idle"} 0.0' in metrics
+    assert 'jobagentctl_agents{state="offline"} 2.0' in metrics
