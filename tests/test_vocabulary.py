@@ -51,6 +51,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     # `server revoke-key`'s result: an API key's `revoked` field, not ClaimState.REVOKED.
     ("jobagentctl.cli.output", "revoked"): "the key-revoked view's `revoked` column",
     ("jobagentctl.cli.server.revoke_key", "revoked"): "the revoked key's `revoked` field",
+    ("jobagentctl.server.store.entities", "revoked"): "api_key_revoked's `revoked` column",
 }
 
 

@@ -106,7 +106,7 @@ GLOBAL_NAMES = {name for option, _ in GLOBAL_OPTIONS for name in option.decls}
 @pytest.mark.parametrize(
     ("words", "incomplete", "expected"),
     [
-        (["inspect-claims", "--state"], "", ["active", "expired", "unleased", "all"]),
+        (["inspect-claims", "--state"], "", ["active", "expired", "unleased", "revoked", "all"]),
         (["inspect-claims", "--state"], "e", ["expired"]),
         (["list", "--status"], "f", ["failure"]),
         (["jobs", "list", "--status"], "a", ["actionRequired", "all"]),
