@@ -354,6 +354,8 @@ class JobClaim(WireModel):
     lease_seconds: int | None = None
     last_heartbeat_at: datetime | None = None
     state: ClaimState
+    # The last output the agent reported (heartbeat), if any; None from older servers too.
+    last_output_at: datetime | None = None
 
 
 class JobAttempt(WireModel):
@@ -437,6 +439,9 @@ class HeartbeatRequest(RequestModel):
 
     claim_id: UUID | None = None
     lease_seconds: StrictInt | None = Field(default=None, ge=0)
+    # When the job's command last printed anything (the agent's clock); the server keeps it
+    # on the claim for inspect-claims' quiet time. Older servers ignore it.
+    last_output_at: datetime | None = None
 
 
 class UpdateJobStatusRequest(RequestModel):

@@ -11,6 +11,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -353,11 +354,19 @@ class Client:
                     sleep(min(MIN_POLL_INTERVAL, left))
 
     def heartbeat(
-        self, job_id: UUID, *, claim_id: UUID | None, lease_seconds: int | None = None
+        self,
+        job_id: UUID,
+        *,
+        claim_id: UUID | None,
+        lease_seconds: int | None = None,
+        last_output_at: datetime | None = None,
     ) -> models.Heartbeat:
-        """Renew the claim's lease (``lease_seconds``: a new length); :class:`ClaimLost` when
-        the claim ended, :class:`LeaseUnsupported` on a server without leases."""
-        body = models.HeartbeatRequest(claim_id=claim_id, lease_seconds=lease_seconds)
+        """Renew the claim's lease (``lease_seconds``: a new length; ``last_output_at``: when
+        the job's command last printed, kept for the claim's quiet time); :class:`ClaimLost`
+        when the claim ended, :class:`LeaseUnsupported` on a server without leases."""
+        body = models.HeartbeatRequest(
+            claim_id=claim_id, lease_seconds=lease_seconds, last_output_at=last_output_at
+        )
         path = self._at(Routes.HEARTBEAT, jobId=job_id)
         response = self._conn.send("POST", path, body=body, v2_route=True)
         self._v1.learned(v1_only=False)

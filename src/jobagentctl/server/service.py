@@ -388,8 +388,11 @@ class JobService:
         requested = body.lease_seconds if body is not None else None
         # 0 or absent keeps the claim's current lease: a heartbeat cannot unlease a job.
         lease = self.settings.clamp_lease(requested) if requested else None
+        last_output = body.last_output_at if body is not None else None
         try:
-            beat = await self.store.heartbeat(ws, job_id, claim_id, lease, principal.agent_id)
+            beat = await self.store.heartbeat(
+                ws, job_id, claim_id, lease, principal.agent_id, last_output_at=last_output
+            )
         except (ClaimLost, ClaimMismatch) as exc:
             self.metrics.lease_lost.labels(exc.code).inc()
             raise

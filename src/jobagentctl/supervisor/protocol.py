@@ -5,6 +5,7 @@ The real :class:`jobagentctl.client.Client` satisfies it; unit tests inject a fa
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Protocol
 from uuid import UUID
 
@@ -28,9 +29,15 @@ class SupervisorClient(Protocol):
         ...
 
     def heartbeat(
-        self, job_id: UUID, *, claim_id: UUID | None, lease_seconds: int | None = None
+        self,
+        job_id: UUID,
+        *,
+        claim_id: UUID | None,
+        lease_seconds: int | None = None,
+        last_output_at: datetime | None = None,
     ) -> Heartbeat:
-        """Extend the lease; ``ClaimLost``/``ClaimMismatch`` when it is no longer ours."""
+        """Extend the lease (and say when the command last printed); ``ClaimLost``/
+        ``ClaimMismatch`` when it is no longer ours."""
         ...
 
     def wait_claim(self, job_id: UUID, *, claim_id: UUID, wait_seconds: float) -> JobWait:

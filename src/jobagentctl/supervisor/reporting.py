@@ -4,6 +4,7 @@ with the claim id (retrying while the heartbeats keep the lease), or release the
 
 from __future__ import annotations
 
+import math
 import random
 import signal
 import time
@@ -61,10 +62,12 @@ class Reporter:
         *,
         timeout: float,
         lease_verdict: tuple[Beat, str] | None,
+        no_output_timeout: float = math.inf,
     ) -> Outcome:
         """Report (or release) according to how the child ended; fill ``record``.
 
-        ``lease_verdict`` is what the lease learnt before the claim went (if it did).
+        ``lease_verdict`` is what the lease learnt before the claim went (if it did);
+        ``timeout`` and ``no_output_timeout`` are what the failure message names.
         """
         if isinstance(end, SpawnError):
             record.exit_code = end.exit_code
@@ -95,7 +98,7 @@ class Reporter:
             self.log.warn(f"lease lost ({why}): the result is not reported")
             return Outcome(reason, rc)
         assert rc is not None
-        status, message = _result(rc, reason, timeout)
+        status, message = _result(rc, reason, timeout, no_output_timeout)
         if message is not None and end.tail:
             room = MAX_MESSAGE_CHARS - len(message) - 1
             message = f"{message}\n{end.tail[-room:]}" if room > 0 else message
@@ -238,11 +241,15 @@ def _signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def _result(rc: int, reason: StopReason | None, timeout: float) -> tuple[JobStatus, str | None]:
+def _result(
+    rc: int, reason: StopReason | None, timeout: float, no_output_timeout: float
+) -> tuple[JobStatus, str | None]:
     """The terminal status to report for a command that ended with ``rc`` (stopped for
     ``reason``, if it was), and the message that says why it failed."""
     if reason is StopReason.TIMEOUT:
         return JobStatus.FAILURE, f"timed out after {format_duration(timeout)}"
+    if reason is StopReason.NO_OUTPUT:
+        return JobStatus.FAILURE, f"no output for {format_duration(no_output_timeout)}"
     if rc == 0:
         return JobStatus.SUCCESSFUL, None
     if rc < 0:

@@ -34,7 +34,7 @@ from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.outcome import Outcome, StopReason, Verdict, exit_code
 from jobagentctl.supervisor.protocol import SupervisorClient
 from jobagentctl.supervisor.record import JobRecord, open_report, utc_now, write_record
-from jobagentctl.supervisor.relay import Relay, relayed_stderr
+from jobagentctl.supervisor.relay import LastOutput, OutputSink, Relay, relayed_stderr
 from jobagentctl.supervisor.reporting import Reporter
 from jobagentctl.supervisor.waiting import SignalPolicy, Waiter
 from jobagentctl.supervisor.watching import ChildEnd, Watch
@@ -215,8 +215,9 @@ class Supervisor:
         )
         started = time.monotonic()
         lease = self._lease = JobLease(job, claim.sent_at, claim.received_at)
+        last_output = LastOutput()
         if lease.leased:
-            self._keep(lease, events)
+            self._keep(lease, events, last_output)
             lease_text = f"lease {job.lease_seconds}s"
         else:
             lease_text = "unleased: no heartbeats"
@@ -225,10 +226,11 @@ class Supervisor:
         files: JobFiles | None = None
         try:
             files = JobFiles(job)
-            end = self._execute(claim, files, lease, events)
+            end = self._execute(claim, files, lease, events, [last_output])
             outcome = reporter.settle(
-                job, end, record, timeout=opts.timeout, lease_verdict=lease.verdict
-            )
+                job, end, record, timeout=opts.timeout, lease_verdict=lease.verdict,
+                no_output_timeout=opts.no_output_timeout,
+            )  # fmt: skip
         except OSError as exc:
             # Our side failed before the child could start (no temp dir, …): give the job back.
             log.warn(f"cannot prepare the job: {exc}")
@@ -252,7 +254,7 @@ class Supervisor:
         )
         return outcome
 
-    def _keep(self, lease: JobLease, events: Events) -> None:
+    def _keep(self, lease: JobLease, events: Events, last_output: LastOutput) -> None:
         """Start the threads that keep ``lease``, each on a client of its own (a slow
         heartbeat never holds up a report, and a long-poll keeps its connection): heartbeats,
         and the claim long-poll, which brings a cancel within about a second whatever the
@@ -260,8 +262,9 @@ class Supervisor:
         job, log, rng = lease.job, self._log, self._rng
         assert lease.lease is not None and job.claim_id is not None
         heartbeater = Heartbeater(
-            self._factory(), job.id, job.claim_id, lease.lease, post=events.post, log=log, rng=rng
-        )
+            self._factory(), job.id, job.claim_id, lease.lease,
+            post=events.post, log=log, rng=rng, last_output=lambda: last_output.at,
+        )  # fmt: skip
         watcher = ClaimWatcher(
             self._factory(), job.id, job.claim_id,
             confirm=heartbeater.beat_once, post=events.post, log=log, rng=rng,
@@ -292,7 +295,12 @@ class Supervisor:
                 self._log.warn(f"cannot write --report {path}: {exc}")
 
     def _execute(
-        self, claim: Claim, files: JobFiles, lease: JobLease, events: Events
+        self,
+        claim: Claim,
+        files: JobFiles,
+        lease: JobLease,
+        events: Events,
+        sinks: list[OutputSink],
     ) -> ChildEnd | SpawnError:
         """Start the command (unless the claim is already gone) and watch it to its end."""
         opts, log = self.options, self._log
@@ -317,6 +325,6 @@ class Supervisor:
             child.lease_holds_until(enforce.deadline)  # a renewal while it started
         watch = Watch(
             opts, child, files, lease, events, self.policy, self._relays,
-            suspend=self._suspend, log=log,
+            suspend=self._suspend, log=log, sinks=sinks,
         )  # fmt: skip
         return watch.run()

@@ -98,9 +98,14 @@ class FakeClient:
             return self.jobs.pop(0)
 
     def heartbeat(
-        self, job_id: UUID, *, claim_id: UUID | None, lease_seconds: int | None = None
+        self,
+        job_id: UUID,
+        *,
+        claim_id: UUID | None,
+        lease_seconds: int | None = None,
+        last_output_at: datetime | None = None,
     ) -> Heartbeat:
-        n = self._record("heartbeat", job_id, claim_id=claim_id)
+        n = self._record("heartbeat", job_id, claim_id=claim_id, last_output_at=last_output_at)
         if self.on_heartbeat is not None:
             self.on_heartbeat(n)
         lease = 3

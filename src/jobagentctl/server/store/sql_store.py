@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 from uuid import UUID, uuid4
@@ -182,9 +183,11 @@ class SqlStore(Entities):
         claim_id: UUID | None,
         lease_seconds: int | None,
         agent_scope: UUID | None = None,
+        last_output_at: datetime | None = None,
     ) -> Heartbeat:
         """Touch ``job_claim`` only: ``claim_expires_at = now + lease`` (and ``lease_seconds``
-        when a new value is given). An expired row not yet reaped is revived. No claim row →
+        when a new value is given; ``last_output_at``, never later than now, when one is given:
+        the same row write). An expired row not yet reaped is revived. No claim row →
         ``ClaimLost`` with ``details.jobStatus``; ``claim_id`` given and not the current one →
         ``ClaimMismatch`` (``details.jobStatus``, ``details.attempt``); unknown job → ``NotFound``.
         """
@@ -195,6 +198,7 @@ class SqlStore(Entities):
             "claim_id": claim_id,
             "lease_seconds": lease_seconds,
             "agent_scope": agent_scope,
+            "last_output_at": _epoch(last_output_at),
         }
         row = await self._db.one("heartbeat", params)
         if row is not None:
@@ -393,3 +397,11 @@ def _status_write(
 
 # The name the server's modules annotate with: there is one store, over either connector.
 Store = SqlStore
+
+
+def _epoch(value: datetime | None) -> float | None:
+    """Unix seconds of ``value`` (a naive time taken as UTC), as both dialects take a time
+    from the agent."""
+    if value is None:
+        return None
+    return (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).timestamp()

@@ -240,7 +240,12 @@ WITH picked AS (
 UPDATE job_claim AS c
 SET lease_seconds = COALESCE(%(lease_seconds)s::integer, c.lease_seconds),
     claim_expires_at = now()
-        + make_interval(secs => COALESCE(%(lease_seconds)s::integer, c.lease_seconds))
+        + make_interval(secs => COALESCE(%(lease_seconds)s::integer, c.lease_seconds)),
+    -- The agent's last output time (its clock) when given, never later than now.
+    -- (LEAST skips NULLs, hence the CASE.)
+    last_output_at = CASE WHEN %(last_output_at)s::double precision IS NULL THEN c.last_output_at
+                          ELSE LEAST(to_timestamp(%(last_output_at)s::double precision), now())
+                     END
 WHERE c.job_id = %(job_id)s
   AND (%(claim_id)s::uuid IS NULL OR c.claim_id = %(claim_id)s::uuid)
   AND (%(agent_scope)s::uuid IS NULL OR c.job_agent_id = %(agent_scope)s::uuid)
@@ -456,6 +461,7 @@ FROM (
            COALESCE(c.claimed_at, t.claimed_at, j.started_at) AS claimed_at,
            c.claim_expires_at,
            c.lease_seconds,
+           c.last_output_at,
            CASE WHEN c.job_id IS NULL THEN 'unleased'
                 WHEN c.claim_expires_at < now() THEN 'expired'
                 ELSE 'active' END AS state

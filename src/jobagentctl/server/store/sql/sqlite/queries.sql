@@ -186,10 +186,13 @@ RETURNING *;
 -- include: claim_next_chain
 
 -- name: heartbeat
+-- :last_output_at (epoch seconds, the agent's clock) is kept when given, never later than now.
 UPDATE job_claim
 SET lease_seconds = COALESCE(:lease_seconds, lease_seconds),
     claim_expires_at = (julianday('now') - 2440587.5) * 86400.0
-                       + COALESCE(:lease_seconds, lease_seconds)
+                       + COALESCE(:lease_seconds, lease_seconds),
+    last_output_at = COALESCE(MIN(:last_output_at, (julianday('now') - 2440587.5) * 86400.0),
+                              last_output_at)
 WHERE job_id = :job_id
   AND (:claim_id IS NULL OR claim_id = :claim_id)
   AND (:agent_scope IS NULL OR job_agent_id = :agent_scope)
@@ -341,6 +344,7 @@ FROM (
            COALESCE(c.claimed_at, t.claimed_at, j.started_at) AS claimed_at,
            c.claim_expires_at,
            c.lease_seconds,
+           c.last_output_at,
            CASE WHEN c.job_id IS NULL THEN 'unleased'
                 WHEN c.claim_expires_at < (julianday('now') - 2440587.5) * 86400.0 THEN 'expired'
                 ELSE 'active' END AS state
