@@ -12,6 +12,8 @@ The tree::
     ├── ServerUnavailable            3   cannot connect, timeout, 502/503/504
     ├── AuthError                    4   401/403 UNAUTHORIZED, or no API key configured
     ├── NotFound                     5   404 NOT_FOUND (also: outside the key's scope)
+    │   ├── LogNotFound              5   404 LOG_NOT_FOUND: no such job or attempt (log routes)
+    │   └── LogExpired               5   410 LOG_EXPIRED: the log was deleted by retention
     ├── Conflict                     6   409
     │   ├── NotClaimable             6   409 NOT_CLAIMABLE: the job is not queued
     │   ├── ClaimLost                6   409 CLAIM_LOST: no claim row (reaped, released, …)
@@ -19,9 +21,11 @@ The tree::
     │   ├── JobTerminal              6   409 JOB_TERMINAL: the job already ended
     │   └── StuckClaims              6   inspect-claims --fail-if-stuck found some
     ├── NoJob                        7   nothing queued to claim (claim-next answered 204)
+    ├── AttemptFailed                8   jobs logs --follow: the attempt did not succeed
     ├── ServerError                  1   500 INTERNAL_ERROR, any other 5xx
     └── ProtocolError                1   malformed or unexpected response
         └── LeaseUnsupported         1   the server has no V2 lease support
+            └── LogsUnsupported      1   the server has no log endpoint
 
 Exit codes are decided only through :func:`exit_code_for`; a test walks the tree and fails if a
 class has none.
@@ -32,6 +36,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 __all__ = [
+    "AttemptFailed",
     "AuthError",
     "ClaimLost",
     "ClaimMismatch",
@@ -40,6 +45,9 @@ __all__ = [
     "JobAgentError",
     "JobTerminal",
     "LeaseUnsupported",
+    "LogExpired",
+    "LogNotFound",
+    "LogsUnsupported",
     "NoJob",
     "NotClaimable",
     "NotFound",
@@ -123,6 +131,15 @@ class NotFound(JobAgentError, code="NOT_FOUND", http_status=404, exit_code=5):
     """No such job, agent or workspace, or one outside the key's scope."""
 
 
+class LogNotFound(NotFound, code="LOG_NOT_FOUND"):
+    """No such job or attempt, answered by a log route: its own code tells a client that the
+    route exists (a server without it answers a plain 404)."""
+
+
+class LogExpired(NotFound, code="LOG_EXPIRED", http_status=410):
+    """The attempt's log was deleted by the server's log retention."""
+
+
 class Conflict(JobAgentError, code="CONFLICT", http_status=409, exit_code=6):
     """The request contradicts the job's state."""
 
@@ -169,6 +186,14 @@ class LeaseUnsupported(ProtocolError, code="LEASE_UNSUPPORTED"):
     """The server has no lease support (a V1-only server)."""
 
 
+class LogsUnsupported(LeaseUnsupported, code="LOGS_UNSUPPORTED"):
+    """The server has no log endpoint (ctrlplane, or a jobagentctl before live output)."""
+
+
+class AttemptFailed(JobAgentError, code="ATTEMPT_FAILED", exit_code=8):
+    """``jobs logs --follow`` saw the attempt end without succeeding."""
+
+
 _BY_CODE: dict[str, type[JobAgentError]] = {
     cls.code: cls
     for cls in (
@@ -176,6 +201,8 @@ _BY_CODE: dict[str, type[JobAgentError]] = {
         PayloadTooLarge,
         AuthError,
         NotFound,
+        LogNotFound,
+        LogExpired,
         Conflict,
         NotClaimable,
         ClaimLost,
@@ -193,7 +220,7 @@ def error_for_code(code: str | None, http_status: int) -> type[JobAgentError]:
         return _BY_CODE[code]
     if http_status in (401, 403):
         return AuthError
-    if http_status == 404:
+    if http_status in (404, 410):
         return NotFound
     if http_status == 409:
         return Conflict

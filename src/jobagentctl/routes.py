@@ -35,6 +35,7 @@ class Routes:
     ATTEMPTS = f"{_WS}/jobs/{{jobId}}/attempts"
     CLAIMS = f"{_WS}/job-claims"
     JOB_WAIT = f"{_WS}/jobs/{{jobId}}/wait"
+    JOB_LOGS = f"{_WS}/jobs/{{jobId}}/logs"
 
     @staticmethod
     def path(template: str, **parts: object) -> str:

@@ -35,6 +35,10 @@ EXPECTED = {
     "ServerError": 1,
     "ProtocolError": 1,
     "LeaseUnsupported": 1,
+    "LogNotFound": 5,
+    "LogExpired": 5,
+    "LogsUnsupported": 1,
+    "AttemptFailed": 8,
 }
 
 ERROR_CLASSES = [

@@ -10,7 +10,8 @@ parse each, and hand the few operations that differ on such a server to :class:`
 - ``GET /jobs?status=``: ctrlplane refuses the parameter, so the jobs are filtered here;
 - a status update's message, external id and metadata: ctrlplane stores only the status;
 - the claim long-poll: missing on such a server, so a cancel waits for the next heartbeat;
-- a claim by id answered 409 without our error code: the job was not claimable.
+- a claim by id answered 409 without our error code: the job was not claimable;
+- job logs: missing on such a server (:class:`LogsUnsupported`, learned once).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from jobagentctl.client._pages import iter_pages
 from jobagentctl.errors import (
     Conflict,
     LeaseUnsupported,
+    LogExpired,
+    LogNotFound,
+    LogsUnsupported,
     NoJob,
     NotClaimable,
     NotFound,
@@ -51,6 +55,7 @@ _NO_LEASES = (
     "agent's queued jobs, claim one by id). Claims carry no claim id and no lease: heartbeats "
     "are unavailable, and a crash leaves the job inProgress until someone requeues it"
 )
+_NO_LOGS = "the server has no log support ({why}): job output is not stored there"
 _NO_WAIT = (
     "the server has no claim long-poll ({why}): a cancel reaches the command at its next heartbeat"
 )
@@ -63,6 +68,7 @@ class ServerFacts:
     ``v1_only``: True once claim-next answered "no such route", False once a V2 route answered,
     None until then. ``slugs``: workspace slugs resolved to ids. ``no_status_filter``:
     ``GET /jobs`` refused the ``status`` parameter. ``no_wait``: there is no claim long-poll.
+    ``no_logs``: there is no log endpoint.
     ``warned``: the topics of the one-time warnings already given.
     """
 
@@ -70,6 +76,7 @@ class ServerFacts:
     slugs: dict[str, UUID] = field(default_factory=dict)
     no_status_filter: bool = False
     no_wait: bool = False
+    no_logs: bool = False
     warned: set[str] = field(default_factory=set)
 
 
@@ -241,6 +248,31 @@ class V1Fallback:
             self._facts.no_wait = True
             why = f"{Routes.brief('POST', Routes.JOB_WAIT)} answered {exc.status}"
             raise LeaseUnsupported(_NO_WAIT.format(why=why), status=exc.status) from exc
+
+    # --- job logs -------------------------------------------------------------------------------
+
+    @contextmanager
+    def logs_route(self, method: str) -> Iterator[None]:
+        """Around ``…/jobs/{jobId}/logs``: :class:`LogsUnsupported` when the server has no such
+        route, learned once per process (later calls raise without a request).
+
+        Our server answers every 404 of this route with the code ``LOG_NOT_FOUND`` (410
+        ``LOG_EXPIRED`` for a log past retention); any other 404 or a 405 means the route
+        itself is missing: ctrlplane's (no code of ours: LeaseUnsupported already) or an older
+        jobagentctl's generic ``NOT_FOUND``.
+        """
+        if self._facts.no_logs:
+            raise LogsUnsupported(_NO_LOGS.format(why="learned earlier in this process"))
+        try:
+            yield
+        except (LogNotFound, LogExpired):
+            raise
+        except (LeaseUnsupported, NotFound) as exc:
+            if exc.status not in (404, 405):
+                raise
+            self._facts.no_logs = True
+            why = f"{Routes.brief(method, Routes.JOB_LOGS)} answered {exc.status}"
+            raise LogsUnsupported(_NO_LOGS.format(why=why), status=exc.status) from exc
 
     # --- listing and updating jobs --------------------------------------------------------------
 

@@ -72,6 +72,7 @@ def create_app(settings: ServerSettings | None = None, store: Store | None = Non
         batch_size=settings.reap_batch_size,
         max_reclaims=settings.max_reclaims,
         metrics=metrics,
+        log_retention=settings.log_retention,
     )
     app = JobAgentApp(
         title="jobagentctl",

@@ -90,6 +90,17 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.log_bytes = Counter(
+            "jobagentctl_log_bytes_appended",
+            "Bytes of job output appended to attempt logs (before the cap cuts any).",
+            registry=r,
+        )
+        self.log_chunks = Counter(
+            "jobagentctl_log_chunks_appended", "Chunks appended to attempt logs.", registry=r
+        )
+        self.logs_expired = Counter(
+            "jobagentctl_logs_expired", "Attempt logs deleted by log retention.", registry=r
+        )
 
     async def render(self, store: Store) -> bytes:
         """The exposition text, with the claim gauges refreshed from the database."""

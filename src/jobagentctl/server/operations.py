@@ -30,6 +30,7 @@ from jobagentctl.models import (
     ClaimRequest,
     ClaimState,
     CreateJobRequest,
+    ErrorBody,
     Heartbeat,
     HeartbeatRequest,
     Job,
@@ -39,6 +40,9 @@ from jobagentctl.models import (
     JobStatus,
     JobWait,
     JobWaitRequest,
+    LogAppendRequest,
+    LogAppendResult,
+    LogPage,
     Page,
     UpdateJobStatusRequest,
     UpsertJobAgentRequest,
@@ -366,3 +370,62 @@ async def create_job(
     """Create a queued job for the agent"""
     job = await call.service.create_job(call.principal, ws, agent_id, body or CreateJobRequest())
     return job_bytes(job, True)
+
+
+# --- job logs ---------------------------------------------------------------------------------
+
+_LOG_ERRORS: dict[int | str, dict[str, Any]] = {
+    **CONFLICTS,
+    404: {"model": ErrorBody, "description": "LOG_NOT_FOUND: unknown job or attempt"},
+}
+_LOG_READ_ERRORS: dict[int | str, dict[str, Any]] = {
+    **ERRORS,
+    404: {"model": ErrorBody, "description": "LOG_NOT_FOUND: unknown job or attempt"},
+    410: {"model": ErrorBody, "description": "LOG_EXPIRED: deleted by the log retention"},
+}
+
+
+@endpoint("POST", Routes.JOB_LOGS, LogAppendResult, tag="logs", responses=_LOG_ERRORS)
+async def append_job_logs(call: Call, ws: WsPath, job_id: JobPath, body: LogAppendRequest) -> bytes:
+    """Append output chunks to the log of the attempt that claimId holds
+
+    Fenced as a heartbeat: a claimId that is not the job's current claim is refused (409
+    CLAIM_LOST / CLAIM_MISMATCH) and nothing is written. Each chunk's data is the base64 of its
+    raw bytes, at most 64 KiB of them.
+    """
+    return model_bytes(await call.service.logs.append(call.principal, ws, job_id, body))
+
+
+@endpoint("GET", Routes.JOB_LOGS, LogPage, tag="logs", responses=_LOG_READ_ERRORS)
+async def read_job_logs(
+    call: Call,
+    ws: WsPath,
+    job_id: JobPath,
+    attempt: Annotated[int | None, Query(ge=1, le=2**31 - 1, description="Default: latest")] = None,
+    after: Annotated[int, Query(ge=0, le=2**31 - 1, description="Chunks after this seq")] = 0,
+    wait_seconds: Annotated[
+        float | None, Query(alias="waitSeconds", ge=0, description="Long-poll up to this")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Most chunks, 1–1000")] = 100,
+) -> bytes:
+    """Read an attempt's log after a cursor, long-polling up to waitSeconds for more
+
+    Without waitSeconds (or when there are chunks after the cursor, or the attempt has ended)
+    the answer comes at once; with it, the read waits for new chunks or the attempt's end.
+    """
+    logs, principal = call.service.logs, call.principal
+
+    async def read(disconnected: asyncio.Event | None) -> LogPage:
+        return await logs.read(
+            principal,
+            ws,
+            job_id,
+            attempt=attempt,
+            after=after,
+            limit=limit,
+            wait_seconds=wait_seconds,
+            disconnected=disconnected,
+        )
+
+    page = await (_until_gone(call.receive, read) if wait_seconds else read(None))
+    return model_bytes(page)

@@ -36,6 +36,11 @@ logger = logging.getLogger("jobagentctl.server.reaper")
 # turn the reaper into a busy loop against the database.
 _MIN_INTERVAL = 0.01
 
+# Log retention per pass: batches of this many attempts' logs (each up to the log cap), at most
+# _LOG_BATCHES of them, so that a backlog drains over a few passes without one long pass.
+_LOG_BATCH = 20
+_LOG_BATCHES = 10
+
 
 class Reaper:
     """The periodic sweep of one process (see the module docstring); ``run_once`` is one pass."""
@@ -49,8 +54,12 @@ class Reaper:
         max_reclaims: int,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        log_retention: float | None = None,
     ) -> None:
+        """``log_retention``: seconds after an attempt's end its log is deleted, by each pass
+        (None or infinite: never)."""
         self._store = store
+        self._log_retention = log_retention
         self._interval = max(interval, _MIN_INTERVAL)
         self._batch_size = batch_size
         self._max_reclaims = max_reclaims
@@ -111,7 +120,27 @@ class Reaper:
                 result.requeued,
                 result.failed,
             )
+        await self.expire_logs()
         return result
+
+    async def expire_logs(self) -> int:
+        """Delete the logs past retention, a few batches; how many attempts' logs went. A
+        failure is logged and counted: the next pass retries."""
+        retention = self._log_retention
+        if retention is None or retention == float("inf"):
+            return 0
+        expired = 0
+        try:
+            for _ in range(_LOG_BATCHES):
+                batch = await self._store.expire_logs(retention, _LOG_BATCH)
+                expired += batch
+                if batch < _LOG_BATCH:
+                    break
+        except JobAgentError as exc:
+            self._record_failure(exc)
+        if expired and self._metrics is not None:
+            self._metrics.logs_expired.inc(expired)
+        return expired
 
     def grace(self, now: float) -> OutageGrace | None:
         """The outage the next pass (at ``now``) must spare, if any."""

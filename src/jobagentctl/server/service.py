@@ -33,6 +33,7 @@ from jobagentctl.models import (
     UpsertJobAgentRequest,
 )
 from jobagentctl.server.auth import Principal
+from jobagentctl.server.logs import JobLogs
 from jobagentctl.server.longpoll_ends import LongPollEnds
 from jobagentctl.server.metrics import Metrics
 from jobagentctl.server.settings import ServerSettings
@@ -110,6 +111,8 @@ class JobService:
         # Jobs whose status changed through this process: wakes their cancellation waiters.
         self._job_changed: dict[UUID, asyncio.Event] = {}
         self._long_poll_ends = LongPollEnds()
+        # Job logs: appends, reads and their follow long-poll (logs.py).
+        self.logs = JobLogs(store, settings, metrics, self._stopping)
 
     # --- lifecycle ---------------------------------------------------------------------------
     def begin_shutdown(self) -> None:
@@ -431,6 +434,7 @@ class JobService:
         changed = self._job_changed.get(job_id)
         if changed is not None:
             changed.set()
+        self.logs.wake(job_id)  # a follower of the attempt that ended answers now
         accepted = AcceptedResponse(id=job_id, message="Job status updated")
         if following is not None:
             agent = change.job_agent_id

@@ -14,7 +14,8 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from jobagentctl.errors import ConfigError
+from jobagentctl.durations import parse_duration
+from jobagentctl.errors import ConfigError, UsageError
 
 __all__ = [
     "ENV_PREFIX",
@@ -126,11 +127,26 @@ class ServerSettings(BaseSettings):
     shutdown_timeout: int = Field(default=30, ge=0)
     log_level: str = "info"
     access_log: bool = False
+    # Job logs: the most bytes one attempt's log keeps (past it: its head, a truncation marker
+    # and its newest output), and how long after an attempt ended its log is kept (seconds; a
+    # duration such as 30d from the environment or the flag).
+    log_max_bytes: int = Field(default=10 * MIB, ge=4096)
+    log_retention: float = Field(default=30 * 86400.0, gt=0)
 
     @field_validator("database")
     @classmethod
     def _database_url(cls, value: str) -> str:
         return value.strip()
+
+    @field_validator("log_retention", mode="before")
+    @classmethod
+    def _log_retention(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return parse_duration(value, name="log retention")
+        except UsageError as exc:
+            raise ValueError(exc.message) from None
 
     @field_validator("log_level")
     @classmethod

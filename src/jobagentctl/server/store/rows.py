@@ -7,6 +7,7 @@ datetimes, UUIDs and parsed JSON) and the converters accept both.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -24,6 +25,8 @@ from jobagentctl.models import (
     JobAttempt,
     JobClaim,
     JobStatus,
+    LogChunk,
+    LogStream,
 )
 from jobagentctl.server.store.fencing import StatusContext
 from jobagentctl.server.store.records import ApiKeyRecord, StatusChange, WorkspaceRecord
@@ -39,6 +42,7 @@ __all__ = [
     "heartbeat_from_row",
     "id_list",
     "job_from_row",
+    "log_chunk_from_row",
     "merge_metadata",
     "status_change_from_row",
     "status_context_from_row",
@@ -226,4 +230,15 @@ def status_context_from_row(row: Row) -> StatusContext:
         current_claim_id=_opt_uuid(row["current_claim_id"]),
         current_attempt=row["current_attempt"],
         given_claim_outcome=row["given_claim_outcome"],
+    )
+
+
+def log_chunk_from_row(row: Row) -> LogChunk:
+    """A stored log chunk (``job_log``), its bytes as base64 for the wire."""
+    return LogChunk(
+        seq=int(row["seq"]),
+        offset=int(row["byte_offset"]),
+        stream=LogStream(row["stream"]),
+        at=_ts(row["at"]),
+        data=base64.b64encode(bytes(row["data"])).decode("ascii"),
     )

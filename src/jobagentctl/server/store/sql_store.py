@@ -1,6 +1,7 @@
 """``SqlStore``: every store operation written once, with its contract, over a small
 ``Connector`` per database (``connector.py``); the lease operations here, those on workspaces,
-keys, agents and jobs in its base class (``entities.py``).
+keys, agents and jobs in its base class (``entities.py``), those on job logs in its other base
+class (``logs.py``).
 
 As procrastinate's ``manager.py`` over its connectors: the store names a query and passes
 parameters; the connector (``sqlite.py``, ``postgres.py``) runs the dialect's SQL of that name
@@ -39,6 +40,7 @@ from jobagentctl.server.store.fencing import (
     decide_status_change,
     heartbeat_failure,
 )
+from jobagentctl.server.store.logs import LogStore
 from jobagentctl.server.store.queries import migrations
 from jobagentctl.server.store.records import OutageGrace, ReapResult, StatusChange
 from jobagentctl.server.store.validation import check_claim_state, check_lease
@@ -46,7 +48,7 @@ from jobagentctl.server.store.validation import check_claim_state, check_lease
 __all__ = ["SqlStore", "Store"]
 
 
-class SqlStore(Entities):
+class SqlStore(Entities, LogStore):
     """Persistence and lease logic. All operations are coroutines; all times are the database's.
 
     Every lease decision happens inside the database, with the database clock, in one statement

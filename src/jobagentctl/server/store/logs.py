@@ -1,0 +1,168 @@
+"""The log operations of ``SqlStore``: append an attempt's output (fenced by its claim), read
+it by cursor, cap it, and expire it. The chunks live in ``job_log`` and ``job_log_attempt``,
+never in the hot ``job`` and ``job_claim`` rows (an append only reads the claim row)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from jobagentctl.errors import LogExpired, LogNotFound
+from jobagentctl.models import (
+    AttemptOutcome,
+    JobStatus,
+    LogAppendResult,
+    LogPage,
+    LogStream,
+)
+from jobagentctl.server.store import rows
+from jobagentctl.server.store.connector import Connector, Row
+from jobagentctl.server.store.fencing import heartbeat_failure
+
+__all__ = ["LogStore", "NewChunk"]
+
+
+@dataclass(frozen=True, slots=True)
+class NewChunk:
+    """A chunk to append: its stream, the agent's time of it, its raw bytes."""
+
+    stream: LogStream
+    at: datetime
+    data: bytes
+
+
+class LogStore:
+    """``SqlStore``'s log operations (a base class; see ``SqlStore`` for what every operation
+    shares: scopes, errors, the database clock)."""
+
+    _db: Connector
+
+    async def append_logs(
+        self,
+        workspace_id: UUID,
+        job_id: UUID,
+        claim_id: UUID,
+        chunks: Sequence[NewChunk],
+        *,
+        max_bytes: int,
+        agent_scope: UUID | None = None,
+    ) -> LogAppendResult:
+        """Append ``chunks`` (in order, seqs from the attempt's next) to the log of the attempt
+        that ``claim_id`` holds, in one statement (SQLite: one transaction). ``claim_id`` not
+        the job's current claim → ``ClaimLost`` / ``ClaimMismatch`` as a heartbeat's, and
+        nothing is written; unknown job → ``LogNotFound``. Past ``max_bytes`` stored, the log is
+        cut (:meth:`_trim`): its first half-cap kept, then one marker, then the newest."""
+        listing = []
+        position = 0
+        for i, chunk in enumerate(chunks, start=1):
+            listing.append(
+                {
+                    "i": i,
+                    "stream": chunk.stream.value,
+                    "at": chunk.at.timestamp(),
+                    "start": position + 1,  # substr/substring count from 1
+                    "len": len(chunk.data),
+                    "pos": position,
+                }
+            )
+            position += len(chunk.data)
+        params = {
+            "job_id": job_id,
+            "workspace_id": workspace_id,
+            "claim_id": claim_id,
+            "agent_scope": agent_scope,
+            "n": len(listing),
+            "size": position,
+            "chunks": json.dumps(listing),
+            "data": b"".join(chunk.data for chunk in chunks),
+        }
+        row = await self._db.one("log_append", params)
+        if row is None:
+            # Failure path only: one more read to say why, as a refused heartbeat does.
+            state = await self._db.one("job_claim_state", params)
+            if state is None:
+                raise LogNotFound("job not found", details={"jobId": str(job_id)})
+            raise heartbeat_failure(state)
+        attempt, stored, cut = int(row["attempt"]), int(row["stored_bytes"]), row["cut_bytes"]
+        if stored > max_bytes:
+            trimmed = await self._trim(job_id, attempt, max_bytes)
+            if trimmed is not None:
+                stored, cut = int(trimmed["stored_bytes"]), trimmed["cut_bytes"]
+        return LogAppendResult(
+            job_id=job_id,
+            attempt=attempt,
+            next_seq=int(row["next_seq"]),
+            stored_bytes=stored,
+            truncated=bool(cut),
+        )
+
+    async def _trim(self, job_id: UUID, attempt: int, max_bytes: int) -> Row | None:
+        """Cut the log of an attempt over ``max_bytes`` down to seven eighths of it: the head
+        (chunks beginning in the first half of the cap) stays, the oldest chunks after it go,
+        and the first one cut becomes the one truncation marker (its text: how many bytes were
+        cut in all). Seven eighths, so that a log at its cap is trimmed once per eighth of the
+        cap appended rather than on every append."""
+        params = {
+            "job_id": job_id,
+            "attempt": attempt,
+            "max_bytes": max_bytes,
+            "head_bytes": max_bytes // 2,
+            "low_water": max_bytes - max_bytes // 8,
+        }
+        return await self._db.one("log_trim", params)
+
+    async def read_logs(
+        self,
+        workspace_id: UUID,
+        job_id: UUID,
+        *,
+        attempt: int | None,
+        after: int,
+        limit: int,
+        agent_scope: UUID | None = None,
+    ) -> LogPage:
+        """Up to ``limit`` chunks of the attempt (None: the latest) with seq > ``after``, and
+        whether the attempt has ended (read before the chunks: an ended attempt's page holds
+        everything it appended after the cursor). Unknown job, or an attempt it does not have
+        → ``LogNotFound``; a log deleted by retention → ``LogExpired``."""
+        params = {
+            "job_id": job_id,
+            "workspace_id": workspace_id,
+            "attempt": attempt,
+            "agent_scope": agent_scope,
+        }
+        state = await self._db.one("log_state", params)
+        if state is None:
+            raise LogNotFound("job not found", details={"jobId": str(job_id)})
+        number = state["attempt"]
+        if number is None or not 1 <= int(number) <= int(state["attempts"]):
+            details = {"jobId": str(job_id), "attempt": number}
+            raise LogNotFound("the job has no such attempt", details=details)
+        if state["expired_at"] is not None:
+            raise LogExpired(
+                f"the log of attempt {number} was deleted by the server's log retention",
+                details={"jobId": str(job_id), "attempt": int(number)},
+            )
+        found = await self._db.all(
+            "log_chunks", {"job_id": job_id, "attempt": number, "after": after, "limit": limit}
+        )
+        return LogPage(
+            job_id=job_id,
+            attempt=int(number),
+            chunks=[rows.log_chunk_from_row(row) for row in found],
+            next_seq=int(state["next_seq"] or 1),
+            ended=state["ended_at"] is not None,
+            outcome=None if state["outcome"] is None else AttemptOutcome(state["outcome"]),
+            job_status=JobStatus(state["job_status"]),
+        )
+
+    async def expire_logs(self, retention_seconds: float, batch_size: int) -> int:
+        """Delete the chunks of up to ``batch_size`` attempts that ended more than
+        ``retention_seconds`` ago, in one statement (SQLite: one transaction), and mark them
+        expired; how many attempts were expired."""
+        params = {"retention_seconds": retention_seconds, "batch_size": batch_size}
+        row = await self._db.one("log_expire", params)
+        return 0 if row is None else int(row["expired_logs"])
