@@ -10,7 +10,7 @@ from typing import Protocol
 from uuid import UUID
 
 from jobagentctl.errors import JobAgentError, ServerError, ServerUnavailable
-from jobagentctl.models import ClaimedJob, ClaimNext, Heartbeat, JobStatus, JobWait
+from jobagentctl.models import ClaimedJob, ClaimNext, Heartbeat, JobStatus, JobWait, LogChunkIn
 
 __all__ = ["SupervisorClient", "describe_error", "is_transient"]
 
@@ -60,6 +60,12 @@ class SupervisorClient(Protocol):
 
     def release(self, job_id: UUID, *, claim_id: UUID | None) -> object:
         """Give the job back to the queue (status ``queued``)."""
+        ...
+
+    def append_logs(self, job_id: UUID, claim_id: UUID, chunks: list[LogChunkIn]) -> object:
+        """Append output to the log of the attempt ``claim_id`` holds; ``ClaimLost`` /
+        ``ClaimMismatch`` when it is not the job's current claim, ``LogsUnsupported`` (a
+        ``LeaseUnsupported``) on a server without the log endpoint."""
         ...
 
     def close(self) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from functools import partial
 
 from jobagentctl.durations import format_duration
-from jobagentctl.models import ClaimNext, JobStatus
+from jobagentctl.models import ClaimedJob, ClaimNext, JobStatus
 from jobagentctl.supervisor.child import Child, SpawnError
 from jobagentctl.supervisor.claiming import Claim, Claimer
 from jobagentctl.supervisor.claimwatch import ClaimWatcher
@@ -36,6 +36,7 @@ from jobagentctl.supervisor.protocol import SupervisorClient
 from jobagentctl.supervisor.record import JobRecord, open_report, utc_now, write_record
 from jobagentctl.supervisor.relay import LastOutput, OutputSink, Relay, relayed_stderr
 from jobagentctl.supervisor.reporting import Reporter
+from jobagentctl.supervisor.shipping import Shipper
 from jobagentctl.supervisor.waiting import SignalPolicy, Waiter
 from jobagentctl.supervisor.watching import ChildEnd, Watch
 
@@ -67,6 +68,8 @@ class Supervisor:
         self.outcome: Outcome | None = None
         self._lease: JobLease | None = None
         self._relays: dict[str, Relay] = {}
+        # Ship output to the job's log (off for good once the server is found to have none).
+        self._ship = options.ship_output and options.capture
 
     @property
     def draining(self) -> bool:
@@ -323,8 +326,37 @@ class Supervisor:
         if enforce is not None:
             enforce.on_renew = child.lease_holds_until
             child.lease_holds_until(enforce.deadline)  # a renewal while it started
+        shipper = self._shipper(claim.job)
         watch = Watch(
             opts, child, files, lease, events, self.policy, self._relays,
-            suspend=self._suspend, log=log, sinks=sinks,
+            suspend=self._suspend, log=log, sinks=[*sinks, *([shipper] if shipper else [])],
         )  # fmt: skip
-        return watch.run()
+        try:
+            return watch.run()
+        finally:
+            if shipper is not None:
+                # The last output reaches the log before the result is reported (bounded).
+                shipper.close()
+
+    def _shipper(self, job: ClaimedJob) -> Shipper | None:
+        """A started :class:`Shipper` for the job's output, on a client of its own (a slow
+        append never holds up a heartbeat); None when output is not shipped: ``--no-capture``,
+        ``--no-ship-output``, an unleased claim (no claim id to fence the log with), or a
+        server that was found to keep no logs."""
+        if not self._ship or job.claim_id is None:
+            return None
+        shipper = Shipper(
+            self._factory(), job.id, job.claim_id,
+            log=self._log, on_unsupported=self._logs_unsupported, rng=self._rng,
+        )  # fmt: skip
+        shipper.start()
+        return shipper
+
+    def _logs_unsupported(self, why: str) -> None:
+        """From a shipper's thread: the server has no log endpoint. Said once per run."""
+        if self._ship:
+            self._ship = False
+            self._log.warn(
+                f"the server keeps no job logs ({why}): output is not shipped "
+                "(the failure report still carries its tail)"
+            )
