@@ -95,6 +95,7 @@ class Shipper:
         self.appends = 0
         self._pieces: deque[_Piece] = deque()
         self._pending = 0
+        self._inflight = 0  # bytes of the append being sent
         self._unmarked = 0  # dropped bytes no marker has told the log of yet
         self._why = "server too slow"
         self._cond = threading.Condition()
@@ -131,8 +132,9 @@ class Shipper:
         self._thread.join(timeout + 0.5)
         with self._cond:
             self._off = True
-            left = self._pending
-            self._drop_oldest(left)
+            # An append still in flight may yet arrive; it is not known to have.
+            left = self._pending + (self._inflight if self._thread.is_alive() else 0)
+            self._drop_oldest(self._pending)
             self._cond.notify_all()
         if left:
             self.log.warn(
@@ -159,6 +161,8 @@ class Shipper:
                 return
             pieces, marker = batch
             outcome = self._send(pieces, marker)
+            with self._cond:
+                self._inflight = 0
             if outcome == "stop":
                 return
             if outcome == "ok":
@@ -206,6 +210,7 @@ class Shipper:
                 taken.append(self._pieces.popleft())
                 size += len(piece.data)
             self._pending -= size
+            self._inflight = size
             marker, self._unmarked = self._unmarked, 0
             return taken, marker
 
