@@ -341,9 +341,16 @@ class Supervisor:
     def _shipper(self, job: ClaimedJob) -> Shipper | None:
         """A started :class:`Shipper` for the job's output, on a client of its own (a slow
         append never holds up a heartbeat); None when output is not shipped: ``--no-capture``,
-        ``--no-ship-output``, an unleased claim (no claim id to fence the log with), or a
-        server that was found to keep no logs."""
-        if not self._ship or job.claim_id is None:
+        ``--no-ship-output``, an unleased claim (no claim id to fence the log with: said
+        once), or a server that was found to keep no logs."""
+        if not self._ship:
+            return None
+        if job.claim_id is None:
+            self._ship = False
+            self._log.info(
+                "output is not shipped to the job's log: an unleased claim has no claim id "
+                "to fence it with"
+            )
             return None
         shipper = Shipper(
             self._factory(), job.id, job.claim_id,
