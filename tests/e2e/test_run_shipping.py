@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
+import re
 
 from .runs import Harness
+from .slow_proxy import slow_proxy
 
 
 def _log(harness: Harness, job_id: str) -> list[tuple[str, bytes]]:
@@ -47,3 +49,52 @@ def test_no_ship_output_keeps_the_log_empty_and_the_tail(harness: Harness) -> No
     assert run.wait() == 1, run.stderr()
     assert _log(harness, job_id) == []
     assert "secret-ish" in harness.job(job_id)["message"]
+
+
+def _appends(method: str, path: str) -> bool:
+    return method == "POST" and path.endswith("/logs")
+
+
+def test_a_slow_log_append_holds_up_no_heartbeat(harness: Harness) -> None:
+    job_id = harness.enqueue()
+    hold = 2.0  # the first append is answered after 2 s: two heartbeat intervals
+
+    def first_append(method: str, path: str, n: int) -> float:
+        return hold if _appends(method, path) and n == 1 else 0.0
+
+    with slow_proxy(harness.server.url, delay=first_append) as proxy:
+        script = "for i in 1 2 3 4 5 6 7 8; do echo line $i; sleep 0.25; done"
+        env = {"JOBAGENTCTL_URL": proxy.url}
+        run = harness.start(["--lease-seconds", "3"], ["sh", "-c", script], env=env)
+        assert run.wait() == 0, run.stderr()
+    start = proxy.times("/logs")[0]
+    beats = proxy.times("/heartbeat")
+    # Heartbeats went on while the append hung (one queue or pool for both: none would).
+    assert [t for t in beats if start < t < start + hold]
+    [record] = run.report()
+    assert (record["verdict"], record["heartbeatFailures"]) == ("completed", 0)
+    assert [a["outcome"] for a in harness.attempts(job_id)] == ["completed"]  # no lease lost
+    lines = b"".join(data for _, data in _log(harness, job_id)).decode().split()
+    assert lines[-2:] == ["line", "8"]
+
+
+def test_output_dropped_while_the_server_is_down_is_marked_with_its_size(harness: Harness) -> None:
+    job_id = harness.enqueue()
+    size = 5 * 1024 * 1024  # more than the 4 MiB that may wait
+
+    def down_at_first(method: str, path: str, n: int) -> int | None:
+        return 503 if _appends(method, path) and n <= 3 else None
+
+    with slow_proxy(harness.server.url, refuse=down_at_first) as proxy:
+        script = f"head -c {size} /dev/zero | tr '\\0' x"
+        env = {"JOBAGENTCTL_URL": proxy.url}
+        run = harness.start([], ["sh", "-c", script], env=env)
+        assert run.wait() == 0, run.stderr()
+    log = _log(harness, job_id)
+    markers = [data.decode() for stream, data in log if stream == "marker"]
+    stored = sum(len(data) for stream, data in log if stream == "stdout")
+    found = [re.fullmatch(r"\[jobagentctl: (\d+) bytes dropped: (.+)\]\n", m) for m in markers]
+    assert markers and all(found), markers
+    # Never silently: what the log holds plus what its markers count is all that was printed.
+    assert stored + sum(int(m.group(1)) for m in found if m) == size
+    assert stored >= 4 * 1024 * 1024 - 64 * 1024

@@ -138,24 +138,6 @@ def test_run_ships_the_output_and_says_once_when_the_server_has_no_logs(tmp_path
     assert len(client.named("append_logs")) == 1  # the second job ships nothing
 
 
-def test_run_ships_while_a_slow_append_never_holds_a_heartbeat(tmp_path: Path) -> None:
-    beats_while_hung: list[int] = []
-    client = FakeClient(jobs=[claimed_job(lease_seconds=3)])
-
-    def slow(n: int) -> None:
-        if n == 1:  # the first append hangs 2.5 s (heartbeats every second meanwhile)
-            time.sleep(2.5)
-            beats_while_hung.append(len(client.named("heartbeat")))
-
-    client.on_append = slow
-    script = "for i in 1 2 3 4 5 6 7 8; do echo line $i; sleep 0.3; done"
-    code, logs, records = run(client, options(tmp_path, ["sh", "-c", script]))
-    assert code == 0, logs
-    assert beats_while_hung and beats_while_hung[0] >= 2
-    assert records[0]["status"] == "successful"
-    assert b"".join(raw for _, raw in client.shipped()).decode().splitlines()[-1] == "line 8"
-
-
 def test_no_ship_output_ships_nothing(tmp_path: Path) -> None:
     client = FakeClient(jobs=[claimed_job()])
     code, _, _ = run(client, options(tmp_path, ["sh", "-c", "echo hi"], ship_output=False))
