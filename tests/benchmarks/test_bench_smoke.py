@@ -33,12 +33,14 @@ ROWS = {
     "recovery": 2,
     "cli": 6,  # --version, heartbeat, complete, claim -o env, list, Tab completion
     "supervision": 1,
+    "shipping": 2,  # wall with/without shipping; server RSS and the stored log
 }
 GROUPS = [
     ("ceilings",),
     ("scaleout", "growth"),
     ("cycles", "heartbeats", "reaper"),
     ("pickup", "recovery", "supervision"),
+    ("shipping",),
     ("cli",),
 ]
 
