@@ -5,7 +5,7 @@ returns at once. Its own thread, on a client of its own (never the heartbeat's c
 sends what waits as appends fenced by the claim id: one when 64 KiB wait or when the oldest
 has waited a second, whichever comes first. What waits is bounded (4 MiB): when the server is
 slow or down the oldest output goes and a ``marker`` chunk in the log says how many bytes,
-never silently. At the end of the job :meth:`Shipper.close` flushes for at most
+never silently (and while it overflows, appends are paced: see OVERFLOW_PACE_SECONDS). At the end of the job :meth:`Shipper.close` flushes for at most
 :data:`FLUSH_SECONDS` before the result is reported. A server without the log endpoint
 (ctrlplane, an older jobagentctl) stops shipping for the rest of the run, said once; a lost
 claim (409) or a deleted job (404) stops it for this job.
@@ -24,15 +24,19 @@ from typing import Protocol
 from uuid import UUID
 
 from jobagentctl.errors import ClaimLost, ClaimMismatch, LeaseUnsupported, NotFound
-from jobagentctl.models import LogChunkIn, LogStream
+from jobagentctl.models import LOG_CHUNK_MAX_BYTES, LogChunkIn, LogStream
 from jobagentctl.supervisor import retry
 from jobagentctl.supervisor.log import Log
 from jobagentctl.supervisor.protocol import describe_error, is_transient
 
 __all__ = ["BATCH_BYTES", "BATCH_SECONDS", "BUFFER_BYTES", "FLUSH_SECONDS", "Shipper"]
 
-# One append carries at most this much output (the server's limit per chunk, too).
-BATCH_BYTES = 64 * 1024
+# One append carries at most this much output while the command runs (the server's limit per
+# chunk, too) ...
+BATCH_BYTES = LOG_CHUNK_MAX_BYTES
+# ... and while flushing at the end, when only the total time counts, this many such chunks
+# (well within the server's default 1 MiB body once in base64).
+FLUSH_BATCH_CHUNKS = 8
 # ... and output waits at most this long for an append to start.
 BATCH_SECONDS = 1.0
 # What may wait for a slow or absent server; past it the oldest output is dropped (counted).
@@ -40,6 +44,9 @@ BUFFER_BYTES = 4 * 1024 * 1024
 # At the end of a job, how long the last output may take to reach the server before the
 # result is reported (what is still unsent then is dropped, and said so on stderr).
 FLUSH_SECONDS = 5.0
+# While the buffer overflows (a command printing faster than its output can be shipped), at
+# least this long between appends.
+OVERFLOW_PACE_SECONDS = 0.25
 # Backoff between failed appends: from here, doubling, capped.
 RETRY_BASE_SECONDS = 0.25
 RETRY_CAP_SECONDS = 5.0
@@ -97,6 +104,7 @@ class Shipper:
         self._pending = 0
         self._inflight = 0  # bytes of the append being sent
         self._unmarked = 0  # dropped bytes no marker has told the log of yet
+        self._overflowing = False  # the buffer overflowed and has not drained to half since
         self._why = "server too slow"
         self._cond = threading.Condition()
         self._closing = False
@@ -118,6 +126,7 @@ class Shipper:
             self._pieces.append(_Piece(stream, time.time(), bytes(data)))
             self._pending += len(data)
             if self._pending > self.buffer_bytes:
+                self._overflowing = True
                 self._drop_oldest(self._pending - self.buffer_bytes)
             if self._pending >= self.batch_bytes or len(self._pieces) == 1:
                 self._cond.notify()
@@ -163,6 +172,13 @@ class Shipper:
             outcome = self._send(pieces, marker)
             with self._cond:
                 self._inflight = 0
+                if self._overflowing and not self._closing:
+                    # Output comes faster than it can be shipped and most of it is dropped
+                    # anyway: ship at a bounded pace (the newest output waits for the end)
+                    # rather than spend the command's CPU on appends the cap would cut.
+                    resume = time.monotonic() + OVERFLOW_PACE_SECONDS
+                    while not (self._closing or self._off) and time.monotonic() < resume:
+                        self._cond.wait(resume - time.monotonic())
             if outcome == "stop":
                 return
             if outcome == "ok":
@@ -199,9 +215,10 @@ class Shipper:
                     self._cond.wait()
             taken: list[_Piece] = []
             size = 0
-            while self._pieces and size < self.batch_bytes:
+            limit = self.batch_bytes * (FLUSH_BATCH_CHUNKS if self._closing else 1)
+            while self._pieces and size < limit:
                 piece = self._pieces[0]
-                room = self.batch_bytes - size
+                room = limit - size
                 if len(piece.data) > room:
                     taken.append(_Piece(piece.stream, piece.at, piece.data[:room]))
                     piece.data = piece.data[room:]
@@ -211,6 +228,8 @@ class Shipper:
                 size += len(piece.data)
             self._pending -= size
             self._inflight = size
+            if self._pending <= self.buffer_bytes // 2:
+                self._overflowing = False
             marker, self._unmarked = self._unmarked, 0
             return taken, marker
 
@@ -259,8 +278,11 @@ class Shipper:
                 merged[-1] = _Piece(piece.stream, merged[-1].at, merged[-1].data + piece.data)
             else:
                 merged.append(piece)
+        step = LOG_CHUNK_MAX_BYTES
         for piece in merged:
-            chunks.append(LogChunkIn.of(LogStream(piece.stream), _utc(piece.at), piece.data))
+            for i in range(0, len(piece.data), step):
+                data = piece.data[i : i + step]
+                chunks.append(LogChunkIn.of(LogStream(piece.stream), _utc(piece.at), data))
         return chunks
 
     def _requeue(self, pieces: list[_Piece], marker: int) -> None:

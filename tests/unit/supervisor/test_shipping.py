@@ -11,7 +11,7 @@ from pathlib import Path
 from jobagentctl.errors import ClaimLost, LogsUnsupported, ServerUnavailable
 from jobagentctl.supervisor import Log
 from jobagentctl.supervisor.shipping import Shipper
-from tests.fixtures.waiting import wait_for_event
+from tests.fixtures.waiting import wait_for_event, wait_until
 
 from .fakes import FakeClient, claimed_job
 from .support import options, run
@@ -46,16 +46,29 @@ def test_chunks_keep_their_streams_in_arrival_order() -> None:
     assert said == []
 
 
-def test_appends_are_bounded_to_64_kib() -> None:
+def test_appends_are_bounded_to_64_kib_while_the_command_runs() -> None:
     client = FakeClient()
     ship, _, _ = shipper(client)
     data = bytes(range(256)) * 1024  # 256 KiB, not UTF-8
     for i in range(0, len(data), 4096):
         ship.feed("stdout", data[i : i + 4096])
-    ship.close()
+    wait_until(lambda: sum(len(raw) for _, raw in client.shipped()) == len(data), what="all sent")
     sizes = [sum(len(c.raw()) for c in chunks) for chunks in client.appended]
     assert max(sizes) <= 64 * 1024 and len(sizes) >= 4
+    ship.close()
     assert b"".join(raw for _, raw in client.shipped()) == data
+
+
+def test_the_final_flush_sends_bigger_appends_of_64_kib_chunks() -> None:
+    client = FakeClient()
+    # Nothing goes before the end (a batch bigger than the output, a timer that never rings).
+    ship, _, _ = shipper(client, batch_seconds=60, batch_bytes=1024 * 1024)
+    ship.feed("stdout", b"y" * 1000)
+    ship.feed("stderr", b"z" * 300 * 1024)
+    ship.close()
+    [chunks] = client.appended
+    assert [len(c.raw()) for c in chunks] == [1000, 65536, 65536, 65536, 65536, 45056]
+    assert [c.stream.value for c in chunks] == ["stdout"] + ["stderr"] * 5
 
 
 def test_a_down_server_costs_the_oldest_output_and_a_marker_says_how_much() -> None:
