@@ -5,10 +5,11 @@ returns at once. Its own thread, on a client of its own (never the heartbeat's c
 sends what waits as appends fenced by the claim id: one when 64 KiB wait or when the oldest
 has waited a second, whichever comes first. What waits is bounded (4 MiB): when the server is
 slow or down the oldest output goes and a ``marker`` chunk in the log says how many bytes,
-never silently (and while it overflows, appends are paced: see OVERFLOW_PACE_SECONDS). At the end of the job :meth:`Shipper.close` flushes for at most
-:data:`FLUSH_SECONDS` before the result is reported. A server without the log endpoint
-(ctrlplane, an older jobagentctl) stops shipping for the rest of the run, said once; a lost
-claim (409) or a deleted job (404) stops it for this job.
+never silently (while it overflows, appends are paced: see OVERFLOW_PACE_SECONDS). At the end
+of the job :meth:`Shipper.close` flushes for at most :data:`FLUSH_SECONDS` before the result
+is reported. A server without the log endpoint (ctrlplane, an older jobagentctl) stops
+shipping for the rest of the run, said once; a lost claim (409) or a deleted job (404) stops
+it for this job.
 """
 
 from __future__ import annotations
