@@ -177,9 +177,8 @@ def run(
     JOBAGENTCTL_STOP_REASON_FILE set. Exit 0 reports successful, anything else failure.
 
     Exit codes: CMD's own; 7 no job; 75 lease lost; 124 --timeout or --no-output-timeout;
-    125 jobagentctl failed;
-    126 not executable; 127 not found; 128+N signal N; 143 cancelled. CMD may exit with
-    any of these itself: the "verdict" of --report says who chose the code. See docs/run.md.
+    125 jobagentctl failed; 126 not executable; 127 not found; 128+N signal N; 143 cancelled.
+    CMD may exit with any of these itself: --report's "verdict" says who chose. See docs/run.md.
 
     \b
     Examples:
@@ -209,8 +208,7 @@ def run(
         no_output_timeout=no_output_timeout,
         no_ship_output=no_ship_output,
     )
-    options = _options(state, flags)
-    raise typer.Exit(Supervisor(options, state.client, log=_log(state)).run())
+    raise typer.Exit(Supervisor(_options(state, flags), state.client, log=_log(state)).run())
 
 
 @dataclass(frozen=True)
