@@ -498,6 +498,50 @@ def section_shipping(mode: str) -> list[Row]:
             f"{got.stored_bytes / cap:.2f}× of the cap",
             "≤ cap (head + marker + newest)",
             verdict(got.stored_bytes <= cap and (got.printed <= cap or bool(got.markers))),
+def section_logs(mode: str) -> list[Row]:
+    """Live output: N running jobs, each appending a line a second, against the same jobs
+    without logs (one server process, PostgreSQL)."""
+    from benchmarks.logload import LINE, log_load
+
+    running, seconds = pick(mode, full=(1000, 30.0), quick=(200, 10.0), smoke=(10, 4.0))
+    quiet, loud = log_load(running, seconds)
+    hb_loud, hb_quiet = percentile(loud.heartbeats, 99), percentile(quiet.heartbeats, 99)
+    pk_loud, pk_quiet = percentile(loud.pickups, 50), percentile(quiet.pickups, 50)
+    chunks = max(loud.chunks, 1)
+    cpu_per_chunk = max(0.0, loud.server_cpu - quiet.server_cpu) / chunks
+    return [
+        Row(
+            f"heartbeat p99, {running} running jobs each appending a line/s, PostgreSQL",
+            _fmt(1000 * hb_loud, " ms"),
+            f"without logs {_fmt(1000 * hb_quiet, ' ms')}",
+            f"{hb_loud / hb_quiet:.2f}×",
+            "≤ 50 ms",
+            verdict(hb_loud <= 0.050),
+        ),
+        Row(
+            f"claim pickup p50 (long-poll) under the same {running} jobs",
+            _fmt(1000 * pk_loud, " ms"),
+            f"without logs {_fmt(1000 * pk_quiet, ' ms')}",
+            f"{pk_loud / pk_quiet:.2f}×",
+            "≤ 1.10×",
+            verdict(pk_loud <= 1.10 * pk_quiet),
+        ),
+        Row(
+            "server CPU per log chunk (one line, own request)",
+            _fmt(1e6 * cpu_per_chunk, " µs"),
+            f"{loud.chunks:,} chunks: server CPU {_fmt(loud.server_cpu, ' s')} vs "
+            f"{_fmt(quiet.server_cpu, ' s')} without",
+            "",
+            "",
+            "—",
+        ),
+        Row(
+            f"database bytes per log chunk ({len(LINE)}-byte line), PostgreSQL",
+            _fmt(loud.db_bytes / chunks, " B"),
+            f"{len(LINE)} B of output",
+            f"{loud.db_bytes / chunks / len(LINE):.2f}×",
+            "",
+            "—",
         ),
     ]
 
@@ -514,6 +558,7 @@ SECTIONS: dict[str, Callable[[str], list[Row]]] = {
     "cli": section_cli,
     "supervision": section_supervision,
     "shipping": section_shipping,
+    "logs": section_logs,
 }
 
 

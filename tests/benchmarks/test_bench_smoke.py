@@ -34,6 +34,7 @@ ROWS = {
     "cli": 6,  # --version, heartbeat, complete, claim -o env, list, Tab completion
     "supervision": 1,
     "shipping": 2,  # wall with/without shipping; server RSS and the stored log
+    "logs": 4,  # heartbeat p99, pickup, server CPU per chunk, database bytes per chunk
 }
 GROUPS = [
     ("ceilings",),
@@ -41,7 +42,7 @@ GROUPS = [
     ("cycles", "heartbeats", "reaper"),
     ("pickup", "recovery", "supervision"),
     ("shipping",),
-    ("cli",),
+    ("cli", "logs"),
 ]
 
 

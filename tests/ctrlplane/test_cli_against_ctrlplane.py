@@ -188,6 +188,15 @@ def test_heartbeat_is_unavailable(ctrlplane: CtrlplaneStandIn) -> None:
     assert ran.stdout == ""
 
 
+def test_logs_are_unavailable(ctrlplane: CtrlplaneStandIn) -> None:
+    job = ctrlplane.seed_job(ctrlplane.add_agent(), "in_progress")
+    for args in ([], ["--follow"]):
+        ran = cp(ctrlplane, "jobs", "logs", job, *args)
+        assert ran.returncode == 1, ran.stderr
+        assert "the server has no log support" in ran.stderr
+        assert ran.stdout == ""
+
+
 def test_complete_reports_and_says_what_was_not_stored(ctrlplane: CtrlplaneStandIn) -> None:
     agent = ctrlplane.add_agent()
     job = ctrlplane.seed_job(agent, "in_progress")

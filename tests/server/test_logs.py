@@ -39,7 +39,8 @@ async def _read(api: Api, job_id: str, **params: Any) -> Any:
     return await api.call("GET", f"jobs/{job_id}/logs", params=params)
 
 
-async def test_append_then_read_keeps_bytes_exactly(api: Api) -> None:
+async def test_append_then_read_keeps_bytes_exactly(api_each_path: Api) -> None:
+    api = api_each_path
     job = await _claimed(api)
     raw = b"caf\xc3\xa9 \xff\xfe\x00 not utf-8\n"
     r = await _append(api, job, _chunk(b"hello\n"), _chunk(raw, "stderr"))
@@ -87,7 +88,8 @@ async def test_a_stale_claim_writes_nothing(api: Api) -> None:
         assert page["chunks"] == [] and page["nextSeq"] == 1
 
 
-async def test_bad_input(api: Api) -> None:
+async def test_bad_input(api_each_path: Api) -> None:
+    api = api_each_path
     job = await _claimed(api)
     r = await _append(api, job, _chunk(b"x" * (64 * 1024 + 1)))
     assert r.status_code == 413, r.text
@@ -173,13 +175,36 @@ async def _cap_holds(api: Api, cap: int) -> None:
 
 
 async def test_retention_answers_gone(api: Api) -> None:
+    from jobagentctl.server.metrics import Metrics
+    from jobagentctl.server.reaper import Reaper
+
+    metrics = Metrics()
+    reaper = Reaper(
+        api.store, interval=1, batch_size=10, max_reclaims=0, metrics=metrics, log_retention=0.001
+    )
     job = await _claimed(api)
     assert (await _append(api, job, _chunk(b"old\n"))).status_code == 200
-    assert await api.store.expire_logs(0.0, 10) == 0  # still running: kept
+    await reaper.run_once()
+    assert (await _read(api, job["id"])).status_code == 200  # still running: kept
     done = {"status": "successful", "claimId": job["claimId"]}
     assert (await api.status(job["id"], done)).status_code == 202
     await asyncio.sleep(0.01)
-    assert await api.store.expire_logs(0.0, 10) == 1
+    await reaper.run_once()
+    assert metrics.registry.get_sample_value("jobagentctl_logs_expired_total") == 1
     r = await _read(api, job["id"])
     assert r.status_code == 410, r.text
     assert r.json()["code"] == "LOG_EXPIRED"
+
+
+def test_log_settings_take_durations() -> None:
+    import pydantic
+
+    from jobagentctl.server.settings import ServerSettings
+
+    base = {"database": "sqlite:///unused.db"}
+    assert ServerSettings(**base).log_retention == 30 * 86400
+    assert ServerSettings(**base, log_retention="12h").log_retention == 12 * 3600
+    assert ServerSettings(**base, log_retention="inf").log_retention == float("inf")
+    assert ServerSettings(**base).log_max_bytes == 10 * 1024 * 1024
+    with pytest.raises(pydantic.ValidationError):
+        ServerSettings(**base, log_retention="soon")

@@ -86,3 +86,66 @@ def test_kill_leaves_the_claim_for_another_replica_to_reap(
     wait_until(lambda: b.get_job(job["id"])["status"] == "queued", what="the job requeued")
     status, attempts = b.request("GET", f"jobs/{job['id']}/attempts")
     assert [x["outcome"] for x in attempts] == ["expired"]
+
+
+def test_logs_follow_on_one_replica_shows_appends_through_the_other(
+    live_server_factory: LiveServerFactory,
+) -> None:
+    import base64
+    import statistics
+    import subprocess
+
+    from tests.fixtures.cli import cli_command
+
+    a = live_server_factory()
+    b = a.replica()
+    agent = a.create_agent("logger")
+    a.enqueue(agent)
+    status, job = a.request("POST", f"job-agents/{agent}/claim", {"leaseSeconds": 60})
+    assert status == 200, job
+    env = {**b.base_env(), **b.env(), "JOBAGENTCTL_TIMEOUT": "60"}
+    follower = subprocess.Popen(
+        [*cli_command(), "jobs", "logs", job["id"], "--follow"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    shown: list[tuple[bytes, float]] = []
+
+    def read() -> None:
+        assert follower.stdout is not None
+        for line in follower.stdout:
+            shown.append((line, time.monotonic()))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    latencies = []
+    try:
+        for i in range(6):
+            line = f"line {i}\n".encode()
+            body = {
+                "claimId": job["claimId"],
+                "chunks": [
+                    {
+                        "stream": "stdout",
+                        "at": "2026-01-01T00:00:00Z",
+                        "data": base64.b64encode(line).decode(),
+                    }
+                ],
+            }
+            printed = time.monotonic()
+            status, answer = a.request("POST", f"jobs/{job['id']}/logs", body)
+            assert status == 200, answer
+            wait_until(lambda i=i: len(shown) > i, what=f"line {i} on replica b", timeout=30)
+            assert shown[i][0] == line
+            latencies.append(shown[i][1] - printed)
+        done = {"status": "successful", "claimId": job["claimId"]}
+        assert a.request("PUT", f"jobs/{job['id']}/status", done)[0] == 202
+        assert follower.wait(60) == 0
+    finally:
+        follower.kill()
+        reader.join(10)
+    print(
+        f"\ncross-replica follow: median {statistics.median(latencies):.2f}s, "
+        f"max {max(latencies):.2f}s"
+    )

@@ -92,6 +92,8 @@ def test_migrations_are_numbered_and_agree_on_tables() -> None:
             "job_attempt",
             "api_key",
             "store_probe",
+            "job_log",
+            "job_log_attempt",
         }
     )
 

@@ -192,3 +192,47 @@ def test_bidi_controls_are_kept_exactly_in_json_and_escaped_in_errors(
     mock_api.get(f"{WS}/jobs/{JOB}").respond(404, json=wire.error("NOT_FOUND", f"no job {BIDI}"))
     human = cli("jobs", "get", str(JOB)).stderr
     assert "\\u202e" in human and not any(c in human for c in BIDI)
+
+
+def _log_page(*pieces: bytes, stream: str = "stdout") -> dict[str, object]:
+    import base64
+
+    chunks = [
+        {
+            "seq": i,
+            "offset": i,
+            "stream": stream,
+            "at": wire.T0,
+            "data": base64.b64encode(p).decode(),
+        }
+        for i, p in enumerate(pieces, start=1)
+    ]
+    return {
+        "jobId": str(JOB),
+        "attempt": 1,
+        "chunks": chunks,
+        "nextSeq": len(pieces) + 1,
+        "ended": True,
+        "outcome": "completed",
+        "jobStatus": "successful",
+    }
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_jobs_logs_shows_controls_on_a_tty_and_passes_bytes_piped(
+    cli: Cli, mock_api: respx.MockRouter, tty: bool
+) -> None:
+    # "é" split across two chunks stays one character on a terminal.
+    pieces = [EVIL.encode() + b"\n caf\xc3", b"\xa9\n"]
+    route = mock_api.get(f"{WS}/jobs/{JOB}/logs")
+    route.side_effect = [
+        respx.MockResponse(200, json=_log_page(*pieces)),
+        respx.MockResponse(200, json={**_log_page(), "nextSeq": 3}),
+    ]
+    result = cli("jobs", "logs", str(JOB), tty=tty)
+    assert result.exit_code == 0, result.stderr
+    if tty:
+        assert not any(c in result.stdout for c in RAW), repr(result.stdout)
+        assert "\\x1b[2J" in result.stdout and " café\n" in result.stdout
+    else:
+        assert result.stdout_bytes == b"".join(pieces)

@@ -1,4 +1,4 @@
-"""`jobagentctl jobs list|get|enqueue|attempts`: jobs of the workspace."""
+"""`jobagentctl jobs list|get|enqueue|attempts|logs`: jobs of the workspace."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from jobagentctl.cli.status import EVERY_STATUS
 
 __all__ = ["jobs_app", "register"]
 
-jobs_app = typer.Typer(help="Jobs: list, get, enqueue, attempts.", no_args_is_help=True)
+jobs_app = typer.Typer(help="Jobs: list, get, enqueue, attempts, logs.", no_args_is_help=True)
 
 
 @jobs_app.command("list")
@@ -117,6 +117,54 @@ def attempts(
     with state.client() as client:
         found = client.list_attempts(job)
     output.emit(state, "attempt", found, title=f"attempts of job {job}")
+
+
+@jobs_app.command("logs")
+def logs(
+    ctx: typer.Context,
+    job_id: str = typer.Argument(..., metavar="ID", help="The job."),
+    attempt: int | None = typer.Option(
+        None, "--attempt", min=1, metavar="N", help="This attempt (default: the latest)."
+    ),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="Print new output until the attempt ends."
+    ),
+) -> None:
+    """Print what a job attempt printed (both streams, in order), as it was stored.
+
+    With --follow, wait for new output until the attempt ends: exit 0 if it succeeded, 8
+    otherwise. -o json prints one object per chunk (seq, offset, stream, at, data).
+
+    \b
+    Example:
+      jobagentctl jobs logs 3f0c… --follow
+    """
+    from jobagentctl.cli import output
+    from jobagentctl.cli.params import uuid_arg
+    from jobagentctl.client import iter_log_pages
+    from jobagentctl.errors import AttemptFailed
+    from jobagentctl.models import AttemptOutcome, JobStatus
+
+    state = get_state(ctx)
+    job = uuid_arg(job_id, "ID")
+    printer = output.LogPrinter(state)
+    with state.client() as client:
+        pages = iter_log_pages(
+            lambda n, after, wait: client.read_logs(job, attempt=n, after=after, wait_seconds=wait),
+            attempt=attempt,
+            follow=follow,
+        )
+        for page in pages:
+            printer.write(page.chunks)
+    if follow and (page.outcome, page.job_status) != (
+        AttemptOutcome.COMPLETED,
+        JobStatus.SUCCESSFUL,
+    ):
+        outcome = page.outcome.value if page.outcome else "ended"
+        raise AttemptFailed(
+            f"attempt {page.attempt} of job {job} did not succeed: {outcome}, "
+            f"job {page.job_status.value}"
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -6,6 +6,7 @@ print tsv or JSON never pay for it. Data goes to stdout; conversation goes to st
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import json
 import shlex
@@ -29,7 +30,7 @@ from jobagentctl.cli.sanitize import (
 )
 from jobagentctl.durations import format_duration
 from jobagentctl.errors import UsageError
-from jobagentctl.models import ClaimState, JobStatus, WireModel
+from jobagentctl.models import ClaimState, JobStatus, LogChunk, LogStream, WireModel
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "VIEWS",
     "Column",
+    "LogPrinter",
     "View",
     "emit",
     "emit_accepted",
@@ -391,3 +393,53 @@ def claims_table(
 ) -> RenderableType:
     """The inspect-claims table, for :func:`watch`."""
     return _list_table(state, VIEWS["claim"], _rows(claims, overrides), title=title)
+
+
+class LogPrinter:
+    """Prints log chunks on stdout as they come. By default the bytes as they were printed,
+    markers on a line of their own; on a terminal decoded as UTF-8 (a character split across
+    chunks kept whole) with control characters made visible, as tables do. With ``-o json``
+    one object per line: ``seq``, ``offset``, ``stream``, ``at`` and ``data`` — the text when
+    the bytes are valid UTF-8, else their base64 with ``"encoding": "base64"``."""
+
+    def __init__(self, state: AppState) -> None:
+        self._json = state.output == "json"
+        self._terminal = context.stdout_is_tty()
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._line_start = True
+
+    def write(self, chunks: Sequence[LogChunk]) -> None:
+        """Print ``chunks`` and flush (a follow shows each page at once)."""
+        out = sys.stdout.buffer
+        for chunk in chunks:
+            raw = chunk.raw()
+            if self._json:
+                out.write(json.dumps(_log_chunk_json(chunk, raw)).encode() + b"\n")
+            elif chunk.stream == LogStream.MARKER:
+                text = raw.decode("utf-8", errors="replace")
+                line = safe_text(text) if self._terminal else text
+                out.write(("" if self._line_start else "\n").encode() + line.encode() + b"\n")
+                self._line_start = True
+            else:
+                if self._terminal:
+                    text = self._decoder.decode(raw)
+                    out.write(safe_text(text, keep_newlines=True).encode())
+                else:
+                    out.write(raw)
+                self._line_start = raw.endswith(b"\n")
+        out.flush()
+
+
+def _log_chunk_json(chunk: LogChunk, raw: bytes) -> dict[str, Any]:
+    sent = chunk.as_sent() or {}
+    item: dict[str, Any] = {
+        "seq": chunk.seq,
+        "offset": chunk.offset,
+        "stream": chunk.stream.value,
+        "at": sent.get("at") or rfc3339(chunk.at),
+    }
+    try:
+        item["data"] = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        item["data"], item["encoding"] = chunk.data, "base64"
+    return item

@@ -4,7 +4,7 @@ The only package that imports httpx; every transport error and HTTP status becom
 :mod:`jobagentctl.errors` class inside it. ``_client.py`` has one method per endpoint,
 ``_ctrlplane.py`` what differs on a server with only the V1 API (and what this process learned
 about each server), ``_errors.py`` the translation of errors, ``_trace.py`` the ``--debug``
-trace, ``_pages.py`` the reading of paginated lists.
+trace, ``_pages.py`` the reading of paginated lists and of a log by its cursor.
 """
 
 from __future__ import annotations
@@ -21,6 +21,14 @@ from jobagentctl.client._client import Client  # noqa: E402
 from jobagentctl.client._connection import USER_AGENT  # noqa: E402
 from jobagentctl.client._ctrlplane import MEMORY  # noqa: E402
 from jobagentctl.client._errors import translate  # noqa: E402
-from jobagentctl.client._pages import iter_pages  # noqa: E402
+from jobagentctl.client._pages import LOG_FOLLOW_WAIT, iter_log_pages, iter_pages  # noqa: E402
 
-__all__ = ["MEMORY", "USER_AGENT", "Client", "iter_pages", "translate"]
+__all__ = [
+    "LOG_FOLLOW_WAIT",
+    "MEMORY",
+    "USER_AGENT",
+    "Client",
+    "iter_log_pages",
+    "iter_pages",
+    "translate",
+]

@@ -1,7 +1,7 @@
 """The server's ASGI app: the store, the lease service, the reaper and the HTTP edge, wired.
 
 Every request enters through ``edge.Edge`` (admission: key, body limit, JSON depth; response
-step: metric and 5xx log); the four hot endpoints may then be answered by the fast path
+step: metric and 5xx log); the hot endpoints may then be answered by the fast path
 (``fastpath.py``) before the framework's routing runs. The endpoints themselves are declared
 and implemented once in ``operations.py``; ``routing.py`` routes the framework to them,
 ``failures.py`` answers every error as ``{message, code, details}``, ``openapi.py`` completes

@@ -1,13 +1,13 @@
-"""The hot endpoints — claim, claim-next, heartbeat, status — served without framework routing.
+"""The hot endpoints — claim, claim-next, heartbeat, status, log append — served without routing.
 
-An agent loop is nothing but these four calls, so they skip FastAPI's route matching, dependency
-resolution and request parsing. Admission (key, size, body, JSON depth) and the response step
-(status, metric, log) are the edge's (``edge.py``) and shared with the framework routes; this
-module only matches the path against the templates of the endpoints marked ``hot`` in
-``operations.py``, parses the body with the operation's body model and calls the operation the
-framework route calls. Anything unusual (a query string, a non-canonical id, a body that does
-not validate) is handed to the framework, body replayed, so errors and the OpenAPI document
-stay the framework's.
+An agent loop is nothing but these four calls (and, while a command runs, log appends), so they
+skip FastAPI's route matching, dependency resolution and request parsing. Admission (key, size,
+body, JSON depth) and the response step (status, metric, log) are the edge's (``edge.py``) and
+shared with the framework routes; this module only matches the path against the templates of
+the endpoints marked ``hot`` in ``operations.py``, parses the body with the operation's body
+model and calls the operation the framework route calls. Anything unusual (a query string, a
+non-canonical id, a body that does not validate) is handed to the framework, body replayed, so
+errors and the OpenAPI document stay the framework's.
 """
 
 from __future__ import annotations

@@ -385,7 +385,7 @@ _LOG_READ_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-@endpoint("POST", Routes.JOB_LOGS, LogAppendResult, tag="logs", responses=_LOG_ERRORS)
+@endpoint("POST", Routes.JOB_LOGS, LogAppendResult, tag="logs", responses=_LOG_ERRORS, hot=True)
 async def append_job_logs(call: Call, ws: WsPath, job_id: JobPath, body: LogAppendRequest) -> bytes:
     """Append output chunks to the log of the attempt that claimId holds
 

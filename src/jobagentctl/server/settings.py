@@ -113,7 +113,7 @@ class ServerSettings(BaseSettings):
     max_connections: int = Field(default=10_000, ge=1)
     # The event loop of `server start`: uvloop when installed (auto), or one named.
     loop: Literal["auto", "uvloop", "asyncio"] = "auto"
-    # Serve the four hot endpoints without framework routing (see fastpath.py).
+    # Serve the hot endpoints (the agent loop and log appends) without framework routing.
     fast_path: bool = True
     # How long a verified API key is trusted without asking the database again: bounds how late
     # a revocation (possibly done by another replica or by `server revoke-key`) takes effect.

@@ -55,6 +55,22 @@ MaxWaitSeconds = Annotated[
         "Cap of a claim-next long-poll [JOBAGENTCTL_SERVER_MAX_WAIT_SECONDS; 30].",
     ),
 ]
+LogMaxBytes = Annotated[
+    int | None,
+    _setting(
+        "--log-max-bytes",
+        "Most bytes one attempt's log keeps (then: head, marker, newest) "
+        "[JOBAGENTCTL_SERVER_LOG_MAX_BYTES; 10485760].",
+    ),
+]
+LogRetention = Annotated[
+    str | None,
+    _setting(
+        "--log-retention",
+        "Delete an attempt's log this long after it ended, e.g. 30d, 12h, inf "
+        "[JOBAGENTCTL_SERVER_LOG_RETENTION; 30d].",
+    ),
+]
 
 
 def start(
@@ -66,6 +82,8 @@ def start(
     max_reclaims: MaxReclaims = None,
     require_claim_id: RequireClaimId = None,
     max_wait_seconds: MaxWaitSeconds = None,
+    log_max_bytes: LogMaxBytes = None,
+    log_retention: LogRetention = None,
 ) -> None:
     """Run the API and the reaper; migrate first. SIGTERM/SIGINT drain in-flight requests.
 
@@ -86,6 +104,8 @@ def start(
         max_reclaims=max_reclaims,
         require_claim_id=require_claim_id,
         max_wait_seconds=max_wait_seconds,
+        log_max_bytes=log_max_bytes,
+        log_retention=log_retention,
     )
     try:
         run_server(settings)

@@ -519,9 +519,9 @@ WITH fence AS (
 ),
 state AS (
     INSERT INTO job_log_attempt (job_id, attempt, workspace_id, next_seq, appended_bytes,
-                                 stored_bytes, last_at)
+                                 stored_bytes, created_at, last_at)
     SELECT f.job_id, f.attempt, f.workspace_id, 1 + %(n)s::integer, %(size)s::bigint,
-           %(size)s::bigint, now()
+           %(size)s::bigint, now(), now()
     FROM fence AS f
     ON CONFLICT (job_id, attempt) DO UPDATE
     SET next_seq = job_log_attempt.next_seq + %(n)s::integer,
@@ -611,16 +611,16 @@ LIMIT %(limit)s
 
 -- name: log_expire
 -- Retention, one batch: the logs of attempts that ended more than %(retention_seconds)s ago
--- lose their chunks; their attempt row stays, marked expired. last_at (the last append) is
--- the index's prefilter: an attempt that ended that long ago appended nothing since.
+-- lose their chunks; their attempt row stays, marked expired. created_at (the first append) is
+-- the index's prefilter: an attempt that ended that long ago began before that too.
 WITH old AS (
     SELECT s.job_id, s.attempt
     FROM job_log_attempt AS s
     JOIN job_attempt AS t ON t.job_id = s.job_id AND t.attempt = s.attempt
     WHERE s.expired_at IS NULL
-      AND s.last_at < now() - make_interval(secs => %(retention_seconds)s::float8)
+      AND s.created_at < now() - make_interval(secs => %(retention_seconds)s::float8)
       AND t.ended_at < now() - make_interval(secs => %(retention_seconds)s::float8)
-    ORDER BY s.last_at
+    ORDER BY s.created_at
     LIMIT %(batch_size)s
     FOR UPDATE OF s SKIP LOCKED
 ),

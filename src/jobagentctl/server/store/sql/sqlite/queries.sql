@@ -400,9 +400,9 @@ JOIN job AS j ON j.id = c.job_id
 WHERE c.job_id = :job_id AND c.claim_id = :claim_id AND j.workspace_id = :workspace_id
   AND (:agent_scope IS NULL OR c.job_agent_id = :agent_scope);
 INSERT INTO job_log_attempt (job_id, attempt, workspace_id, next_seq, appended_bytes,
-                             stored_bytes, last_at)
+                             stored_bytes, created_at, last_at)
 VALUES (:job_id, :attempt, :log_workspace_id, 1 + :n, :size, :size,
-        (julianday('now') - 2440587.5) * 86400.0)
+        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
 ON CONFLICT (job_id, attempt) DO UPDATE
 SET next_seq = next_seq + :n,
     appended_bytes = appended_bytes + :size,
@@ -468,9 +468,9 @@ LIMIT :limit
     SELECT s.job_id, s.attempt FROM job_log_attempt AS s
     JOIN job_attempt AS t ON t.job_id = s.job_id AND t.attempt = s.attempt
     WHERE s.expired_at IS NULL
-      AND s.last_at < (julianday('now') - 2440587.5) * 86400.0 - :retention_seconds
+      AND s.created_at < (julianday('now') - 2440587.5) * 86400.0 - :retention_seconds
       AND t.ended_at < (julianday('now') - 2440587.5) * 86400.0 - :retention_seconds
-    ORDER BY s.last_at, s.job_id, s.attempt
+    ORDER BY s.created_at, s.job_id, s.attempt
     LIMIT :batch_size
 
 -- name: log_expire

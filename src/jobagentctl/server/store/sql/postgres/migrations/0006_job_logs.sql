@@ -20,8 +20,10 @@ CREATE TABLE job_log (
 );
 
 -- One row per attempt with a log: the next chunk's seq and offset, what the cap cut and where
--- its marker sits, the last append (retention starts from the attempt's end, looked up in
--- job_attempt) and when retention deleted the chunks (a read then answers "expired").
+-- its marker sits, its first and last append, and when retention deleted the chunks (a read
+-- then answers "expired"). Retention counts from the attempt's end (job_attempt.ended_at);
+-- created_at, never updated, is its indexed prefilter (an attempt that ended long enough ago
+-- began before that too), so an append's update of this row changes no indexed column.
 CREATE TABLE job_log_attempt (
     job_id          uuid NOT NULL,
     attempt         integer NOT NULL,
@@ -31,9 +33,10 @@ CREATE TABLE job_log_attempt (
     stored_bytes    bigint NOT NULL,
     cut_bytes       bigint NOT NULL DEFAULT 0,
     marker_seq      integer,
+    created_at      timestamptz NOT NULL,
     last_at         timestamptz NOT NULL,
     expired_at      timestamptz,
     PRIMARY KEY (job_id, attempt)
-);
+) WITH (fillfactor = 80);  -- room on the page: each append's update stays a HOT update
 
-CREATE INDEX job_log_attempt_live_idx ON job_log_attempt (last_at) WHERE expired_at IS NULL;
+CREATE INDEX job_log_attempt_live_idx ON job_log_attempt (created_at) WHERE expired_at IS NULL;

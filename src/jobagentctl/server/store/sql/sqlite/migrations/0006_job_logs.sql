@@ -19,8 +19,10 @@ CREATE TABLE job_log (
 );
 
 -- One row per attempt with a log: the next chunk's seq and offset, what the cap cut and where
--- its marker sits, the last append (retention starts from the attempt's end, looked up in
--- job_attempt) and when retention deleted the chunks (a read then answers "expired").
+-- its marker sits, its first and last append, and when retention deleted the chunks (a read
+-- then answers "expired"). Retention counts from the attempt's end (job_attempt.ended_at);
+-- created_at, never updated, is its indexed prefilter (an attempt that ended long enough ago
+-- began before that too), so an append's update of this row changes no indexed column.
 CREATE TABLE job_log_attempt (
     job_id          TEXT NOT NULL,
     attempt         INTEGER NOT NULL,
@@ -30,9 +32,10 @@ CREATE TABLE job_log_attempt (
     stored_bytes    INTEGER NOT NULL,
     cut_bytes       INTEGER NOT NULL DEFAULT 0,
     marker_seq      INTEGER,
+    created_at      REAL NOT NULL,
     last_at         REAL NOT NULL,
     expired_at      REAL,
     PRIMARY KEY (job_id, attempt)
 );
 
-CREATE INDEX job_log_attempt_live_idx ON job_log_attempt (last_at) WHERE expired_at IS NULL;
+CREATE INDEX job_log_attempt_live_idx ON job_log_attempt (created_at) WHERE expired_at IS NULL;
