@@ -498,6 +498,10 @@ def section_shipping(mode: str) -> list[Row]:
             f"{got.stored_bytes / cap:.2f}× of the cap",
             "≤ cap (head + marker + newest)",
             verdict(got.stored_bytes <= cap and (got.printed <= cap or bool(got.markers))),
+        ),
+    ]
+
+
 def section_logs(mode: str) -> list[Row]:
     """Live output: N running jobs, each appending a line a second, against the same jobs
     without logs (one server process, PostgreSQL)."""
