@@ -484,7 +484,8 @@ def section_shipping(mode: str) -> list[Row]:
     shape = f"{len(got.markers)} marker(s)" if got.markers else "no marker"
     return [
         Row(
-            f"`run` printing {mib} MB as fast as it can: wall, shipping on",
+            f"`run` printing {mib} MB as fast as it can: wall, shipping on (CPU of run and "
+            f"the command: {got.on_cpu:.2f} s vs {got.off_cpu:.2f} s)",
             f"{got.on_seconds:.2f} s",
             f"`--no-ship-output`: {got.off_seconds:.2f} s",
             f"{ratio:.2f}×",

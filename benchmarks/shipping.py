@@ -11,6 +11,7 @@ import asyncio
 import base64
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -32,13 +33,15 @@ class ShipFigures:
     printed: int
     on_seconds: float
     off_seconds: float
+    on_cpu: float  # CPU seconds of `run` and everything it waited for (the command)
+    off_cpu: float
     server_rss_mb: float
     stored_bytes: int
     chunks: int
     markers: list[str]
 
 
-def _run(server: Server, printed: int, ship: bool, report: Path) -> float:
+def _run(server: Server, printed: int, ship: bool, report: Path) -> tuple[float, float]:
     env = {
         **os.environ,
         "JOBAGENTCTL_URL": server.url,
@@ -49,12 +52,15 @@ def _run(server: Server, printed: int, ship: bool, report: Path) -> float:
     argv = [sys.executable, "-m", "jobagentctl", "run", "--report", str(report)]
     argv += [] if ship else ["--no-ship-output"]
     argv += ["--", "sh", "-c", f"head -c {printed} /dev/zero | tr '\\0' x"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"run exited {proc.returncode}: {proc.stderr.decode()[-500:]}")
-    return wall
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return wall, cpu
 
 
 def _stored(server: Server, job_id: str) -> tuple[int, int, list[str]]:
@@ -88,8 +94,8 @@ def _peak_rss_mb(pid: int) -> float:
 
 def output_cost(printed: int, rounds: int) -> ShipFigures:
     """``rounds`` runs each way of a command printing ``printed`` bytes of ``x``."""
-    on: list[float] = []
-    off: list[float] = []
+    on: list[tuple[float, float]] = []
+    off: list[tuple[float, float]] = []
     with (
         database("sqlite") as url,
         Server(url) as server,
@@ -107,8 +113,10 @@ def output_cost(printed: int, rounds: int) -> ShipFigures:
         stored, chunks, markers = _stored(server, last_job)
     return ShipFigures(
         printed=printed,
-        on_seconds=statistics.median(on),
-        off_seconds=statistics.median(off),
+        on_seconds=statistics.median(wall for wall, _ in on),
+        off_seconds=statistics.median(wall for wall, _ in off),
+        on_cpu=statistics.median(cpu for _, cpu in on),
+        off_cpu=statistics.median(cpu for _, cpu in off),
         server_rss_mb=rss,
         stored_bytes=stored,
         chunks=chunks,
