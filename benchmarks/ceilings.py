@@ -1,4 +1,4 @@
-"""Issue 14 §1: the API's claim+complete rate against honest ceilings, each run load-gated.
+"""The API's claim+complete rate against honest ceilings, each run load-gated.
 
 Every run below gets a database of its own, seeded the same way (``pgbench.seed_queue``: the
 queue inserted by SQL, ``VACUUM ANALYZE job``) and runs 8 agents:

@@ -1,4 +1,4 @@
-"""Issue 14 §6: flat as it grows. Throughput and the reaper's pass over a database that already
+"""Flat as it grows. Throughput and the reaper's pass over a database that already
 holds ROWS finished jobs (``job``) and their attempts (``job_attempt``), autovacuum on.
 
 Usage: python -m benchmarks.growth [--rows 10000 100000 1000000] [--jobs 4000]

@@ -94,7 +94,7 @@ BATCH = 8
 
 
 def section_ceilings(mode: str) -> list[Row]:
-    """Issue 14 §1: PostgreSQL, 8 agents, interleaved rounds, medians of the quiet runs."""
+    """PostgreSQL, 8 agents, interleaved rounds, medians of the quiet runs."""
     jobs = pick(mode, full=5000, quick=1000, smoke=64)
     rounds = pick(mode, full=3, quick=2, smoke=1)
     peer_jobs = pick(mode, full=40000, quick=4000, smoke=80)
@@ -245,7 +245,7 @@ def section_ceilings(mode: str) -> list[Row]:
 
 
 def section_scaleout(mode: str) -> list[Row]:
-    """Issue 14 §5: N server processes (separate ports) on one PostgreSQL, 8 agents spread
+    """N server processes (separate ports) on one PostgreSQL, 8 agents spread
     round-robin over them by a 2-process load generator; interleaved rounds, medians."""
     jobs = pick(mode, full=4000, quick=800, smoke=48)
     rounds = pick(mode, full=2, quick=1, smoke=1)
@@ -285,7 +285,7 @@ def section_scaleout(mode: str) -> list[Row]:
 
 
 def section_growth(mode: str) -> list[Row]:
-    """Issue 14 §6: the same figures over 10k and 100k finished jobs (1M: python -m
+    """The same figures over 10k and 100k finished jobs (1M: python -m
     benchmarks.growth --rows 1000000, not part of make bench)."""
     sizes = pick(mode, full=(10_000, 100_000), quick=(10_000,), smoke=(1_000,))
     jobs = pick(mode, full=4000, quick=800, smoke=48)
@@ -444,6 +444,18 @@ def section_cli(mode: str) -> list[Row]:
                 cell,
             )
         )
+    for https, plain in ((cli_startup.HTTPS_HEARTBEAT, "heartbeat -q"),):
+        rows.append(
+            Row(
+                f"CLI round trip over HTTPS (private CA): `jobagentctl {https}` (median of {runs})",
+                _fmt(1000 * f[https], " ms"),
+                f"the same over http:// {_fmt(1000 * f[plain], ' ms')}",
+                f"{f[https] / f[plain]:.2f}×",
+                "stated (TLS's cost)",
+                "—",
+                cell,
+            )
+        )
     tab = f["Tab completion (bash)"]
     rows.append(
         Row(
@@ -551,6 +563,59 @@ def section_logs(mode: str) -> list[Row]:
     ]
 
 
+def section_fleet(mode: str) -> list[Row]:
+    """Agents one server process holds: half idle in a claim long-poll, half heartbeating
+    (``benchmarks.fleet``), at several fleet sizes on both databases."""
+    from benchmarks import fleet
+
+    sizes = pick(mode, full="1000 5000 10000 20000", quick="1000", smoke="20")
+    rest = pick(
+        mode,
+        full=[],
+        quick=["--seconds", "30"],
+        smoke=[
+            "--seconds",
+            "2",
+            "--wait",
+            "2",
+            "--every",
+            "0.5",
+            "--rate",
+            "5",
+            "--per-generator",
+            "10",
+            "--settle",
+            "1",
+        ],
+    )
+    args = fleet.parser().parse_args(["--agents", *sizes.split(), *rest])
+    fleet.raise_fd_limit()
+    rows: list[Row] = []
+    for db in ("postgres", "sqlite"):
+        for agents in args.agents:
+            try:
+                f = fleet.measure(db, agents, args)
+            except Exception as exc:  # a fleet too big for this machine is a result too
+                rows.append(Row(f"fleet, {db}, {agents:,} agents", "failed", str(exc), "", "", "—"))
+                continue
+            gated = db == "postgres" and agents == 10_000
+            ok = f.heartbeat_p99_ms <= 50 and f.pickup_p99_ms <= 100 and f.rss_mib <= 1024
+            rows.append(
+                Row(
+                    f"fleet, {db}, {agents:,} agents (half idle in a 30 s long-poll, half "
+                    f"heartbeating every 20 s): heartbeat p99 / pickup p99 / RSS / CPU",
+                    f"{f.heartbeat_p99_ms:.1f} ms / {f.pickup_p99_ms:.1f} ms / "
+                    f"{f.rss_mib:.0f} MiB / {f.cpu_percent:.0f} %",
+                    f"errors {f.errors}; busiest generator "
+                    f"{f.generator_cpu_percent:.0f} % of a core",
+                    "",
+                    "≤ 50 ms / ≤ 100 ms / ≤ 1 GiB" if gated else "",
+                    verdict(ok) if gated else "—",
+                )
+            )
+    return rows
+
+
 SECTIONS: dict[str, Callable[[str], list[Row]]] = {
     "ceilings": section_ceilings,
     "scaleout": section_scaleout,
@@ -564,6 +629,7 @@ SECTIONS: dict[str, Callable[[str], list[Row]]] = {
     "supervision": section_supervision,
     "shipping": section_shipping,
     "logs": section_logs,
+    "fleet": section_fleet,
 }
 
 

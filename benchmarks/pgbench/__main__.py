@@ -1,4 +1,4 @@
-"""Issue 14 §2 input for the store: the database's work per claim+complete cycle, by design.
+"""The database's work per claim+complete cycle, by design.
 
 Usage: python -m benchmarks.pgbench [--jobs 4000] [--rounds 3] [--designs ...] [--print NAME]
 

@@ -3,5 +3,5 @@
 Imports nothing heavy: `jobagentctl --version` must start fast.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.4.0"
 __all__ = ["__version__"]

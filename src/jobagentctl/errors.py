@@ -7,9 +7,12 @@ The tree::
     JobAgentError                    1   base; unexpected errors
     ├── UsageError                   2   bad flag, bad duration, bad config
     │   └── ConfigError              2   settings or config file unusable (missing URL/key/…)
+    │       └── SchemaTooNew         2   503 SCHEMA_TOO_NEW: the database's schema is newer than
+    │                                    this release runs on (server start, /readyz)
     ├── ValidationError              2   400 VALIDATION_ERROR: the request was malformed
     │   └── PayloadTooLarge          2   413 PAYLOAD_TOO_LARGE
     ├── ServerUnavailable            3   cannot connect, timeout, 502/503/504
+    ├── TlsError                     3   the server's certificate is not trusted (not retried)
     ├── AuthError                    4   401/403 UNAUTHORIZED, or no API key configured
     ├── NotFound                     5   404 NOT_FOUND (also: outside the key's scope)
     │   ├── LogNotFound              5   404 LOG_NOT_FOUND: no such job or attempt (log routes)
@@ -53,9 +56,11 @@ __all__ = [
     "NotFound",
     "PayloadTooLarge",
     "ProtocolError",
+    "SchemaTooNew",
     "ServerError",
     "ServerUnavailable",
     "StuckClaims",
+    "TlsError",
     "UsageError",
     "ValidationError",
     "error_for_code",
@@ -111,6 +116,11 @@ class ConfigError(UsageError, code="CONFIG_ERROR"):
     """The settings or config file are unusable (no URL, no workspace, bad profile)."""
 
 
+class SchemaTooNew(ConfigError, code="SCHEMA_TOO_NEW", http_status=503):
+    """The database was migrated by a newer release past this one's window (a migration above
+    this release's newest is not expand-only): this release must not serve it."""
+
+
 class ValidationError(JobAgentError, code="VALIDATION_ERROR", http_status=400, exit_code=2):
     """The server refused the request as malformed."""
 
@@ -121,6 +131,11 @@ class PayloadTooLarge(ValidationError, code="PAYLOAD_TOO_LARGE", http_status=413
 
 class ServerUnavailable(JobAgentError, code="SERVICE_UNAVAILABLE", http_status=503, exit_code=3):
     """No answer: connection refused, timeout, or a 502/503/504 on the way."""
+
+
+class TlsError(JobAgentError, code="TLS_ERROR", http_status=502, exit_code=3):
+    """The TLS handshake failed: the server's certificate is untrusted, expired or for another
+    name. Like an unreachable server (exit 3), but retrying does not heal it."""
 
 
 class AuthError(JobAgentError, code="UNAUTHORIZED", http_status=401, exit_code=4):

@@ -45,6 +45,7 @@ __all__ = [
     "LEASE_SECONDS_ENV",
     "LOG_CHUNK_MAX_BYTES",
     "MAX_CLAIM_BATCH",
+    "REDACT_SOCKET_ENV",
     "SLUG_PATTERN",
     "STOP_REASON_FILE_ENV",
     "TERMINAL_STATUSES",
@@ -175,6 +176,8 @@ LEASE_SECONDS_ENV = f"{ENV_PREFIX}LEASE_SECONDS"  # also the client's default le
 # `run`'s files for its child: the claimed job as JSON, and where the stop reason is written.
 JOB_FILE_ENV = f"{ENV_PREFIX}JOB_FILE"
 STOP_REASON_FILE_ENV = f"{ENV_PREFIX}STOP_REASON_FILE"
+# Where `jobagentctl redact add` inside a job hands `run` a value to redact.
+REDACT_SOCKET_ENV = f"{ENV_PREFIX}REDACT_SOCKET"
 # Client settings `run` hands its child, so a `jobagentctl` inside the job reaches the same
 # server (the API key only with --pass-api-key).
 URL_ENV = f"{ENV_PREFIX}URL"
@@ -501,8 +504,8 @@ class LogChunkIn(RequestModel):
     base64 (any bytes: output that is not UTF-8 is stored and read back exactly)."""
 
     stream: LogStream
-    at: datetime
-    data: str
+    at: datetime = Field(description="The agent's time of the chunk (RFC 3339)")
+    data: str = Field(description="The chunk's raw bytes, base64 (RFC 4648), at most 64 KiB")
 
     @classmethod
     def of(cls, stream: LogStream, at: datetime, raw: bytes) -> LogChunkIn:
@@ -536,11 +539,11 @@ class LogChunk(WireModel):
     """One stored chunk: ``seq`` (from 1 per attempt), ``offset`` (its first byte among every
     byte appended to the attempt), stream, the agent's time, and the bytes as base64."""
 
-    seq: int
-    offset: int
+    seq: int = Field(description="The chunk's number in its attempt's log, from 1")
+    offset: int = Field(description="Where its first byte sits among the attempt's bytes")
     stream: LogStream
-    at: datetime
-    data: str
+    at: datetime = Field(description="The agent's time of the chunk")
+    data: str = Field(description="The chunk's raw bytes, base64 (RFC 4648)")
 
     def raw(self) -> bytes:
         """The chunk's bytes; ``ValueError`` when ``data`` is not valid base64."""

@@ -31,10 +31,11 @@ ROWS = {
     "reaper": 1,
     "pickup": 2,
     "recovery": 2,
-    "cli": 6,  # --version, heartbeat, complete, claim -o env, list, Tab completion
+    "cli": 7,  # --version, heartbeat, complete, claim -o env, list, heartbeat over https, Tab
     "supervision": 1,
     "shipping": 2,  # wall with/without shipping; server RSS and the stored log
     "logs": 4,  # heartbeat p99, pickup, server CPU per chunk, database bytes per chunk
+    "fleet": 2,  # postgres and sqlite, 20 agents
 }
 GROUPS = [
     ("ceilings",),
@@ -43,6 +44,7 @@ GROUPS = [
     ("pickup", "recovery", "supervision"),
     ("shipping",),
     ("cli", "logs"),
+    ("fleet",),
 ]
 
 

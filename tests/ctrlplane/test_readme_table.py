@@ -13,6 +13,7 @@ FILES = {
     "claims": "tests/integration/test_cli_claims_live.py",
     "e2e": "tests/e2e/test_run_results.py",
     "commands": "tests/server/test_commands.py",
+    "logs": "tests/integration/test_cli_logs.py",
 }
 
 

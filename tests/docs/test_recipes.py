@@ -13,14 +13,20 @@ from __future__ import annotations
 import json
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import tomllib
+import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures.cli import cli_command
+from jobagentctl import __version__
+from jobagentctl.server.store.queries import migrations
+from tests.fixtures.cli import clean_env as cli_env
+from tests.fixtures.cli import cli_command, run_bash
+from tests.fixtures.databases import _create, _drop, postgres_url, sql, with_database
 from tests.fixtures.live_server import clean_env, free_port
 from tests.fixtures.processes import TOKEN_VARIABLE, new_token
 from tests.fixtures.waiting import wait_until
@@ -40,6 +46,12 @@ RUN: dict[str, str] = {
     "README.md › Development": "test_make_targets_of_the_readme_exist",
     "docs/operators.md › Quick start (SQLite)": "test_operators_quick_start",
     "docs/operators.md › PostgreSQL and replicas": "test_operators_postgres_migrate",
+    "docs/operators.md › Serving HTTPS": "test_tls_recipes.py (whole module)",
+    "docs/operators.md › A reverse proxy in front (nginx)": "test_tls_recipes.py (whole module)",
+    "docs/operators.md › 1. Back up": "test_operators_upgrading_sqlite_backup",
+    "docs/operators.md › 1. Back up [2]": "test_operators_upgrading_postgres",
+    "docs/operators.md › 2. Migrate, then roll the servers": "test_operators_upgrading_postgres",
+    "docs/operators.md › Downgrading": "test_operators_upgrading_postgres",
     "docs/run.md › `jobagentctl run -- CMD`": "test_run_md_first_examples",
     "docs/run.md › The command's environment": "test_run_md_stop_reason_trap",
     "docs/run.md › Reports and `--report`": "test_run_md_report_example_has_the_real_keys",
@@ -347,6 +359,51 @@ def test_operators_postgres_migrate(database_url: str, tmp_path: Path) -> None:
         assert proc.wait() == 0, proc.output()
     finally:
         box.close()
+
+
+def _upgrading_step(heading: str, env: dict[str, str], cwd: Path) -> str:
+    """Run the block under ``heading`` of docs/operators.md verbatim; its stdout."""
+    ran = run_bash(block(f"docs/operators.md › {heading}").text, env=env, cwd=cwd)
+    assert ran.returncode == 0, ran.stderr
+    return ran.stdout
+
+
+def test_operators_upgrading_sqlite_backup(tmp_path: Path) -> None:
+    needs("sqlite3")
+    env = cli_env(XDG_DATA_HOME=str(tmp_path / "data"), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    assert run_bash("jobagentctl server migrate", env=env).returncode == 0  # the default file
+    _upgrading_step("1. Back up", env, tmp_path)
+    copy = sqlite3.connect(tmp_path / "jobagent-before-upgrade.db")
+    try:
+        versions = copy.execute("SELECT count(*) FROM schema_migrations").fetchone()[0]
+    finally:
+        copy.close()
+    assert versions == len(migrations("sqlite"))
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_operators_upgrading_postgres(database_url: str, tmp_path: Path) -> None:
+    """Back up, migrate (the version printed first), then the downgrade's restore into an
+    empty database: the restored one holds the schema and the rows of the backup."""
+    needs("pg_dump", "pg_restore")
+    env = cli_env(
+        XDG_CONFIG_HOME=str(tmp_path / "config"), JOBAGENTCTL_SERVER_DATABASE=database_url
+    )
+    sql(database_url, "INSERT INTO workspace (id, name, slug, created_at) VALUES "
+        "('6f1d2c1e-0000-4000-8000-000000000001', 'kept', 'kept', now())")  # fmt: skip
+    _upgrading_step("1. Back up [2]", env, tmp_path)
+    migrated = _upgrading_step("2. Migrate, then roll the servers", env, tmp_path)
+    assert migrated.splitlines()[0] == f"jobagentctl {__version__}"
+    empty = f"jat_restored_{uuid.uuid4().hex[:12]}"
+    _create(empty)
+    try:
+        restored = with_database(postgres_url(), empty)
+        _upgrading_step("Downgrading", {**env, "RESTORED_DATABASE": restored}, tmp_path)
+        assert sql(restored, "SELECT slug FROM workspace") == [("kept",)]
+        versions = sql(restored, "SELECT count(*) FROM schema_migrations")
+        assert versions == [(len(migrations("postgres")),)]
+    finally:
+        _drop(empty)
 
 
 # --- docs/run.md ----------------------------------------------------------------------------

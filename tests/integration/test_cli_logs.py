@@ -1,5 +1,6 @@
-"""`jobagentctl jobs logs` against a real server (SQLite and PostgreSQL): bytes as stored, JSON
-lines, --follow to the attempt's end (exit 0 / 8), unknown job (5), an expired log (5)."""
+"""`jobagentctl jobs logs` against a real server: bytes as stored, JSON lines, --follow to the
+attempt's end (exit 0 / 8), unknown job or attempt (5). The CLI's business: one server (SQLite)
+for the module is enough; the server's logs are tested on both databases in tests/server."""
 
 from __future__ import annotations
 
@@ -37,15 +38,17 @@ def _append(server: LiveServer, job: dict[str, Any], *chunks: tuple[str, bytes])
     assert status == 200, answer
 
 
-def test_logs_prints_bytes_and_json_lines(live_server: LiveServer) -> None:
-    job = _claimed(live_server)
-    _append(live_server, job, ("stdout", b"one\n"), ("stderr", RAW))
-    _append(live_server, job, ("marker", b"[jobagentctl: 3 bytes dropped: test]"), ("stdout", b"x"))
-    ran = jac(live_server, "jobs", "logs", job["id"])
+def test_logs_prints_bytes_and_json_lines(shared_server: LiveServer) -> None:
+    job = _claimed(shared_server)
+    _append(shared_server, job, ("stdout", b"one\n"), ("stderr", RAW))
+    _append(
+        shared_server, job, ("marker", b"[jobagentctl: 3 bytes dropped: test]"), ("stdout", b"x")
+    )
+    ran = jac(shared_server, "jobs", "logs", job["id"])
     assert ran.returncode == 0, ran.stderr
     expected = "one\n" + RAW.decode("utf-8", "replace") + "[jobagentctl: 3 bytes dropped: test]\nx"
     assert ran.stdout == expected
-    ran = jac(live_server, "jobs", "logs", job["id"], "-o", "json")
+    ran = jac(shared_server, "jobs", "logs", job["id"], "-o", "json")
     lines = [json.loads(line) for line in ran.stdout.splitlines()]
     assert lines[0]["at"].startswith("2026-01-02T03:04:05")
     del lines[0]["at"]
@@ -55,10 +58,10 @@ def test_logs_prints_bytes_and_json_lines(live_server: LiveServer) -> None:
     assert [line["seq"] for line in lines] == [1, 2, 3, 4]
 
 
-def test_logs_of_an_unknown_job_exits_5(live_server: LiveServer) -> None:
-    ran = jac(live_server, "jobs", "logs", "00000000-0000-4000-8000-000000000000")
+def test_logs_of_an_unknown_job_exits_5(shared_server: LiveServer) -> None:
+    ran = jac(shared_server, "jobs", "logs", "00000000-0000-4000-8000-000000000000")
     assert ran.returncode == 5, ran.stderr
-    ran = jac(live_server, "jobs", "logs", _claimed(live_server)["id"], "--attempt", "2")
+    ran = jac(shared_server, "jobs", "logs", _claimed(shared_server)["id"], "--attempt", "2")
     assert ran.returncode == 5, ran.stderr
 
 
@@ -71,13 +74,13 @@ def _follow(server: LiveServer, job_id: str) -> subprocess.Popen[bytes]:
     )
 
 
-def test_follow_ends_with_the_attempt(live_server: LiveServer) -> None:
+def test_follow_ends_with_the_attempt(shared_server: LiveServer) -> None:
     for final, code in (("successful", 0), ("failure", 8)):
-        job = _claimed(live_server)
-        follower = _follow(live_server, job["id"])
+        job = _claimed(shared_server)
+        follower = _follow(shared_server, job["id"])
         try:
-            _append(live_server, job, ("stdout", b"working\n"))
-            status, _ = live_server.request(
+            _append(shared_server, job, ("stdout", b"working\n"))
+            status, _ = shared_server.request(
                 "PUT", f"jobs/{job['id']}/status", {"status": final, "claimId": job["claimId"]}
             )
             assert status == 202

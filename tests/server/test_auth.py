@@ -3,7 +3,9 @@ secret stored in clear."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from typing import Any
 
 import pytest
 
@@ -107,7 +109,8 @@ async def test_agent_key_scope(api: Api) -> None:
     ]:
         r = await api.call(method, rest, payload, key=key)
         assert r.status_code == 404, (method, rest, r.text)
-        assert r.json()["code"] == "NOT_FOUND"
+        # The log routes answer their own 404 code (a client tells it from "no such route").
+        assert r.json()["code"] == ("LOG_NOT_FOUND" if rest.endswith("/logs") else "NOT_FOUND")
     # Operator-only calls: 404 too.
     for method, rest, payload in [
         ("GET", "job-agents", None),
@@ -184,6 +187,38 @@ async def test_key_cache_still_refuses_a_wrong_secret(database_url: str) -> None
         auth.forget(principal.key_id)
         with pytest.raises(AuthError):
             await auth.authenticate(api.api_key)
+
+
+async def test_concurrent_requests_share_one_key_lookup(database_url: str) -> None:
+    """A key that left the cache is looked up once for all the requests waiting on it, not
+    once each (a fleet sharing a key would queue thousands of lookups for the pool)."""
+    async for api in make_api(database_url, key_cache_seconds=60):
+        auth: Authenticator = api.app.state.auth
+        store = api.store
+        calls = 0
+        release = asyncio.Event()
+        real = store.get_api_key
+
+        async def slow_lookup(prefix: str, real: Any = real, release: Any = release) -> Any:
+            nonlocal calls
+            calls += 1
+            await release.wait()
+            return await real(prefix)
+
+        store.get_api_key = slow_lookup  # type: ignore[method-assign]
+        waiting = [asyncio.ensure_future(auth.authenticate(api.api_key)) for _ in range(50)]
+        while calls == 0:
+            await asyncio.sleep(0)
+        for _ in range(10):  # every request had its turn to start a lookup of its own
+            await asyncio.sleep(0)
+        release.set()
+        principals = await asyncio.gather(*waiting)
+        assert calls == 1
+        assert {str(p.workspace_id) for p in principals} == {api.workspace_id}
+        store.get_api_key = real  # type: ignore[method-assign]
+        # The next miss looks the key up again (nothing is left in flight).
+        auth.forget()
+        await auth.authenticate(api.api_key)
 
 
 def test_generated_keys_have_the_documented_shape() -> None:

@@ -330,10 +330,9 @@ async def test_regression_a_locked_sqlite_answers_503_fast(
 async def test_regression_readyz_answers_503_at_once_while_the_database_hangs(api: Api) -> None:
     """/readyz hung with a frozen database, then said 200."""
 
-    async def frozen() -> bool:
+    async def frozen() -> None:
         await asyncio.Event().wait()
-        return True
 
-    api.store.schema_current = frozen  # type: ignore[method-assign]
+    api.store.readiness = frozen  # type: ignore[method-assign]
     r = await asyncio.wait_for(api.client.get(Routes.READYZ), 30)
     assert r.status_code == 503 and r.json()["code"] == "SERVICE_UNAVAILABLE"

@@ -419,3 +419,39 @@ def test_complete_usage_errors(cli: Cli, args: list[str], message: str) -> None:
     result = cli("complete", str(JOB), *args)
     assert result.exit_code == 2
     assert message in result.stderr
+
+
+def test_jobs_logs_of_an_expired_log_says_so_and_exits_5(
+    cli: Cli, mock_api: respx.MockRouter
+) -> None:
+    body = {
+        "message": "the log of attempt 1 was deleted by the server's log retention",
+        "code": "LOG_EXPIRED",
+        "details": {"jobId": str(JOB), "attempt": 1},
+    }
+    mock_api.get(f"{WS}/jobs/{JOB}/logs").respond(410, json=body)
+    result = cli("jobs", "logs", str(JOB), "--follow")
+    assert result.exit_code == 5, result.stderr
+    assert "deleted by the server's log retention" in result.stderr
+    assert result.stdout == ""
+
+
+def test_jobs_logs_follow_exits_8_when_the_attempt_failed(
+    cli: Cli, mock_api: respx.MockRouter
+) -> None:
+    ended = {
+        "jobId": str(JOB),
+        "attempt": 2,
+        "chunks": [],
+        "nextSeq": 1,
+        "ended": True,
+        "outcome": "expired",
+        "jobStatus": "queued",
+    }
+    route = mock_api.get(f"{WS}/jobs/{JOB}/logs").respond(200, json=ended)
+    result = cli("jobs", "logs", str(JOB), "--follow", "--attempt", "2")
+    assert result.exit_code == 8, result.stderr
+    assert "attempt 2" in result.stderr and "expired" in result.stderr
+    assert route.calls.last.request.url.params["attempt"] == "2"
+    ok = cli("jobs", "logs", str(JOB), "--attempt", "2")  # without --follow: printed, exit 0
+    assert ok.exit_code == 0, ok.stderr

@@ -985,6 +985,9 @@ def main(argv: list[str] | None = None) -> int:
     def echo(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
+    # SIGTERM unwinds like Ctrl-C: the runs' finally blocks stop their agents, orphaned jobs,
+    # servers and private PostgreSQL instead of leaving them running.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     results = run_many(list(range(args.seed, args.seed + seeds)), modes, echo=echo, **overrides)
     print(figures_table(results))
     if seeds > 1:

@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "requeue": "jobagentctl.cli.requeue_cmd",
     "cancel": "jobagentctl.cli.cancel_cmd",
     "run": "jobagentctl.cli.run_cmd",
+    "redact": "jobagentctl.cli.redact_cmd",
     "completion": "jobagentctl.cli.completion_cmd",
     "agents": "jobagentctl.cli.agents_cmd",
     "jobs": "jobagentctl.cli.jobs_cmd",

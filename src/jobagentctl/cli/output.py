@@ -191,7 +191,14 @@ VIEWS: dict[str, View] = {
             Column("jobAgentId", "AGENT"),
         )
     ),
-    "migrated": View((Column("applied", "APPLIED MIGRATIONS"), Column("database", "DATABASE"))),
+    "migrated": View(
+        (
+            Column("applied", "APPLIED MIGRATIONS"),
+            Column("database", "DATABASE"),
+            Column("schemaVersion", "SCHEMA VERSION"),
+            Column("releaseSchemaVersion", "THIS RELEASE'S"),
+        )
+    ),
     "key-revoked": View((Column("id", "KEY ID"), Column("revoked", "REVOKED"))),
     "attempt": View(
         (

@@ -144,6 +144,14 @@ NoShipOutputFlag = Annotated[
         help="Do not send the output to the server's job log (the failure tail still goes).",
     ),
 ]
+RedactFlag = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--redact",
+        metavar="PATTERN",
+        help="Also redact the values of variables named like PATTERN (fnmatch; repeatable).",
+    ),
+]
 ReportTimeoutFlag = Annotated[
     str, typer.Option("--report-timeout", envvar=REPORT_TIMEOUT_ENV, hidden=True)
 ]
@@ -169,6 +177,7 @@ def run(
     report_timeout: ReportTimeoutFlag = "5m",
     no_output_timeout: NoOutputTimeoutFlag = None,
     no_ship_output: NoShipOutputFlag = False,
+    redact: RedactFlag = None,
 ) -> None:
     """Claim a job, run CMD with the job in its environment, heartbeat, report the result.
 
@@ -207,6 +216,7 @@ def run(
         report_timeout=report_timeout,
         no_output_timeout=no_output_timeout,
         no_ship_output=no_ship_output,
+        redact=tuple(redact or ()),
     )
     raise typer.Exit(Supervisor(_options(state, flags), state.client, log=_log(state)).run())
 
@@ -233,6 +243,7 @@ class RunFlags:
     report_timeout: str
     no_output_timeout: str | None = None
     no_ship_output: bool = False
+    redact: tuple[str, ...] = ()
 
     def check(self) -> None:
         """A :class:`UsageError` for flags that contradict each other (or no CMD)."""
@@ -250,6 +261,8 @@ class RunFlags:
             raise UsageError("--max-jobs and --idle-timeout need --loop")
         if self.no_capture and self.no_output_timeout is not None:
             raise UsageError("--no-output-timeout watches the output: it needs capture")
+        if any(not pattern.strip() for pattern in self.redact):
+            raise UsageError("--redact: expected a variable name pattern, e.g. '*_CREDENTIALS'")
 
     def parse(self) -> partial[RunOptions]:
         """Flags → options, but for the connection (settings are read after). UsageError on a
@@ -257,6 +270,7 @@ class RunFlags:
         from jobagentctl.cli.params import uuid_arg
         from jobagentctl.durations import parse_duration
         from jobagentctl.supervisor import RunOptions
+        from jobagentctl.supervisor.redact import DEFAULT_PATTERNS
 
         self.check()
         idle, silent = self.idle_timeout, self.no_output_timeout
@@ -281,6 +295,7 @@ class RunFlags:
                 parse_duration(silent, name="--no-output-timeout") if silent else math.inf
             ),
             ship_output=not self.no_ship_output,
+            redact_patterns=(*DEFAULT_PATTERNS, *self.redact),
         )
 
 

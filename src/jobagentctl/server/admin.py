@@ -15,6 +15,7 @@ from jobagentctl.errors import NotFound
 from jobagentctl.server.auth import generate_key
 from jobagentctl.server.settings import check_database_url
 from jobagentctl.server.store import Store
+from jobagentctl.server.store.schema_window import SchemaWindow
 
 __all__ = [
     "CreatedKey",
@@ -72,10 +73,12 @@ async def _new_key(store: Store, workspace_id: UUID, agent_id: UUID | None) -> C
     )
 
 
-async def migrate(database_url: str) -> list[int]:
-    """Apply the pending migrations; the versions applied."""
+async def migrate(database_url: str) -> tuple[list[int], SchemaWindow]:
+    """Apply the pending migrations; the versions applied and the schema window after them
+    (``SchemaTooNew`` when the database is past this release's window)."""
     async with opened_store(database_url) as store:
-        return await store.migrate()
+        applied = await store.migrate()
+        return applied, await store.schema_window()
 
 
 async def init(

@@ -7,6 +7,7 @@ of the secret. The secret has 256 bits of entropy, so a fast hash is right (no p
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import hmac
 import secrets
@@ -100,7 +101,8 @@ class Authenticator:
     Every refusal costs the same: an unknown prefix is compared against a dummy hash, and a
     wrong secret for a cached prefix is looked up like an unknown one — so neither the answer
     time nor the cache tells an attacker whether a prefix exists. A lookup the database does not
-    answer within ``lookup_timeout`` seconds is a 503 (``ServerUnavailable``).
+    answer within ``lookup_timeout`` seconds is a 503 (``ServerUnavailable``). Concurrent
+    requests with the same prefix share one lookup.
     """
 
     def __init__(
@@ -115,6 +117,7 @@ class Authenticator:
         self._max_entries = max_entries
         self._lookup_timeout = lookup_timeout
         self._cache: dict[str, tuple[str, Principal, float]] = {}
+        self._inflight: dict[str, asyncio.Future[ApiKeyRecord | None]] = {}
 
     async def authenticate(self, raw: str | None) -> Principal:
         """The principal of the ``X-API-Key`` header value ``raw``; ``AuthError`` (401) when it
@@ -160,14 +163,33 @@ class Authenticator:
             raise AuthError("invalid API key")
 
     async def _lookup(self, prefix: str) -> ApiKeyRecord | None:
-        if self._lookup_timeout is None:
-            return await self._store.get_api_key(prefix)
+        # One lookup in flight per prefix, shared by every request that needs it: when a key
+        # used by thousands of agents leaves the cache, one query refreshes it, instead of one
+        # per request queueing for the pool (past the lookup timeout, all of them 503). The
+        # shared lookup carries the timeout itself, so a hung one ends for all its waiters and
+        # the next request starts afresh.
+        task = self._inflight.get(prefix)
+        if task is None:
+            task = asyncio.ensure_future(self._bounded_lookup(prefix))
+            self._inflight[prefix] = task
+            task.add_done_callback(functools.partial(self._landed, prefix))
         try:
-            return await asyncio.wait_for(self._store.get_api_key(prefix), self._lookup_timeout)
+            return await asyncio.shield(task)
         except TimeoutError:
             raise ServerUnavailable(
                 f"the database did not answer the key lookup within {self._lookup_timeout:g} s"
             ) from None
+
+    async def _bounded_lookup(self, prefix: str) -> ApiKeyRecord | None:
+        if self._lookup_timeout is None:
+            return await self._store.get_api_key(prefix)
+        return await asyncio.wait_for(self._store.get_api_key(prefix), self._lookup_timeout)
+
+    def _landed(self, prefix: str, task: asyncio.Future[ApiKeyRecord | None]) -> None:
+        if self._inflight.get(prefix) is task:
+            del self._inflight[prefix]
+        if not task.cancelled():
+            task.exception()  # retrieved here: every waiter may have given up on it
 
     def forget(self, key_id: UUID | None = None) -> None:
         """Drop cached keys (all, or the one with ``key_id``): used after a local revocation."""

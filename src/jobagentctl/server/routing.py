@@ -78,11 +78,11 @@ def add_operational_routes(app: FastAPI, service: JobService, metrics: Metrics) 
         if service.stopping:
             raise ServerUnavailable("shutting down")
         try:
-            ready = await asyncio.wait_for(service.store.schema_current(), _READY_TIMEOUT)
+            problem = await asyncio.wait_for(service.store.readiness(), _READY_TIMEOUT)
         except (JobAgentError, TimeoutError):
-            ready = False
-        if not ready:
-            raise ServerUnavailable("database unreachable or migrations pending")
+            problem = ServerUnavailable("database unreachable")
+        if problem is not None:
+            raise problem  # its message says why; a load balancer takes the replica out
         return json_response((200, b'{"status":"ready"}'))
 
     @app.get(

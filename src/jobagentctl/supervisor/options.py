@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Literal
 from uuid import UUID
 
+from jobagentctl.supervisor.redact import DEFAULT_PATTERNS
+
 __all__ = ["REPORT_TIMEOUT_SECONDS", "RunOptions"]
 
 # How long the final report is retried (heartbeating meanwhile) before giving up with 125.
@@ -46,3 +48,5 @@ class RunOptions:
     on_lease_lost: Literal["stop", "continue"] = "stop"
     pass_api_key: bool = False
     report_timeout: float = REPORT_TIMEOUT_SECONDS
+    # Names of variables whose values are redacted from what leaves the machine.
+    redact_patterns: tuple[str, ...] = DEFAULT_PATTERNS

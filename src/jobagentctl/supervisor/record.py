@@ -37,7 +37,8 @@ class JobRecord:
     lost or the report failed. ``exitCode`` is the child's exit status (None when a signal
     killed it, 126/127 when it could not start); ``signal`` the number of the signal that
     killed it; ``reason`` why the run stopped it (a :class:`~.outcome.StopReason`) or None
-    when it ended on its own. ``verdict`` is how the run ended (a :class:`~.outcome.Verdict`
+    when it ended on its own; ``message`` the status message reported with it, redacted as
+    it was sent. ``verdict`` is how the run ended (a :class:`~.outcome.Verdict`
     or a stop reason): ``completed`` means the exit code is the command's own. Without a job
     (``no_job``, or a ``failed`` claim) ``jobId`` is None. The enums are written as their
     values, which docs/run.md lists.
@@ -57,6 +58,8 @@ class JobRecord:
     heartbeats: int = 0
     heartbeat_failures: int = 0
     reported: bool = False
+    # The status message sent with the report (secrets redacted), None without one.
+    message: str | None = None
 
     def to_json(self) -> str:
         """The record as one line of JSON (camelCase fields, as on the wire)."""
@@ -76,6 +79,7 @@ class JobRecord:
                 "heartbeats": self.heartbeats,
                 "heartbeatFailures": self.heartbeat_failures,
                 "reported": self.reported,
+                "message": self.message,
             }
         )
 

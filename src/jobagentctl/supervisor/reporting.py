@@ -8,6 +8,7 @@ import math
 import random
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 from functools import partial
 
@@ -63,16 +64,18 @@ class Reporter:
         timeout: float,
         lease_verdict: tuple[Beat, str] | None,
         no_output_timeout: float = math.inf,
+        redact: Callable[[str], str] = str,
     ) -> Outcome:
         """Report (or release) according to how the child ended; fill ``record``.
 
         ``lease_verdict`` is what the lease learnt before the claim went (if it did);
-        ``timeout`` and ``no_output_timeout`` are what the failure message names.
+        ``timeout`` and ``no_output_timeout`` are what the failure message names; ``redact``
+        replaces the secrets in the message (the tail comes redacted already).
         """
         if isinstance(end, SpawnError):
             record.exit_code = end.exit_code
             return self._report_result(
-                job, record, JobStatus.FAILURE, end.message,
+                job, record, JobStatus.FAILURE, redact(end.message),
                 Outcome(Verdict.NOT_STARTED, end.exit_code),
             )  # fmt: skip
         rc, reason = end.returncode, end.reason
@@ -99,6 +102,7 @@ class Reporter:
             return Outcome(reason, rc)
         assert rc is not None
         status, message = _result(rc, reason, timeout, no_output_timeout)
+        message = None if message is None else redact(message)
         if message is not None and end.tail:
             room = MAX_MESSAGE_CHARS - len(message) - 1
             message = f"{message}\n{end.tail[-room:]}" if room > 0 else message
@@ -114,6 +118,7 @@ class Reporter:
         message: str | None,
         outcome: Outcome,
     ) -> Outcome:
+        record.message = message
         failed = self.report(job, status, message)
         if failed is None:
             record.status, record.reported = status.value, True

@@ -21,11 +21,12 @@ from collections.abc import Callable
 from functools import partial
 
 from jobagentctl.durations import format_duration
-from jobagentctl.models import ClaimedJob, ClaimNext, JobStatus
+from jobagentctl.models import REDACT_SOCKET_ENV, ClaimedJob, ClaimNext, JobStatus
 from jobagentctl.supervisor.child import Child, SpawnError
 from jobagentctl.supervisor.claiming import Claim, Claimer
 from jobagentctl.supervisor.claimwatch import ClaimWatcher
 from jobagentctl.supervisor.events import Events
+from jobagentctl.supervisor.handover import HandoverSocket
 from jobagentctl.supervisor.heartbeat import Heartbeater
 from jobagentctl.supervisor.jobfiles import JobFiles, child_environment, sweep_stale_job_files
 from jobagentctl.supervisor.lease import JobLease
@@ -34,7 +35,8 @@ from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.outcome import Outcome, StopReason, Verdict, exit_code
 from jobagentctl.supervisor.protocol import SupervisorClient
 from jobagentctl.supervisor.record import JobRecord, open_report, utc_now, write_record
-from jobagentctl.supervisor.relay import LastOutput, OutputSink, Relay, relayed_stderr
+from jobagentctl.supervisor.redact import Redactor, secrets_from_context, secrets_from_environment
+from jobagentctl.supervisor.relay import LastOutput, Relay, relayed_stderr
 from jobagentctl.supervisor.reporting import Reporter
 from jobagentctl.supervisor.shipping import Shipper
 from jobagentctl.supervisor.waiting import SignalPolicy, Waiter
@@ -70,6 +72,12 @@ class Supervisor:
         self._relays: dict[str, Relay] = {}
         # Ship output to the job's log (off for good once the server is found to have none).
         self._ship = options.ship_output and options.capture
+        # Redacted from whatever leaves the machine, in every job: the API key in use and the
+        # values of the variables whose names say they are secrets.
+        self._secrets = [
+            *([options.api_key] if options.api_key else []),
+            *secrets_from_environment(os.environ, options.redact_patterns),
+        ]
 
     @property
     def draining(self) -> bool:
@@ -227,12 +235,13 @@ class Supervisor:
         attempt = f"attempt {job.attempt}, " if job.attempt is not None else ""
         log.info(f"claimed job {job.id} ({attempt}{lease_text})")
         files: JobFiles | None = None
+        redactor = self._redactor(claim)
         try:
             files = JobFiles(job)
-            end = self._execute(claim, files, lease, events, [last_output])
+            end = self._execute(claim, files, lease, events, (redactor, last_output))
             outcome = reporter.settle(
                 job, end, record, timeout=opts.timeout, lease_verdict=lease.verdict,
-                no_output_timeout=opts.no_output_timeout,
+                no_output_timeout=opts.no_output_timeout, redact=redactor.redact_text,
             )  # fmt: skip
         except OSError as exc:
             # Our side failed before the child could start (no temp dir, …): give the job back.
@@ -256,6 +265,13 @@ class Supervisor:
             f" {record.heartbeats} heartbeat(s))"
         )
         return outcome
+
+    def _redactor(self, claim: Claim) -> Redactor:
+        """The job's redactor: the run's secrets and those of the job's dispatch context."""
+        context = secrets_from_context(claim.job.dispatch_context, self.options.redact_patterns)
+        redactor = Redactor([*self._secrets, *context])
+        self._log.debug(f"redacting {redactor.count} value(s) from what is sent to the server")
+        return redactor
 
     def _keep(self, lease: JobLease, events: Events, last_output: LastOutput) -> None:
         """Start the threads that keep ``lease``, each on a client of its own (a slow
@@ -303,14 +319,48 @@ class Supervisor:
         files: JobFiles,
         lease: JobLease,
         events: Events,
-        sinks: list[OutputSink],
+        output: tuple[Redactor, LastOutput],
     ) -> ChildEnd | SpawnError:
-        """Start the command (unless the claim is already gone) and watch it to its end."""
-        opts, log = self.options, self._log
+        """Start the command (unless the claim is already gone) and watch it to its end;
+        its output goes through ``output``'s redactor to the tail and the job's log, and sets
+        its last-output clock."""
+        redactor = output[0]
         gone = lease.gone_before_start()
         if gone is not None:
             return ChildEnd(returncode=None, reason=gone, tail="")
-        env = child_environment(os.environ, claim.job, opts, files)
+        env = child_environment(os.environ, claim.job, self.options, files)
+        handover = self._open_handover(redactor, env)
+        try:
+            return self._start_and_watch(claim, files, lease, events, output, env, handover)
+        finally:
+            if handover is not None:
+                handover.close()
+
+    def _open_handover(self, redactor: Redactor, env: dict[str, str]) -> HandoverSocket | None:
+        """The socket `jobagentctl redact add` reaches (named in ``env``); None if it cannot
+        be made (the job still runs: only hand-overs fail)."""
+        try:
+            handover = HandoverSocket(redactor, self._log)
+        except OSError as exc:
+            self._log.warn(f"cannot listen for `redact add` (it will fail in this job): {exc}")
+            env.pop(REDACT_SOCKET_ENV, None)
+            return None
+        env[REDACT_SOCKET_ENV] = str(handover.path)
+        return handover
+
+    def _start_and_watch(
+        self,
+        claim: Claim,
+        files: JobFiles,
+        lease: JobLease,
+        events: Events,
+        output: tuple[Redactor, LastOutput],
+        env: dict[str, str],
+        handover: HandoverSocket | None,
+    ) -> ChildEnd | SpawnError:
+        """Start the command and watch it to its end; from its start, ``handover`` takes
+        values from the command's processes."""
+        opts, log = self.options, self._log
         try:
             # The watchdog enforces the lease even if we die or freeze (docs/run.md), unless
             # the user asked the command to outlive a lost lease.
@@ -326,10 +376,13 @@ class Supervisor:
         if enforce is not None:
             enforce.on_renew = child.lease_holds_until
             child.lease_holds_until(enforce.deadline)  # a renewal while it started
+        if handover is not None:
+            handover.admit(child.pgid)  # the command leads a session of its own
         shipper = self._shipper(claim.job)
         watch = Watch(
             opts, child, files, lease, events, self.policy, self._relays,
-            suspend=self._suspend, log=log, sinks=[*sinks, *([shipper] if shipper else [])],
+            suspend=self._suspend, log=log, redactor=output[0], clock=output[1],
+            sinks=[shipper] if shipper else [],
         )  # fmt: skip
         try:
             return watch.run()

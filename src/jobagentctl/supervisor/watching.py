@@ -25,7 +25,8 @@ from jobagentctl.supervisor.lease import JobLease
 from jobagentctl.supervisor.log import Log
 from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.outcome import StopReason
-from jobagentctl.supervisor.relay import OutputSink, Relay
+from jobagentctl.supervisor.redact import Redactor
+from jobagentctl.supervisor.relay import LastOutput, OutputSink, Relay
 from jobagentctl.supervisor.tail import OutputTail
 from jobagentctl.supervisor.waiting import TICK_SECONDS, SignalPolicy
 
@@ -59,8 +60,13 @@ class Watch:
     _: KW_ONLY
     suspend: Callable[[Child], None]
     log: Log
-    # Each chunk of output goes to these too, after our relay and the tail (relay.py).
+    # Secrets are replaced in what goes to the server (the tail, the sinks); our own copy
+    # keeps them.
+    redactor: Redactor | None = None
+    # Each chunk of output goes to these too, redacted, as to the tail (relay.py).
     sinks: Sequence[OutputSink] = ()
+    # When the command last printed, for the heartbeat (fed as read: only its time counts).
+    clock: LastOutput | None = None
 
     def __post_init__(self) -> None:
         self.tail = OutputTail(self.opts.output_tail_bytes)
@@ -91,6 +97,7 @@ class Watch:
             for fd, stream in list(self.pipes.items()):
                 self._close_pipe(fd, stream)
             self.selector.close()
+            self._close_tail()
             # Anything still in the group outlived the child: it is part of the job, and the
             # next job (or the shell) must not inherit it.
             self.child.kill_leftovers()
@@ -264,16 +271,37 @@ class Watch:
             relay.when_room(lambda: self.events.post(RelayRoom(stream)))
 
     def _hand_over(self, stream: str, data: bytes, *, over: bool) -> Relay | None:
-        """One chunk to the tail, our relay, then the sinks; the relay, if there is one.
-        Once the job is ``over``, what our reader will not take now is dropped, not waited
-        for."""
-        self.tail.feed(stream, data)
+        """One chunk to the tail and the sinks (redacted), and to our relay (as it is); the
+        relay, if there is one. Once the job is ``over``, what our reader will not take now
+        is dropped, not waited for."""
+        if self.clock is not None:
+            self.clock.feed(stream, data)
+        self._to_server_side(stream, data)
         relay = self.relays.get(stream)
         if relay is not None:
             relay.write(data, drop_when_full=over)
-        for sink in self.sinks:
-            sink.feed(stream, data)
         return None if over else relay
+
+    def _to_server_side(self, stream: str, data: bytes) -> None:
+        """What may leave the machine (the tail, the sinks) gets the redactor's segments."""
+        if self.tail.limit == 0 and not self.sinks:
+            return
+        segments = [(stream, data)] if self.redactor is None else self.redactor.feed(stream, data)
+        for segment_stream, segment in segments:
+            self.tail.feed(segment_stream, segment)
+            for sink in self.sinks:
+                sink.feed(segment_stream, segment)
+
+    def _close_tail(self) -> None:
+        """The output is over: what the redactor held back (to the tail and the sinks), then
+        each stream's last bytes."""
+        if self.redactor is not None:
+            for stream, segment in self.redactor.flush():
+                self.tail.feed(stream, segment)
+                for sink in self.sinks:
+                    sink.feed(stream, segment)
+        for stream in ("stdout", "stderr"):
+            self.tail.close(stream)
 
     def _resume_pipes(self, *, everything: bool) -> None:
         for fd in list(self.paused):
@@ -303,7 +331,6 @@ class Watch:
         self.pipes.pop(fd, None)
         with contextlib.suppress(OSError):
             os.close(fd)
-        self.tail.close(stream)
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ def invoke(*args: str, env: dict[str, str | None] | None = None) -> Result:
         (["--lease-seconds", "-1", "--", "true"], "--lease-seconds"),
         (["--no-output-timeout", "soon", "--", "true"], "invalid --no-output-timeout"),
         (["--no-output-timeout", "5s", "--no-capture", "--", "true"], "needs capture"),
+        (["--redact", " ", "--", "true"], "--redact"),
         ([], "missing CMD"),
     ],
 )

@@ -17,7 +17,7 @@ def revoke_key(
 ) -> None:
     """Revoke an API key: requests with it get 401 within a few seconds (key cache TTL).
 
-    Not in SPEC: an operator addition. Example: jobagentctl server revoke-key KEY_ID
+    Example: jobagentctl server revoke-key KEY_ID
     """
     from jobagentctl.cli import output
     from jobagentctl.cli.params import uuid_arg

@@ -33,6 +33,7 @@ from jobagentctl.errors import (
 )
 from jobagentctl.server.store.connector import Decide, Params, Row
 from jobagentctl.server.store.queries import load_queries, migrations
+from jobagentctl.server.store.schema_window import compat_of
 from jobagentctl.server.store.waiters import Waiters
 
 __all__ = ["PostgresConnector", "translate_error"]
@@ -274,13 +275,18 @@ class PostgresConnector:
             await conn.execute(Q["unbounded"])  # a migration may rewrite big tables
             await conn.execute(Q["migrate_lock"])
             await conn.execute(Q["migrations_table"])
+            cur = await conn.execute(Q["compat_column"])
+            if not (await cur.fetchone() or {}).get("found"):
+                await conn.execute(Q["add_compat_column"])
             cur = await conn.execute(Q["applied_versions"])
             done = {row["version"] for row in await cur.fetchall()}
             for version, script in migrations(self.dialect):
                 if version not in done:
                     # A multi-statement script without parameters: simple query protocol.
                     await conn.execute(script.encode(), prepare=False)
-                    await conn.execute(Q["record_migration"], {"version": version})
+                    compat = compat_of(script)
+                    record = {"version": version, "compat": compat and compat.value}
+                    await conn.execute(Q["record_migration"], record)
                     applied_now.append(version)
         return applied_now
 

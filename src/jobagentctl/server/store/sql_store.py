@@ -20,7 +20,14 @@ from functools import partial
 from typing import Any
 from uuid import UUID, uuid4
 
-from jobagentctl.errors import Conflict, JobAgentError, NotClaimable, NotFound, ValidationError
+from jobagentctl.errors import (
+    Conflict,
+    JobAgentError,
+    NotClaimable,
+    NotFound,
+    ServerUnavailable,
+    ValidationError,
+)
 from jobagentctl.models import (
     HEARTBEAT_INTERVAL_MAX,
     HEARTBEAT_INTERVAL_MIN,
@@ -43,6 +50,7 @@ from jobagentctl.server.store.fencing import (
 from jobagentctl.server.store.logs import LogStore
 from jobagentctl.server.store.queries import migrations
 from jobagentctl.server.store.records import OutageGrace, ReapResult, StatusChange
+from jobagentctl.server.store.schema_window import SchemaWindow
 from jobagentctl.server.store.validation import check_claim_state, check_lease
 
 __all__ = ["SqlStore", "Store"]
@@ -78,24 +86,42 @@ class SqlStore(Entities, LogStore):
 
     async def migrate(self) -> list[int]:
         """Apply pending versioned migrations (idempotent, safe when replicas race); return the
-        versions applied now."""
-        return await self._db.migrate()
+        versions applied now. ``SchemaTooNew`` when the database is past this release's window
+        (a newer release applied a migration that is not expand-only)."""
+        applied = await self._db.migrate()
+        (await self.schema_window()).check()
+        return applied
+
+    async def schema_window(self) -> SchemaWindow:
+        """The applied versions as this release sees them (newer than it knows, and how)."""
+        applied = await self._db.all("applied_versions")
+        return SchemaWindow.of(applied, known=len(migrations(self.dialect)))
 
     async def schema_current(self, timeout: float | None = None) -> bool:
-        """True when the database is reachable, every migration is applied and writes work
-        (``/readyz``). False, never an error, when the answer takes longer than ``timeout``
-        seconds (None: the store's own bound, PostgreSQL's ``statement_timeout``) or the last
-        write failed for a reason that fails every write (SQLite disk full, I/O error,
-        read-only; probed again with a write that changes nothing visible)."""
+        """True when :meth:`readiness` finds nothing wrong."""
+        return await self.readiness(timeout) is None
+
+    async def readiness(self, timeout: float | None = None) -> JobAgentError | None:
+        """None when the database is reachable, every migration is applied, no newer one is
+        outside this release's window and writes work (``/readyz``); else the error to answer
+        with, never raised: ``ServerUnavailable`` (unreachable, or no answer within ``timeout``
+        seconds — None: the store's own bound, PostgreSQL's ``statement_timeout``; migrations
+        pending; the last write failed for a reason that fails every write, SQLite disk full,
+        I/O error, read-only, probed again with a write that changes nothing visible) or
+        ``SchemaTooNew``."""
         try:
             async with asyncio.timeout(timeout):
                 applied = await self._db.all("applied_versions")
-                if not await self._db.writable():
-                    return False
+                writable = await self._db.writable()
         except (JobAgentError, TimeoutError):
-            return False
+            return ServerUnavailable("database unreachable")
         done = {row["version"] for row in applied}
-        return all(version in done for version, _ in migrations(self.dialect))
+        pending = [version for version, _ in migrations(self.dialect) if version not in done]
+        if pending:
+            return ServerUnavailable(f"migrations pending: {', '.join(map(str, pending))}")
+        if not writable:
+            return ServerUnavailable("database writes fail (disk full, I/O error, read-only)")
+        return SchemaWindow.of(applied, known=len(migrations(self.dialect))).problem()
 
     # --- leases --------------------------------------------------------------------------------
 

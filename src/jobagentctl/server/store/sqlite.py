@@ -33,6 +33,7 @@ from jobagentctl.errors import (
 )
 from jobagentctl.server.store.connector import Decide, Params, Row
 from jobagentctl.server.store.queries import load_queries, migrations
+from jobagentctl.server.store.schema_window import compat_of
 from jobagentctl.server.store.waiters import Waiters
 
 __all__ = ["SqliteConnector"]
@@ -338,12 +339,16 @@ class SqliteConnector:
                 _begin_waiting(conn, Q["migrate_lock"], self._migration_wait)
                 with _transaction(conn, None):
                     conn.execute(Q["migrations_table"])
+                    if not conn.execute(Q["compat_column"]).fetchone()["found"]:
+                        conn.execute(Q["add_compat_column"])
                     done = {row["version"] for row in conn.execute(Q["applied_versions"])}
                     for version, script in migrations(self.dialect):
                         if version not in done:
                             for statement in _split(script):
                                 conn.execute(statement)
-                            conn.execute(Q["record_migration"], {"version": version})
+                            compat = compat_of(script)
+                            record = {"version": version, "compat": compat and compat.value}
+                            conn.execute(Q["record_migration"], record)
                             applied_now.append(version)
                     if conn.execute("PRAGMA foreign_key_check").fetchall():
                         raise ServerError("a migration left rows that break a foreign key")

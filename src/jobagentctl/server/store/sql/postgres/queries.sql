@@ -20,7 +20,18 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 )
 
 -- name: applied_versions
-SELECT version FROM schema_migrations ORDER BY version
+-- With the compat header each version was applied with (NULL before the column).
+SELECT version, compat FROM schema_migrations ORDER BY version
+
+-- name: compat_column
+-- Whether schema_migrations has its compat column (added by a release of 0.4.0 on).
+SELECT count(*) AS found FROM information_schema.columns
+WHERE table_schema = current_schema() AND table_name = 'schema_migrations'
+  AND column_name = 'compat'
+
+-- name: add_compat_column
+-- Nullable: the previous release's record_migration, which names no compat, still runs.
+ALTER TABLE schema_migrations ADD COLUMN compat text
 
 -- name: write_probe
 -- (SQLite's readiness probe after a failed write; unused on PostgreSQL.)
@@ -28,7 +39,8 @@ INSERT INTO store_probe (id, pad) VALUES (1, decode(repeat('00', 65536), 'hex'))
 ON CONFLICT (id) DO UPDATE SET pad = excluded.pad
 
 -- name: record_migration
-INSERT INTO schema_migrations (version, applied_at) VALUES (%(version)s, now())
+INSERT INTO schema_migrations (version, applied_at, compat)
+VALUES (%(version)s, now(), %(compat)s)
 
 -- name: listen
 LISTEN jobagentctl_job_queued

@@ -16,7 +16,16 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 )
 
 -- name: applied_versions
-SELECT version FROM schema_migrations ORDER BY version
+-- With the compat header each version was applied with (NULL before the column).
+SELECT version, compat FROM schema_migrations ORDER BY version
+
+-- name: compat_column
+-- Whether schema_migrations has its compat column (added by a release of 0.4.0 on).
+SELECT count(*) AS found FROM pragma_table_info('schema_migrations') WHERE name = 'compat'
+
+-- name: add_compat_column
+-- Nullable: the previous release's record_migration, which names no compat, still runs.
+ALTER TABLE schema_migrations ADD COLUMN compat TEXT
 
 -- name: write_probe
 -- Readiness after a failed write (disk full…): rewrite 64 KiB of random bytes, which needs
@@ -24,8 +33,8 @@ SELECT version FROM schema_migrations ORDER BY version
 INSERT OR REPLACE INTO store_probe (id, pad) VALUES (1, randomblob(65536))
 
 -- name: record_migration
-INSERT INTO schema_migrations (version, applied_at)
-VALUES (:version, (julianday('now') - 2440587.5) * 86400.0)
+INSERT INTO schema_migrations (version, applied_at, compat)
+VALUES (:version, (julianday('now') - 2440587.5) * 86400.0, :compat)
 
 -- name: create_workspace
 INSERT INTO workspace (id, name, slug, created_at)

@@ -1,4 +1,4 @@
--- jobagentctl schema v1 (PostgreSQL). Tables as SPEC §2; job_agent also keeps the agent's
+-- jobagentctl schema v1 (PostgreSQL). The tables of the protocol (docs/protocol.md); job_agent also keeps the agent's
 -- metadata. Times are timestamptz from now(); ids uuid; JSON jsonb.
 
 CREATE TABLE workspace (

@@ -1,4 +1,4 @@
--- jobagentctl schema v4 (PostgreSQL), issue 14 §2: fewer writes per job.
+-- jobagentctl schema v4 (PostgreSQL): fewer writes per job.
 -- job.attempts counts the job's claims. The claim increments it in the UPDATE that flips the
 -- job (under the job's row lock, re-read at the latest row version), so the attempt number is
 -- monotonic across requeues, releases, reaps and V1 status changes without reading job_attempt

@@ -1,5 +1,5 @@
 -- jobagentctl schema v1 (SQLite). Times are REAL unix epoch seconds from the database clock,
--- ids are UUID text, JSON is text. Tables as SPEC §2; job_agent also keeps the agent's metadata.
+-- ids are UUID text, JSON is text. The tables of the protocol (docs/protocol.md); job_agent also keeps the agent's metadata.
 
 CREATE TABLE workspace (
     id          TEXT PRIMARY KEY,

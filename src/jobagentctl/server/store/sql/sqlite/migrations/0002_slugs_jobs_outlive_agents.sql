@@ -1,4 +1,4 @@
--- jobagentctl schema v2 (SQLite). V1 parity (SPEC §3): workspaces get a unique slug, and a job
+-- jobagentctl schema v2 (SQLite). As ctrlplane's V1: workspaces get a unique slug, and a job
 -- outlives its agent: it belongs to its workspace, and deleting the agent sets its
 -- job_agent_id to NULL (the wire's jobAgentId ""). Claim and attempt rows keep the agent id
 -- they were made with. SQLite cannot change a column's constraints in place: both tables are
@@ -13,7 +13,7 @@ CREATE TABLE workspace_v2 (
 
 -- Existing workspaces: the name lowercased, runs of anything but [a-z0-9] as one "-", at most
 -- 50 characters ("workspace" if nothing is left); a later duplicate gets "-" and the first 8
--- characters of its id. The store derives new slugs the same way (_sql.slugify).
+-- characters of its id. The store derives new slugs the same way (validation.slugify).
 WITH RECURSIVE walk (id, rest, out) AS (
     SELECT id, lower(name), '' FROM workspace
     UNION ALL

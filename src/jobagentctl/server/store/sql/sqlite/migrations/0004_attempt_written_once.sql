@@ -1,4 +1,4 @@
--- jobagentctl schema v4 (SQLite), issue 14 §2: fewer writes per job.
+-- jobagentctl schema v4 (SQLite): fewer writes per job.
 -- job.attempts counts the job's claims; the claim increments it in the UPDATE that flips the
 -- job, so the attempt number is monotonic across requeues, releases, reaps and V1 status
 -- changes without reading job_attempt.

@@ -1,0 +1,415 @@
+"""The fleet one server process holds: AGENTS agents at once, half idle in a claim long-poll and
+half running jobs that heartbeat, with enqueues arriving for the idle ones.
+
+Usage: python -m benchmarks.fleet [--db postgres sqlite] [--agents 1000 5000 10000 20000]
+[--seconds 60] [--wait 30] [--lease 60] [--every 20] [--rate 10] [--per-generator 2500]
+[--settle 10] [--json PATH]
+
+For each database and fleet size: a live ``jobagentctl server start`` (its connection cap raised
+past the fleet, its descriptor limit the machine's hard limit); AGENTS agents registered; half of
+them (the busy ones) each claim a job with a ``--lease`` lease. Generator processes (one per
+``--per-generator`` agents, so that none of them is the bound: each one's CPU is printed) then
+hold the fleet: an idle agent loops claim-next with ``waitSeconds`` ``--wait`` on its own
+keep-alive connection (a claimed job is completed at once, then it polls again); a busy agent
+heartbeats every ``--every`` seconds (starting at a random phase), each heartbeat on a new
+connection as the server closes idle keep-alive connections after 5 s. Once every idle agent
+waits, this process measures for SECONDS: it enqueues ``--rate`` jobs a second, each for an idle
+agent picked at random, and the generators time every heartbeat (send to answer) and every pickup
+(enqueue sent to claim answered, one machine's clock). Server RSS (peak of the samples) and CPU
+are read from ``/proc``; errors count only what happened inside the window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from benchmarks.common import Server, database, percentile, proc_cpu_seconds
+from benchmarks.httpclient import Connection
+
+__all__ = ["FleetFigure", "main", "measure"]
+
+HEADER = (
+    "| db | agents (idle / busy) | server RSS MiB | server CPU % of a core | heartbeats | "
+    "heartbeat p50 / p99 ms | pickups | pickup p50 / p99 ms | errors | listen overflows | "
+    "busiest generator CPU % |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+@dataclass
+class FleetFigure:
+    db: str
+    agents: int
+    rss_mib: float
+    cpu_percent: float
+    heartbeats: int
+    heartbeat_p50_ms: float
+    heartbeat_p99_ms: float
+    pickups: int
+    pickup_p50_ms: float
+    pickup_p99_ms: float
+    errors: int
+    generator_cpu_percent: float
+    listen_overflows: int = 0
+    error_sample: str = ""
+
+    def row(self) -> str:
+        half = self.agents // 2
+        return (
+            f"| {self.db} | {self.agents:,} ({self.agents - half:,} / {half:,}) | "
+            f"{self.rss_mib:.0f} | {self.cpu_percent:.0f} | {self.heartbeats:,} | "
+            f"{self.heartbeat_p50_ms:.1f} / {self.heartbeat_p99_ms:.1f} | {self.pickups:,} | "
+            f"{self.pickup_p50_ms:.1f} / {self.pickup_p99_ms:.1f} | {self.errors:,} | "
+            f"{self.listen_overflows:,} | "
+            f"{self.generator_cpu_percent:.0f} |"
+        )
+
+
+# --- a generator process --------------------------------------------------------------------------
+
+
+@dataclass
+class _Plan:
+    url: str
+    prefix: str
+    key: str
+    idle: list[str]  # agent ids
+    busy: list[tuple[str, str]]  # (job id, claim id)
+    wait: float
+    lease: int
+    every: float
+    start: float  # wall time the window opens
+    end: float  # wall time it closes
+
+
+class _Generator:
+    def __init__(self, plan: _Plan) -> None:
+        self.plan = plan
+        self.headers = {"X-API-Key": plan.key}
+        self.heartbeats: list[float] = []
+        self.pickups: list[tuple[str, float]] = []  # (job id, wall time claimed)
+        self.errors: list[str] = []
+
+    def _error(self, what: str) -> None:
+        if self.plan.start <= time.time() <= self.plan.end:
+            self.errors.append(what)
+
+    async def idle(self, agent: str) -> None:
+        path = f"{self.plan.prefix}/job-agents/{agent}/claim"
+        body = {"waitSeconds": self.plan.wait, "leaseSeconds": self.plan.lease}
+        conn: Connection | None = None
+        while time.time() < self.plan.end:
+            try:
+                if conn is None:
+                    conn = await Connection.open(self.plan.url)
+                status, raw = await conn.request("POST", path, body=body, headers=self.headers)
+                if status == 200:
+                    job = json.loads(raw)
+                    self.pickups.append((job["id"], time.time()))
+                    done = {"status": "successful", "claimId": job["claimId"]}
+                    status, raw = await conn.request(
+                        "PUT",
+                        f"{self.plan.prefix}/jobs/{job['id']}/status",
+                        body=done,
+                        headers=self.headers,
+                    )
+                    if status != 202:
+                        self._error(f"complete: {status} {raw[:120]!r}")
+                elif status != 204:
+                    self._error(f"claim-next: {status} {raw[:120]!r}")
+                    await asyncio.sleep(1)
+            except (OSError, asyncio.IncompleteReadError) as exc:
+                self._error(f"claim-next: {type(exc).__name__}")
+                conn = None
+                await asyncio.sleep(1)
+
+    async def busy(self, job: str, claim: str) -> None:
+        path = f"{self.plan.prefix}/jobs/{job}/heartbeat"
+        await asyncio.sleep(random.uniform(0, self.plan.every))
+        while time.time() < self.plan.end:
+            t0 = time.perf_counter()
+            try:
+                conn = await Connection.open(self.plan.url)
+                try:
+                    status, raw = await conn.request(
+                        "POST", path, body={"claimId": claim}, headers=self.headers
+                    )
+                finally:
+                    await conn.close()
+                took = time.perf_counter() - t0
+                if status != 200:
+                    self._error(f"heartbeat: {status} {raw[:120]!r}")
+                elif self.plan.start <= time.time() <= self.plan.end:
+                    self.heartbeats.append(took)
+            except (OSError, asyncio.IncompleteReadError) as exc:
+                self._error(f"heartbeat: {type(exc).__name__}")
+            await asyncio.sleep(max(0.0, self.plan.every - (time.perf_counter() - t0)))
+
+    async def run(self) -> dict[str, object]:
+        tasks = [asyncio.create_task(self.idle(a)) for a in self.plan.idle]
+        tasks += [asyncio.create_task(self.busy(j, c)) for j, c in self.plan.busy]
+        # A long-poll outlives the window by up to one wait: results do not wait for it.
+        await asyncio.sleep(max(0.0, self.plan.end - time.time()) + 1)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return {"heartbeats": self.heartbeats, "pickups": self.pickups, "errors": self.errors}
+
+
+def _generator_main(plan_file: str, out_file: str) -> None:
+    raise_fd_limit()
+    raw = json.loads(Path(plan_file).read_text())
+    plan = _Plan(**{**raw, "busy": [tuple(b) for b in raw["busy"]]})
+    result = asyncio.run(_Generator(plan).run())
+    Path(out_file).write_text(json.dumps(result))
+
+
+# --- the measuring process ------------------------------------------------------------------------
+
+
+async def _setup(server: Server, agents: int, lease: int) -> tuple[list[str], list[list[str]]]:
+    """Register ``agents`` agents; the busy half each claims a job. Idle ids, busy (job, claim)."""
+    ids = [str(uuid.uuid4()) for _ in range(agents)]
+    busy_ids = ids[: agents // 2]
+    claims: list[list[str]] = []
+    queue = list(ids)
+
+    async def worker() -> None:
+        conn = await Connection.open(server.url)
+        try:
+            while queue:
+                agent = queue.pop()
+                status, raw = await conn.request(
+                    "PUT",
+                    server.path(f"/job-agents/{agent}"),
+                    body={"name": f"fleet-{agent[:8]}", "type": "bench"},
+                    headers=server.headers,
+                )
+                if status != 202:
+                    raise RuntimeError(f"register: {status} {raw[:200]!r}")
+                if agent not in busy_set:
+                    continue
+                status, raw = await conn.request(
+                    "POST",
+                    server.path(f"/job-agents/{agent}/jobs"),
+                    body={},
+                    headers=server.headers,
+                )
+                if status != 201:
+                    raise RuntimeError(f"enqueue: {status} {raw[:200]!r}")
+                job = json.loads(raw)["id"]
+                status, raw = await conn.request(
+                    "POST",
+                    server.path(f"/job-agents/{agent}/jobs/{job}/claim"),
+                    body={"leaseSeconds": lease},
+                    headers=server.headers,
+                )
+                if status != 200:
+                    raise RuntimeError(f"claim: {status} {raw[:200]!r}")
+                claims.append([job, json.loads(raw)["claimId"]])
+        finally:
+            await conn.close()
+
+    busy_set = set(busy_ids)
+    await asyncio.gather(*(worker() for _ in range(16)))
+    return ids[agents // 2 :], claims
+
+
+async def _metric(server: Server, name: str) -> float:
+    conn = await Connection.open(server.url)
+    try:
+        _, raw = await conn.request("GET", "/metrics")
+    finally:
+        await conn.close()
+    for line in raw.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def listen_overflows() -> int:
+    """The machine's count of connections dropped because a listen queue was full (the
+    kernel's TcpExtListenOverflows): a client then waits for its SYN to be sent again (1 s,
+    then 3 s, 7 s…), which a latency percentile shows as seconds."""
+    lines = Path("/proc/net/netstat").read_text().splitlines()
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        if names.startswith("TcpExt:"):
+            table = dict(zip(names.split()[1:], values.split()[1:], strict=False))
+            return int(table.get("ListenOverflows", 0))
+    return 0
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def _enqueue_loop(
+    server: Server, idle: list[str], rate: float, end: float
+) -> tuple[dict[str, float], list[str]]:
+    """Enqueue ``rate`` jobs a second for random idle agents until ``end``; each job's send time."""
+    sent: dict[str, float] = {}
+    errors: list[str] = []
+    conn = await Connection.open(server.url)
+    try:
+        nxt = time.monotonic()
+        while time.time() < end:
+            agent = random.choice(idle)
+            t0 = time.time()
+            status, raw = await conn.request(
+                "POST", server.path(f"/job-agents/{agent}/jobs"), body={}, headers=server.headers
+            )
+            if status == 201:
+                sent[json.loads(raw)["id"]] = t0
+            else:
+                errors.append(f"enqueue: {status} {raw[:120]!r}")
+            nxt += 1 / rate
+            await asyncio.sleep(max(0.0, nxt - time.monotonic()))
+    finally:
+        await conn.close()
+    return sent, errors
+
+
+def measure(db: str, agents: int, args: argparse.Namespace) -> FleetFigure:
+    settings = {
+        "max_connections": str(agents * 2 + 1000),
+        "max_wait_seconds": str(args.wait),
+    }
+    with database(db) as url, Server(url, settings=settings) as server:
+        assert server.proc is not None
+        idle, busy = asyncio.run(_setup(server, agents, args.lease))
+        generators = max(1, -(-agents // args.per_generator))
+        # The window opens once every idle agent waits (each generator connects its share).
+        start = time.time() + args.settle + agents / 1000
+        end = start + args.seconds
+        procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+        with tempfile.TemporaryDirectory(prefix="fleet-") as tmp:
+            for g in range(generators):
+                plan = _Plan(
+                    server.url,
+                    server.path(""),
+                    server.api_key,
+                    idle[g::generators],
+                    [tuple(b) for b in busy[g::generators]],  # type: ignore[misc]
+                    args.wait,
+                    args.lease,
+                    args.every,
+                    start,
+                    end,
+                )
+                plan_file, out = Path(tmp, f"plan{g}.json"), Path(tmp, f"out{g}.json")
+                plan_file.write_text(json.dumps(asdict(plan)))
+                cmd = [sys.executable, "-m", "benchmarks.fleet", "--generate", str(plan_file)]
+                procs.append((subprocess.Popen([*cmd, str(out)]), out))
+            try:
+                waiting = 0.0
+                while time.time() < start:
+                    time.sleep(0.5)
+                    waiting = asyncio.run(_metric(server, "jobagentctl_long_polls_waiting"))
+                if waiting < len(idle) * 0.95:
+                    print(f"# warning: {waiting:.0f} of {len(idle)} idle agents waiting at start")
+                overflows0 = listen_overflows()
+                cpu0, gen0 = server.cpu(), [proc_cpu_seconds(p.pid) for p, _ in procs]
+                t0 = time.monotonic()
+                rss = [_rss_mib(server.proc.pid)]
+                sent, errors = asyncio.run(_enqueue_loop(server, idle, args.rate, end))
+                rss.append(_rss_mib(server.proc.pid))
+                overflows = listen_overflows() - overflows0
+                elapsed = time.monotonic() - t0
+                cpu = (server.cpu() - cpu0) / elapsed * 100
+                gen_cpu = max(
+                    (proc_cpu_seconds(p.pid) - c0) / elapsed * 100
+                    for (p, _), c0 in zip(procs, gen0, strict=True)
+                )
+                results = []
+                for proc, out in procs:
+                    proc.wait(timeout=args.wait + 60)
+                    results.append(json.loads(out.read_text()))
+            finally:
+                for proc, _ in procs:
+                    if proc.poll() is None:
+                        proc.kill()
+                        proc.wait()
+    heartbeats = [h for r in results for h in r["heartbeats"]]
+    pickups = [t - sent[job] for r in results for job, t in r["pickups"] if job in sent]
+    errors += [e for r in results for e in r["errors"]]
+    return FleetFigure(
+        db=db,
+        agents=agents,
+        rss_mib=max(rss),
+        cpu_percent=cpu,
+        heartbeats=len(heartbeats),
+        heartbeat_p50_ms=percentile(heartbeats, 50) * 1000,
+        heartbeat_p99_ms=percentile(heartbeats, 99) * 1000,
+        pickups=len(pickups),
+        pickup_p50_ms=percentile(pickups, 50) * 1000,
+        pickup_p99_ms=percentile(pickups, 99) * 1000,
+        errors=len(errors),
+        generator_cpu_percent=gen_cpu,
+        listen_overflows=overflows,
+        error_sample=errors[0] if errors else "",
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line (``benchmarks.run``'s ``fleet`` section parses its own sizes with it)."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.fleet", description=__doc__)
+    parser.add_argument("--db", nargs="+", default=["postgres", "sqlite"])
+    parser.add_argument("--agents", type=int, nargs="+", default=[1000, 5000, 10000, 20000])
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--wait", type=float, default=30.0)
+    parser.add_argument("--lease", type=int, default=60)
+    parser.add_argument("--every", type=float, default=20.0)
+    parser.add_argument("--rate", type=float, default=10.0)
+    parser.add_argument("--per-generator", type=int, default=2500)
+    parser.add_argument("--settle", type=float, default=10.0, help="seconds before the window")
+    parser.add_argument("--json", type=Path)
+    return parser
+
+
+def raise_fd_limit() -> None:
+    """The soft descriptor limit up to the hard one (the server process inherits it)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--generate"]:
+        _generator_main(argv[1], argv[2])
+        return 0
+    args = parser().parse_args(argv)
+    raise_fd_limit()
+    figures = []
+    print(HEADER, flush=True)
+    for db in args.db:
+        for agents in args.agents:
+            try:
+                figure = measure(db, agents, args)
+            except Exception as exc:  # a fleet too big for this machine is a result too
+                print(f"| {db} | {agents:,} | failed: {type(exc).__name__}: {exc} |", flush=True)
+                continue
+            figures.append(figure)
+            print(figure.row(), flush=True)
+            if figure.error_sample:
+                print(f"#   first error: {figure.error_sample}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps([asdict(f) for f in figures], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""Secrets handed over at run time: `jobagentctl redact add`, inside a job, gives `run` a value
+to redact from then on, through a Unix socket only the job's own processes may use.
+
+The socket lives in a private directory (0700) of its own, named to the job's command by
+``JOBAGENTCTL_REDACT_SOCKET`` and removed when the job ends. A connection is served only when
+it comes from our own user and from a process in the command's session (``SO_PEERCRED``);
+any other gets nothing: the connection is closed unanswered. One exchange per connection: the
+value, the end of the writing side, then one word back.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import socket
+import struct
+import tempfile
+import threading
+from pathlib import Path
+
+from jobagentctl.supervisor.log import Log
+from jobagentctl.supervisor.redact import Redactor, redactable
+
+__all__ = ["ADDED", "MAX_VALUE_BYTES", "TOO_SHORT", "HandoverSocket", "hand_over"]
+
+# The biggest value one `redact add` may hand over.
+MAX_VALUE_BYTES = 65536
+# The answers: the value is redacted from now on, or it is too short to be.
+ADDED = b"added"
+TOO_SHORT = b"short"
+# How long one connection may take to send its value (a stalled one must not hold up others).
+_CONNECTION_SECONDS = 5.0
+# The longest path a Unix socket address takes (108 bytes on Linux, with the final NUL).
+_MAX_SOCKET_PATH = 100
+
+
+class HandoverSocket:
+    """Listens for values to redact and adds them to ``redactor``, from a daemon thread.
+
+    Until :meth:`admit` names the command's session, every connection is refused.
+    """
+
+    def __init__(self, redactor: Redactor, log: Log) -> None:
+        self._redactor = redactor
+        self._log = log
+        self._session: int | None = None
+        self.directory = Path(_private_directory())
+        self.path = self.directory / "s"
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._server.bind(str(self.path))
+            self._server.listen(8)
+        except OSError:
+            self._server.close()
+            shutil.rmtree(self.directory, ignore_errors=True)
+            raise
+        self._server.setblocking(False)
+        # close() writes here to wake the thread at once.
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
+        self._thread = threading.Thread(target=self._serve, name="redact-handover", daemon=True)
+        self._thread.start()
+
+    def admit(self, session: int) -> None:
+        """Serve the processes of session ``session`` (the command's) from now on."""
+        self._session = session
+
+    def close(self) -> None:
+        """Stop listening and remove the socket and its directory."""
+        os.write(self._wake_w, b"x")
+        self._thread.join(timeout=2.0)
+        self._server.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                ready = select.select([self._server.fileno(), self._wake_r], [], [])[0]
+            except (OSError, ValueError):
+                return  # closed while a slow connection held us (close() waits only so long)
+            if self._wake_r in ready:
+                return
+            try:
+                connection, _ = self._server.accept()
+            except BlockingIOError:
+                continue  # the peer gave up in between
+            except OSError:
+                return
+            connection.setblocking(True)
+            with connection:
+                try:
+                    self._answer(connection)
+                except OSError as exc:
+                    self._log.debug(f"redact add: connection failed: {exc}")
+
+    def _answer(self, connection: socket.socket) -> None:
+        if not self._from_the_job(connection):
+            self._log.warn("redact add: refused a connection from outside the job")
+            return
+        connection.settimeout(_CONNECTION_SECONDS)
+        value = _read_all(connection, MAX_VALUE_BYTES)
+        if value is None:
+            return
+        if not redactable(value):
+            connection.sendall(TOO_SHORT)
+            return
+        self._redactor.add(value)
+        connection.sendall(ADDED)
+        self._log.debug("redact add: one more value is redacted from now on")
+
+    def _from_the_job(self, connection: socket.socket) -> bool:
+        session = self._session
+        if session is None:
+            return False
+        peercred = getattr(socket, "SO_PEERCRED", None)
+        if peercred is None:
+            return True  # no peer credentials here: the 0700 directory is the only fence
+        ucred = struct.Struct("3i")
+        pid, uid, _ = ucred.unpack(connection.getsockopt(socket.SOL_SOCKET, peercred, ucred.size))
+        try:
+            return uid == os.getuid() and os.getsid(pid) == session
+        except OSError:
+            return False  # gone already
+
+
+def _private_directory() -> str:
+    """A new 0700 directory, under the temporary directory if a socket path there fits."""
+    base = tempfile.gettempdir()
+    if len(os.path.join(base, "jobagentctl-redact-xxxxxxxx", "s")) > _MAX_SOCKET_PATH:
+        base = "/tmp"  # a deep $TMPDIR: Unix socket paths are short
+    return tempfile.mkdtemp(prefix="jobagentctl-redact-", dir=base)
+
+
+def _read_all(connection: socket.socket, limit: int) -> bytes | None:
+    """Everything the peer sends up to the end of its writing side; None past ``limit``."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = connection.recv(65536)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+
+
+def hand_over(path: str, value: bytes, *, timeout: float = 10.0) -> bool:
+    """Give ``value`` to the `run` listening at ``path``: True once it is redacted, False when
+    it is too short to be. OSError when no `run` answers (none there, or we are not its job's).
+    """
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection.settimeout(timeout)
+        connection.connect(path)
+        connection.sendall(value)
+        connection.shutdown(socket.SHUT_WR)
+        answer = _read_all(connection, 64)
+    if answer == ADDED:
+        return True
+    if answer == TOO_SHORT:
+        return False
+    raise ConnectionRefusedError("the connection was closed without an answer")

@@ -1,0 +1,105 @@
+"""`jobagentctl run` against a real server: secrets the command prints reach the server's
+failure message (and ``--report``) as ``[REDACTED]``, while our own stdout shows them.
+
+One test for every source at once (starting `run` costs a second on a busy machine): the API
+key in use, a variable named like a secret, one named by ``--redact``, a sensitive variable of
+the dispatch context, and a value the command hands over with `jobagentctl redact add`. And
+against the ctrlplane stand-in (V1: no lease, nothing shipped), the failure message sent is
+redacted all the same.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+from tests.ctrlplane.standin import CtrlplaneStandIn
+from tests.fixtures.cli import cli_command
+
+from .runs import DEADLINE, Harness
+
+SECRETS = {
+    "DB_PASSWORD": "e2e-db-pa55word",
+    "DEPLOY_CREDS": "e2e-deploy-creds",
+    "SHORT_TOKEN": "e2e12",  # under 6 characters: kept
+}
+CONTEXT_SECRET = "e2e-context-secret"
+HANDED_OVER = "e2e-handed-över"
+
+
+def test_secrets_reach_the_server_redacted_and_our_stdout_unchanged(harness: Harness) -> None:
+    job_id = harness.enqueue(
+        dispatch_context={
+            "release": {
+                "encryptedVariables": ["dbUrl"],
+                "variables": {"dbUrl": CONTEXT_SECRET, "region": "eu-west-1"},
+            }
+        }
+    )
+    add = shlex.join(cli_command("redact", "add"))
+    script = (
+        f'echo "$JOBAGENTCTL_API_KEY $DB_PASSWORD"; echo "$DEPLOY_CREDS $SHORT_TOKEN" >&2; '
+        f"echo {CONTEXT_SECRET} eu-west-1; "
+        f"printf '%s\\n' '{HANDED_OVER}' | {add} || exit 99; "
+        f"echo 'late {HANDED_OVER}'; exit 3"
+    )
+    run = harness.start(
+        ["--pass-api-key", "--redact", "*_creds"], ["sh", "-c", script], env=SECRETS
+    )
+    assert run.wait() == 3, run.stderr()
+    key = harness.server.api_key
+    message = harness.job(job_id)["message"]
+    assert message.startswith("exit code 3\n")
+    lines = message.splitlines()[1:]
+    # Between two pipes, arrival order is the kernel's call: compare as sets.
+    assert sorted(lines) == sorted(
+        [
+            "[REDACTED] [REDACTED]",
+            "[REDACTED] e2e12",
+            "[REDACTED] eu-west-1",
+            "late [REDACTED]",
+        ]
+    )
+    for secret in (key, *list(SECRETS.values())[:2], CONTEXT_SECRET, HANDED_OVER):
+        assert secret not in message
+    [record] = run.report()
+    assert record["message"] == message
+    # Our own copy is the user's: unchanged.
+    assert run.stdout() == (
+        f"{key} {SECRETS['DB_PASSWORD']}\n{CONTEXT_SECRET} eu-west-1\nlate {HANDED_OVER}\n"
+    )
+    assert f"{SECRETS['DEPLOY_CREDS']} e2e12\n" in run.stderr()
+
+
+def test_against_ctrlplane_the_failure_message_is_redacted(
+    ctrlplane: CtrlplaneStandIn, tmp_path: Path
+) -> None:
+    # ctrlplane's own shape: the release names its sensitive variables, the dispatcher copies
+    # the release's variables into the context's.
+    variables = {"dbUrl": CONTEXT_SECRET, "region": "eu-west-1"}
+    context = {
+        "release": {"encryptedVariables": ["dbUrl"], "variables": variables},
+        "variables": variables,
+    }
+    agent = ctrlplane.add_agent()
+    job = ctrlplane.seed_job(agent, dispatch_context=context)
+    env = {**ctrlplane.base_env(), **ctrlplane.env(), "JOBAGENTCTL_AGENT": agent}
+    env.update({"TMPDIR": str(tmp_path), "DB_PASSWORD": SECRETS["DB_PASSWORD"]})
+    script = f'echo "$DB_PASSWORD {CONTEXT_SECRET} eu-west-1"; exit 3'
+    proc = subprocess.run(
+        [*cli_command("run"), "--report", "report.jsonl", "--", "sh", "-c", script],
+        env=env,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert ctrlplane.job(job).status == "failure"
+    # ctrlplane keeps only the status of an update: the message sent is in --report.
+    [line] = (tmp_path / "report.jsonl").read_text().splitlines()
+    assert json.loads(line)["message"] == "exit code 3\n[REDACTED] [REDACTED] eu-west-1\n"
+    assert proc.stdout == f"{SECRETS['DB_PASSWORD']} {CONTEXT_SECRET} eu-west-1\n"

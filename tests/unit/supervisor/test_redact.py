@@ -1,0 +1,241 @@
+"""Redaction: the redactor's own answers, and one known answer per source of secrets through a
+whole `run` (real child, scripted client): the secret reaches the failure message and the
+``--report`` record as ``[REDACTED]`` while our own stdout keeps it."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from jobagentctl.cli.app import app
+from jobagentctl.models import REDACT_SOCKET_ENV, ClaimedJob
+from jobagentctl.supervisor import Log
+from jobagentctl.supervisor.handover import HandoverSocket, hand_over
+from jobagentctl.supervisor.redact import (
+    DEFAULT_PATTERNS,
+    Redactor,
+    name_matches,
+    secrets_from_context,
+    secrets_from_environment,
+)
+
+from .fakes import FakeClient, claimed_job
+from .support import options, reports, run, sh
+
+# --- the redactor ---------------------------------------------------------------------------
+
+
+def test_values_shorter_than_six_characters_are_not_redacted() -> None:
+    redactor = Redactor(["12345", "€€€€€", "123456", "€€€€€€"])
+    assert redactor.count == 2
+    assert redactor.redact("12345 123456 €€€€€€".encode()) == b"12345 [REDACTED] [REDACTED]"
+
+
+def test_a_secret_split_across_chunks_and_streams_is_one_marker() -> None:
+    redactor = Redactor(["hunter2-pässword"])
+    out = redactor.feed("stdout", b"login hun")
+    out += redactor.feed("stderr", b"ter2-p\xc3")
+    out += redactor.feed("stdout", b"\xa4ssword done\n")
+    out += redactor.flush()
+    assert b"".join(chunk for _, chunk in out) == b"login [REDACTED] done\n"
+    # The marker goes with the stream the secret began on.
+    assert ("stdout", b"[REDACTED] done\n") in out
+
+
+def test_it_holds_back_only_what_may_begin_a_secret() -> None:
+    redactor = Redactor(["abcdefgh"])
+    assert redactor.holdback == 7
+    assert redactor.feed("stdout", b"xyz abc") == [("stdout", b"xyz ")]
+    assert redactor.held == 3
+    assert redactor.feed("stdout", b"x") == [("stdout", b"abcx")]
+    assert redactor.held == 0
+    # Nothing that could begin one: released at once.
+    assert redactor.feed("stderr", b"plain") == [("stderr", b"plain")]
+
+
+def test_the_longest_secret_wins_even_when_the_shorter_one_is_complete_first() -> None:
+    redactor = Redactor(["abcdef", "abcdefghij"])
+    out = redactor.feed("stdout", b"<abcdef")
+    out += redactor.feed("stdout", b"ghij>")
+    out += redactor.flush()
+    assert b"".join(chunk for _, chunk in out) == b"<[REDACTED]>"
+
+
+def test_a_value_added_from_another_thread_is_redacted_from_then_on() -> None:
+    redactor = Redactor()
+    fork = redactor.fork()
+    assert redactor.feed("stdout", b"token-abc123 ") == [("stdout", b"token-abc123 ")]
+    adder = threading.Thread(target=redactor.add, args=(b"token-abc123",))
+    adder.start()
+    adder.join()
+    assert redactor.feed("stdout", b"token-abc123\n") == [("stdout", b"[REDACTED]\n")]
+    assert fork.redact(b"token-abc123") == b"[REDACTED]"
+
+
+def test_redact_text_keeps_undecodable_characters() -> None:
+    redactor = Redactor(["s3cr3t-value"])
+    assert redactor.redact_text("a\udcffb s3cr3t-value") == "a\udcffb [REDACTED]"
+
+
+# --- where secrets come from ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("DB_PASSWORD", True),
+        ("db_password", True),  # case-insensitive
+        ("GITHUB_TOKEN", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("AWS_ACCESS_KEY", True),
+        ("APP_SECRET", True),
+        ("STRIPE_SECRET_KEY", True),
+        ("OPENAI_API_KEY", True),
+        ("PASSWORD", False),  # the patterns want a prefix, as buildkite-agent's
+        ("TOKEN_PATH", False),
+        ("HOME", False),
+    ],
+)
+def test_default_name_patterns(name: str, secret: bool) -> None:
+    assert name_matches(name, DEFAULT_PATTERNS) is secret
+
+
+def test_environment_values_by_name() -> None:
+    env = {"DB_PASSWORD": "pa55word!", "MY_CREDS": "creds-value", "HOME": "/home/someone"}
+    assert list(secrets_from_environment(env, DEFAULT_PATTERNS)) == ["pa55word!"]
+    found = secrets_from_environment(env, (*DEFAULT_PATTERNS, "*_creds"))
+    assert sorted(found) == ["creds-value", "pa55word!"]
+
+
+def test_dispatch_context_sensitive_values() -> None:
+    context: dict[str, Any] = {
+        "release": {
+            "encryptedVariables": ["dbUrl"],
+            "variables": {"dbUrl": "postgres://u:p@db/app", "region": "eu-west-1"},
+        },
+        # ctrlplane's dispatcher copies release.variables here.
+        "variables": {"dbUrl": "postgres://u:p@db/app", "SLACK_TOKEN": "xoxb-12345678"},
+        "resource": {
+            "variables": {"hash": {"valueHash": "9f8e7d6c5b4a"}, "port": 5432},
+            "config": {"vars": [{"key": "k", "value": {"n": 12345678}, "sensitive": True}]},
+        },
+        "workflowJob": {"inputs": [{"key": "pin", "value": "open-text", "isSensitive": False}]},
+        "jobAgentConfig": {"nested": {"isSensitive": True, "value": "agent-config-secret"}},
+    }
+    found = set(secrets_from_context(context, DEFAULT_PATTERNS))
+    assert found == {"postgres://u:p@db/app", "xoxb-12345678", "12345678", "agent-config-secret"}
+    assert list(secrets_from_context(None, DEFAULT_PATTERNS)) == []
+
+
+# --- each source through a whole run ----------------------------------------------------------
+
+
+def _failed_run(
+    tmp_path: Path, script: str, *, job: ClaimedJob | None = None, **overrides: object
+) -> tuple[str, dict[str, object]]:
+    client = FakeClient(jobs=[job or claimed_job()])
+    code, _, records = run(client, options(tmp_path, sh(script + "; exit 3"), **overrides))
+    assert code == 3
+    message = reports(client)[0][1]
+    assert message is not None and message.startswith("exit code 3\n")
+    assert records[0]["message"] == message
+    return message, records[0]
+
+
+def test_the_api_key_in_use_is_redacted(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    key = "jac_0123456789ab.the-key-itself"
+    message, _ = _failed_run(tmp_path, f"echo 'key={key}' >&2", api_key=key)
+    assert message == "exit code 3\nkey=[REDACTED]\n"
+    assert capfd.readouterr().err == f"key={key}\n"  # our own copy is the user's
+
+
+def test_variables_named_like_secrets_are_redacted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DB_PASSWORD", "correct-horse-battery")
+    monkeypatch.setenv("DEPLOY_CREDS", "creds-from-env")
+    monkeypatch.setenv("SHORT_TOKEN", "abc12")
+    script = 'echo "$DB_PASSWORD|$DEPLOY_CREDS|$SHORT_TOKEN"'
+    message, _ = _failed_run(tmp_path, script)
+    assert message == "exit code 3\n[REDACTED]|creds-from-env|abc12\n"
+    # --redact adds a pattern.
+    message, _ = _failed_run(tmp_path, script, redact_patterns=(*DEFAULT_PATTERNS, "*_creds"))
+    assert message == "exit code 3\n[REDACTED]|[REDACTED]|abc12\n"
+    assert "correct-horse-battery|creds-from-env|abc12" in capfd.readouterr().out
+
+
+def test_sensitive_values_of_the_dispatch_context_are_redacted(tmp_path: Path) -> None:
+    context = {
+        "release": {
+            "encryptedVariables": ["apiSecret"],
+            "variables": {"apiSecret": "ctx-value-1234", "region": "eu-west-1"},
+        },
+        "variables": {"apiSecret": "ctx-value-1234", "ADMIN_PASSWORD": "ctx-admin-pw"},
+    }
+    job = claimed_job().model_copy(update={"dispatch_context": context})
+    message, _ = _failed_run(tmp_path, "echo ctx-value-1234 eu-west-1 ctx-admin-pw", job=job)
+    assert message == "exit code 3\n[REDACTED] eu-west-1 [REDACTED]\n"
+
+
+def test_a_secret_beyond_the_tail_start_leaves_no_fragment(tmp_path: Path) -> None:
+    # The tail is cut from redacted output: never the end of a secret with its start cut off.
+    key = "jac_0123456789ab.the-key-itself"
+    message, _ = _failed_run(tmp_path, f"printf '{key}xy'", api_key=key, output_tail_bytes=8)
+    assert message == "exit code 3\nACTED]xy"
+
+
+# --- values handed over at run time -----------------------------------------------------------
+
+
+def test_the_handover_socket_serves_only_the_command_s_session() -> None:
+    redactor = Redactor()
+    handover = HandoverSocket(redactor, Log())
+    try:
+        assert handover.directory.stat().st_mode & 0o777 == 0o700
+        # Before the command started, nobody is served.
+        with pytest.raises(OSError):
+            hand_over(str(handover.path), b"early-value")
+        handover.admit(os.getsid(0) + 1_000_000)  # a session we are not in
+        with pytest.raises(OSError):
+            hand_over(str(handover.path), b"outside-value")
+        handover.admit(os.getsid(0))
+        assert hand_over(str(handover.path), b"short") is False
+        assert hand_over(str(handover.path), "inside-välue".encode()) is True
+        assert redactor.redact("inside-välue early-value".encode()) == b"[REDACTED] early-value"
+    finally:
+        handover.close()
+    assert not handover.directory.exists()
+
+
+def _redact_add(stdin: str, env: dict[str, str]) -> Result:
+    return CliRunner().invoke(app, ["redact", "add"], input=stdin, env=env)
+
+
+def test_redact_add_exit_codes(tmp_path: Path) -> None:
+    no_supervisor = {REDACT_SOCKET_ENV: ""}
+    result = _redact_add("", no_supervisor)
+    assert (result.exit_code, "no value on stdin" in result.stderr) == (2, True)
+    result = _redact_add("abc12\n", no_supervisor)
+    assert result.exit_code == 2 and "too short" in result.stderr
+    result = _redact_add("long-enough\n", no_supervisor)
+    assert result.exit_code == 3 and REDACT_SOCKET_ENV in result.stderr
+    result = _redact_add("long-enough", {REDACT_SOCKET_ENV: str(tmp_path / "nobody")})
+    assert result.exit_code == 3 and "cannot reach" in result.stderr
+    assert "long-enough" not in result.stdout + result.stderr
+
+
+def test_a_value_handed_over_by_the_command_is_redacted(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    add = shlex.join([sys.executable, "-m", "jobagentctl", "redact", "add"])
+    script = f"echo fetched-at-run-time | {add} && echo 'got fetched-at-run-time'"
+    message, _ = _failed_run(tmp_path, script)
+    assert message == "exit code 3\ngot [REDACTED]\n"
+    assert capfd.readouterr().out == "got fetched-at-run-time\n"
