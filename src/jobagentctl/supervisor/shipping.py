@@ -3,7 +3,7 @@
 A :class:`Shipper` is an output sink (relay.py): the main loop hands it each chunk and
 returns at once. Its own thread, on a client of its own (never the heartbeat's connection),
 sends what waits as appends fenced by the claim id: one when 64 KiB wait or when the oldest
-has waited a second, whichever comes first. What waits is bounded (4 MiB): when the server is
+has waited a second, whichever comes first. What waits is bounded (1 MiB): when the server is
 slow or down the oldest output goes and a ``marker`` chunk in the log says how many bytes,
 never silently (while it overflows, appends are paced: see OVERFLOW_PACE_SECONDS). At the end
 of the job :meth:`Shipper.close` flushes for at most :data:`FLUSH_SECONDS` before the result
@@ -41,7 +41,9 @@ FLUSH_BATCH_CHUNKS = 8
 # ... and output waits at most this long for an append to start.
 BATCH_SECONDS = 1.0
 # What may wait for a slow or absent server; past it the oldest output is dropped (counted).
-BUFFER_BYTES = 4 * 1024 * 1024
+# Also what the final flush may have to send: 4 MiB made a 50 MB firehose's run 1.27× slower
+# than without shipping, 1 MiB 1.08–1.11× (docs/benchmarks.md).
+BUFFER_BYTES = 1024 * 1024
 # At the end of a job, how long the last output may take to reach the server before the
 # result is reported (what is still unsent then is dropped, and said so on stderr).
 FLUSH_SECONDS = 5.0
