@@ -83,6 +83,7 @@ __all__ = [
     "Workspace",
     "heartbeat_interval",
     "keep_wire",
+    "timestamps_as_sent",
 ]
 
 
@@ -252,12 +253,17 @@ T = TypeVar("T")
 
 
 class Page(WireModel, Generic[T]):
-    """A page of a paginated list: ``items``, and where it sits in the whole list."""
+    """A page of a paginated list: ``items``, and where it sits in the whole list.
+
+    ``next_cursor`` (job listings of our server): the ``cursor`` of the page after this one,
+    None on the last page; a server that pages only by offset (ctrlplane) does not send it.
+    """
 
     items: list[T]
     total: int
     limit: int
     offset: int
+    next_cursor: str | None = None
 
 
 class Workspace(WireModel):
@@ -473,6 +479,27 @@ class CreateJobRequest(RequestModel):
     job_agent_config: dict[str, Any] | None = None
     dispatch_context: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
+
+
+def timestamps_as_sent(model: WireModel) -> dict[str, str]:
+    """The model's timestamps as the server wrote them (``"…00.389Z"``), by wire name: each
+    datetime field whose sent text still means the value the model holds. Empty for a model
+    not parsed from a response. What we print or hand over, we pass through unreworded."""
+    sent = model.as_sent() or {}
+    kept: dict[str, str] = {}
+    for name, info in type(model).model_fields.items():
+        key = info.alias or name
+        value, text = getattr(model, name, None), sent.get(key)
+        if isinstance(value, datetime) and isinstance(text, str) and _means(text, value):
+            kept[key] = text
+    return kept
+
+
+def _means(text: str, value: datetime) -> bool:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")) == value
+    except ValueError:
+        return False
 
 
 # --- live output ----------------------------------------------------------------------------

@@ -12,7 +12,8 @@ Source followed: ``ctrlplanedev/ctrlplane`` at commit 66e0888e94016296c5e22cdc58
   The validator's ``BadRequest``/``NotFound``/``MethodNotAllowed`` are not named
   ``ValidationError``, so the error handler answers ``{message, code: error.name, details:
   error.errors}`` (``code`` = ``"Bad Request"``, ``details`` a list).
-- ``apps/api/src/middleware/auth.ts``: an unknown key → 401 ``Authentication required``.
+- ``apps/api/src/middleware/auth.ts``: an unknown key → 401 ``Authentication failed``
+  (``AUTH_FAILED``); no key at all is the validator's 401 ``'X-API-Key' header required``.
 - ``apps/api/src/types/api.ts``: ``ApiError.toJSON()`` leaves ``code``/``details`` undefined,
   which JSON drops: a handler's 404/409 body is ``{"message": "..."}`` only.
 - ``apps/api/src/routes/v1/workspaces/job-agents.ts``: list/get/upsert/delete agents
@@ -28,6 +29,11 @@ Source followed: ``ctrlplanedev/ctrlplane`` at commit 66e0888e94016296c5e22cdc58
 - ``apps/api/src/routes/v1/workspaces/handlers.ts``: ``GET /workspaces/slug/{slug}``.
 - ``packages/db/src/schema/job.ts``: ``job.job_agent_id`` is ``ON DELETE SET NULL`` (deleting an
   agent keeps its jobs), ``updated_at`` has ``$onUpdate`` (a claim bumps it).
+
+The bodies were compared with ctrlplane's real ``apps/api`` at that commit, brought up by
+``../shared/ctrlplane/up.sh``: schema errors (``request/query/limit must be >= 1`` with
+``details[].errorCode``), the 401s, the slug lookup and its 404, Express's HTML page outside
+``/api``, and the 404 of ``GET /jobs/{id}`` and of a status update for a job without a release.
 
 State is in memory. The server is a real HTTP server (Starlette under uvicorn, on a free port, in
 a thread of the test process); tests seed jobs directly into the state, as ctrlplane's own e2e
@@ -113,6 +119,29 @@ def validator_error(status: int, name: str, message: str, path: str) -> HttpErro
     )
 
 
+def schema_error(where: str, problem: str, keyword: str) -> HttpError:
+    """An ajv schema error of a request value (``where``: ``query/limit``, ``body/status``,
+    ``body``): the message carries the ``request/`` prefix, its detail does not and names the
+    failed keyword (``errorCode``), as the validator's ``BadRequest`` does."""
+    detail = {"path": f"/{where}", "message": problem, "errorCode": f"{keyword}.openapi.validation"}
+    body = {"message": f"request/{where} {problem}", "code": "Bad Request", "details": [detail]}
+    return HttpError(400, body)
+
+
+# Express's own answer to a path outside /api (finalhandler): an HTML page, not JSON.
+EXPRESS_404 = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>Error</title>
+</head>
+<body>
+<pre>Cannot {method} {path}</pre>
+</body>
+</html>
+"""
+
+
 # --- the validator's view of openapi.json (only what the pull-agent surface touches) --------
 
 LIMIT = {"type": "integer", "minimum": 1, "maximum": 1000}
@@ -181,34 +210,30 @@ _ROUTES = [
 # The slug route is declared before /{workspaceId}/… ones so "slug" is not taken for an id.
 
 
-def _check_value(where: str, value: Any, schema: dict[str, Any]) -> tuple[Any, str | None]:
-    """Coerce (query strings, as ajv ``coerceTypes``) and check one value; (value, problem)."""
+def _check_value(where: str, value: Any, schema: dict[str, Any]) -> Any:
+    """Coerce (query strings, as ajv ``coerceTypes``) and check one value: the value, or the
+    validator's 400 (:func:`schema_error`)."""
     kind = schema.get("type")
     if kind == "integer":
-        if isinstance(value, str):
-            if not re.fullmatch(r"-?\d+", value):
-                return value, f"{where} must be integer"
+        if isinstance(value, str) and re.fullmatch(r"-?\d+", value):
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            return value, f"{where} must be integer"
+            raise schema_error(where, "must be integer", "type")
         if "minimum" in schema and value < schema["minimum"]:
-            return value, f"{where} must be >= {schema['minimum']}"
+            raise schema_error(where, f"must be >= {schema['minimum']}", "minimum")
         if "maximum" in schema and value > schema["maximum"]:
-            return value, f"{where} must be <= {schema['maximum']}"
+            raise schema_error(where, f"must be <= {schema['maximum']}", "maximum")
     elif kind == "boolean":
         if isinstance(value, str):
             if value not in ("true", "false"):
-                return value, f"{where} must be boolean"
+                raise schema_error(where, "must be boolean", "type")
             value = value == "true"
-    elif kind == "string" and not isinstance(value, str):
-        return value, f"{where} must be string"
-    elif kind == "object" and not isinstance(value, dict):
-        return value, f"{where} must be object"
+    elif kind in ("string", "object") and not isinstance(value, str if kind == "string" else dict):
+        raise schema_error(where, f"must be {kind}", "type")
     if "enum" in schema and value not in schema["enum"]:
-        return value, f"{where} must be equal to one of the allowed values: " + ", ".join(
-            schema["enum"]
-        )
-    return value, None
+        allowed = ", ".join(schema["enum"])
+        raise schema_error(where, f"must be equal to one of the allowed values: {allowed}", "enum")
+    return value
 
 
 @dataclass
@@ -287,6 +312,8 @@ def _uuid(value: str) -> str:
             {
                 "message": f'Internal server error: invalid input syntax for type uuid: "{value}"',
                 "code": "INTERNAL_ERROR",
+                # errorHandler sends the error's stack (a string) as details
+                "details": f'error: invalid input syntax for type uuid: "{value}"\n    at …',
             },
         ) from None
 
@@ -452,8 +479,12 @@ class Handlers:
         }
 
 
-def _validate(method: str, path: str, query: dict[str, str], body: Any) -> tuple[str, Request]:
-    """express-openapi-validator: route lookup, query (coerced), body; (template, request)."""
+def _validate(
+    method: str, path: str, query: dict[str, str], body: Any, secure: Callable[[str], None]
+) -> tuple[str, Request]:
+    """express-openapi-validator: route lookup, security (``secure(template)``: the real
+    server answers a missing key 401 before it looks at a query), query (coerced), body;
+    (template, request)."""
     for pattern, template, ops in _ROUTES:
         match = pattern.match(path)
         if match is None:
@@ -466,6 +497,7 @@ def _validate(method: str, path: str, query: dict[str, str], body: Any) -> tuple
             err = validator_error(405, "Method Not Allowed", message, f"/api{path}")
             err.headers["Allow"] = ", ".join(m.upper() for m in ops)
             raise err
+        secure(template)
         coerced: dict[str, Any] = {}
         for name, value in query.items():
             if name not in op.query:
@@ -479,23 +511,20 @@ def _validate(method: str, path: str, query: dict[str, str], body: Any) -> tuple
                     f"Empty value found for query parameter '{name}'",
                     f"/query/{name}",
                 )
-            coerced[name], problem = _check_value(f"request/query/{name}", value, op.query[name])
-            if problem:
-                raise validator_error(400, "Bad Request", problem, f"/query/{name}")
+            coerced[name] = _check_value(f"query/{name}", value, op.query[name])
         if op.body is not None:
             if not isinstance(body, dict):
-                raise validator_error(
-                    400, "Bad Request", "request/body must be object", f"/api{path}"
-                )
+                raise schema_error("body", "must be object", "type")
             for name in op.body["required"]:
                 if name not in body:
-                    message = f"request/body must have required property '{name}'"
-                    raise validator_error(400, "Bad Request", message, f"/api{path}")
+                    error = schema_error(
+                        "body", f"must have required property '{name}'", "required"
+                    )
+                    error.body["details"][0]["path"] = f"/body/{name}"
+                    raise error
             for name, schema in op.body["properties"].items():
                 if name in body:
-                    _, problem = _check_value(f"request/body/{name}", body[name], schema)
-                    if problem:
-                        raise validator_error(400, "Bad Request", problem, f"/api{path}")
+                    _check_value(f"body/{name}", body[name], schema)
         return template, Request(method.lower(), path, params, coerced, body, None)
     raise validator_error(404, "Not Found", "not found", f"/api{path}")
 
@@ -628,12 +657,17 @@ class CtrlplaneStandIn:
             if not message.get("more_body"):
                 break
         status, payload, headers = self._handle(scope, raw)
-        data = b"" if payload is None else json.dumps(payload, separators=(",", ":")).encode()
+        html = isinstance(payload, str)
+        if html:
+            data = payload.encode()
+        else:
+            data = b"" if payload is None else json.dumps(payload, separators=(",", ":")).encode()
         with self.state.lock:
             self.state.responses.append(
                 (scope["method"], scope["path"].removeprefix("/api"), status, data)
             )
-        out = [(b"content-type", b"application/json; charset=utf-8")] if data else []
+        kind = b"text/html; charset=utf-8" if html else b"application/json; charset=utf-8"
+        out = [(b"content-type", kind)] if data else []
         out += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
         out.append((b"content-length", str(len(data)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": out})
@@ -651,28 +685,29 @@ class CtrlplaneStandIn:
         if path == "/api/healthz" and method == "GET":
             return 200, {"status": "ok"}, {}
         if not path.startswith("/api/"):
-            return 404, None, {}
+            return 404, EXPRESS_404.format(method=method, path=path), {}
         body: Any = None
         if raw:
             try:
                 body = json.loads(raw)  # express.json()
             except ValueError:
-                return (
-                    400,
-                    {"message": "Internal server error: bad JSON", "code": "INTERNAL_ERROR"},
-                    {},
-                )
+                # express.json()'s SyntaxError, through errorHandler's fallback arm
+                return 400, {"message": "bad JSON", "code": "SyntaxError", "details": None}, {}
         try:
-            template, request = _validate(method, path.removeprefix("/api"), query, body)
-            # validateSecurity: an X-API-Key header or a bearer token must be present.
             key = headers.get("x-api-key")
-            if not key and not headers.get("authorization", "").lower().startswith("bearer "):
-                raise validator_error(
-                    401, "Unauthorized", "'X-API-Key' header required", f"/api{request.path}"
-                )
-            # requireAuth
+
+            def secure(template: str) -> None:
+                # validateSecurity: an X-API-Key header or a bearer token must be present. Its
+                # detail names the route's template ("/api/v1/workspaces/{workspaceId}/jobs").
+                if not key and not headers.get("authorization", "").lower().startswith("bearer "):
+                    raise validator_error(
+                        401, "Unauthorized", "'X-API-Key' header required", f"/api{template}"
+                    )
+
+            template, request = _validate(method, path.removeprefix("/api"), query, body, secure)
+            # requireAuth (auth.ts): neither a known key nor a session
             if key not in self.state.api_keys:
-                raise api_error("Authentication required", 401, "UNAUTHORIZED")
+                raise api_error("Authentication failed", 401, "AUTH_FAILED")
             handler = self.handlers.get((request.method, template))
             if handler is None:  # documented in openapi.json but not served: express 404
                 return 404, None, {}

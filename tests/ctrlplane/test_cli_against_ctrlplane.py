@@ -7,11 +7,10 @@ still speak HTTP to the stand-in; `run` runs as a real process.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import Any
 
 from tests.ctrlplane.standin import CtrlplaneStandIn, Request
+from tests.fixtures.cli import run_cli
 from tests.integration.cli import Ran, env_for, jac
 
 NO_LEASES = "no lease support"
@@ -21,17 +20,9 @@ def cp(server: CtrlplaneStandIn, *args: str, agent: str | None = None, **env: st
     return jac(server, *args, agent=agent, env=env)  # type: ignore[arg-type]
 
 
-def run_process(
-    server: CtrlplaneStandIn, *args: str, agent: str, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jobagentctl", *args],
-        env=env_for(server, agent),  # type: ignore[arg-type]
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+def run_process(server: CtrlplaneStandIn, *args: str, agent: str, timeout: float = 120) -> Ran:
+    """``jobagentctl ARGS`` as a real process (the installed console script)."""
+    return run_cli(*args, env=env_for(server, agent), timeout=timeout)  # type: ignore[arg-type]
 
 
 def raw(server: CtrlplaneStandIn, job_id: str) -> dict[str, Any]:
@@ -175,6 +166,9 @@ def test_claim_by_id(ctrlplane: CtrlplaneStandIn) -> None:
     assert ran.returncode == 0, ran.stderr
     assert json.loads(ran.stdout)["status"] == "inProgress"
     assert "granted no lease" in ran.stderr
+    # What happened (claimed by id), not what a claim of the next job would do.
+    assert "the job was claimed by id without a claim id or a lease" in ran.stderr
+    assert "list the agent's queued jobs" not in ran.stderr
     again = cp(ctrlplane, "claim", job, agent=agent)  # 409 without code: not claimable
     assert again.returncode == 6 and "not available to claim" in again.stderr
     missing = cp(ctrlplane, "claim", ctrlplane.seed_job(None), agent=agent)
@@ -217,8 +211,12 @@ def test_complete_reports_and_says_what_was_not_stored(ctrlplane: CtrlplaneStand
     assert "did not store the message, external id, metadata (links)" in ran.stderr
     plain = cp(ctrlplane, "complete", ctrlplane.seed_job(agent, "in_progress"), "-s", "successful")
     assert plain.returncode == 0 and "did not store" not in plain.stderr
-    gone = cp(ctrlplane, "complete", ctrlplane.seed_job(agent, release=False), "-s", "failure")
-    assert gone.returncode == 5  # ctrlplane's 404 for a job it cannot update
+    no_release = ctrlplane.seed_job(agent, release=False)
+    for args in (("complete", no_release, "-s", "failure"), ("jobs", "get", no_release)):
+        gone = cp(ctrlplane, *args)
+        assert gone.returncode == 5, gone.stderr  # ctrlplane's 404 for a job it cannot reach
+        assert f"(Job not found): job {no_release}." in gone.stderr
+        assert "also for a job that has no release" in gone.stderr
 
 
 def test_requeue_and_cancel_accept_any_transition(ctrlplane: CtrlplaneStandIn) -> None:
@@ -243,6 +241,8 @@ def test_agents_commands(ctrlplane: CtrlplaneStandIn) -> None:
     assert listed.returncode == 0, listed.stderr
     [shown] = json.loads(listed.stdout)
     assert shown["id"] == agent and shown["workspaceId"] == ctrlplane.workspace_id
+    # The type ctrlplane's workspace-engine dispatches pull agents' jobs to.
+    assert shown["type"] == "http-pull"
     got = cp(ctrlplane, "agents", "get", agent, "-o", "json")
     assert got.returncode == 0 and json.loads(got.stdout)["name"] == "builder"
     assert cp(ctrlplane, "agents", "delete", agent).returncode == 0
@@ -274,11 +274,15 @@ def test_workspace_slug_from_flag_and_both_env_names(ctrlplane: CtrlplaneStandIn
 def test_run_claims_with_v1_runs_and_reports(ctrlplane: CtrlplaneStandIn) -> None:
     agent = ctrlplane.add_agent()
     job = ctrlplane.seed_job(agent, job_agent_config={"step": "build"})
-    proc = run_process(
-        ctrlplane, "run", "--", "sh", "-c", 'test -n "$JOBAGENTCTL_JOB_ID"', agent=agent
-    )
+    script = 'test -n "$JOBAGENTCTL_JOB_ID" && cat "$JOBAGENTCTL_JOB_FILE"'
+    proc = run_process(ctrlplane, "run", "--", "sh", "-c", script, agent=agent)
     assert proc.returncode == 0, proc.stderr
     assert ctrlplane.job(job).status == "successful"
+    # The job file hands the command ctrlplane's timestamps as it wrote them ("….389Z").
+    created = raw(ctrlplane, job)["createdAt"]
+    assert json.loads(proc.stdout.splitlines()[-1])["createdAt"] == created
+    tsv = cp(ctrlplane, "jobs", "get", job, "-o", "tsv")
+    assert f"\t{created}\t" in tsv.stdout  # so does -o tsv
     assert proc.stderr.count(NO_LEASES) == 1
     # No heartbeat was sent: the server has no route for it.
     assert not [p for m, p, _ in ctrlplane.requests() if p.endswith("/heartbeat")]

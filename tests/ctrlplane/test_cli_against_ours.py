@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
+from tests.fixtures.cli import cli_command
 from tests.fixtures.databases import sql
 from tests.fixtures.live_server import LiveServer
 from tests.fixtures.waiting import wait_until
@@ -133,7 +133,7 @@ def test_run_report_on_a_deleted_job_is_job_gone_on_our_server(
     job = live_server.enqueue(agent)["id"]
     script = f"touch {tmp_path}/ready; while [ ! -e {tmp_path}/go ]; do sleep 0.05; done"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jobagentctl", "run", "--", "sh", "-c", script],
+        cli_command("run", "--", "sh", "-c", script),
         env=env_for(live_server, agent),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -95,7 +95,8 @@ async def test_empty_list_is_200_with_total_zero(api: Api) -> None:
     agent = await api.agent()
     r = await api.call("GET", f"job-agents/{agent}/jobs", params={"status": "queued"})
     assert r.status_code == 200
-    assert r.json() == {"items": [], "total": 0, "limit": 50, "offset": 0}
+    page = {"items": [], "total": 0, "limit": 50, "offset": 0}
+    assert r.json() == {**page, "nextCursor": None}  # V1's shape, plus the cursor (none)
 
 
 async def test_limit_offset_pages_with_the_right_total(api: Api) -> None:

@@ -26,8 +26,8 @@ async def set_status(
 
 
 async def list_jobs(store: Store, ws: UUID, **fields: Any) -> tuple[list[Job], int]:
-    """``store.list_jobs``: every agent, every status, no dispatch context, the first 50,
-    unless given."""
+    """``store.list_jobs``'s jobs and total: every agent, every status, no dispatch context,
+    the first 50, unless given."""
     given = {
         "agent_id": None,
         "statuses": None,
@@ -36,7 +36,8 @@ async def list_jobs(store: Store, ws: UUID, **fields: Any) -> tuple[list[Job], i
         "offset": 0,
         **fields,
     }
-    return await store.list_jobs(ws, **given)
+    jobs, total, _ = await store.list_jobs(ws, **given)
+    return jobs, total
 
 
 @dataclass

@@ -213,7 +213,7 @@ def test_agents_register_derives_a_stable_id(cli: Cli, mock_api: respx.MockRoute
     mock_api.get(f"{WS}/job-agents/{derived}").respond(200, json=wire.agent(id=str(derived)))
     result = cli("agents", "register", "builder", "--config", '{"leaseSeconds": 30}', "--json")
     assert result.exit_code == 0, result.stderr
-    assert body(put) == {"name": "builder", "type": "jobagentctl", "config": {"leaseSeconds": 30}}
+    assert body(put) == {"name": "builder", "type": "http-pull", "config": {"leaseSeconds": 30}}
     assert json.loads(result.stdout)["id"] == str(derived)
     assert f"export JOBAGENTCTL_AGENT={derived}" in result.stderr
 

@@ -85,6 +85,23 @@ def test_list_all_statuses_and_pages(cli: Cli, mock_api: respx.MockRouter) -> No
     assert len(result.stdout.splitlines()) == 3
 
 
+def test_all_pages_follow_the_servers_cursor(cli: Cli, mock_api: respx.MockRouter) -> None:
+    jobs = [wire.job(id=str(i) * 8 + "-1111-4111-8111-111111111111") for i in range(1, 4)]
+    pages = {None: (jobs[:2], "c2"), "c2": (jobs[2:], None)}
+
+    def server(request: httpx.Request) -> httpx.Response:
+        assert request.url.params["offset"] == "0"  # the cursor, not an offset, moves on
+        items, following = pages[request.url.params.get("cursor")]
+        return httpx.Response(200, json={**wire.page(items, total=3), "nextCursor": following})
+
+    for route in (f"{WS}/job-agents/{AGENT}/jobs", f"{WS}/jobs"):
+        mock_api.get(route).mock(side_effect=server)
+    for args in (("list",), ("jobs", "list")):
+        result = cli(*args, "--all-pages", "-o", "json")
+        assert result.exit_code == 0, result.stderr
+        assert [job["id"] for job in json.loads(result.stdout)] == [j["id"] for j in jobs]
+
+
 def test_list_status_is_validated(cli: Cli) -> None:
     result = cli("list", "--status", "done")
     assert result.exit_code == 2

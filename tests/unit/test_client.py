@@ -11,7 +11,7 @@ import pytest
 import respx
 
 from jobagentctl import __version__, errors
-from jobagentctl.client import Client, iter_pages, translate
+from jobagentctl.client import Client, iter_cursor_pages, iter_pages, translate
 from jobagentctl.models import ClaimedJob, JobStatus
 
 from . import wire
@@ -213,6 +213,35 @@ def test_iter_pages_follows_total() -> None:
 
     assert list(iter_pages(fetch, limit=3)) == data
     assert calls == [(3, 0), (3, 3), (3, 6)]
+
+
+def test_iter_cursor_pages_follows_the_cursor_else_offsets() -> None:
+    from jobagentctl.models import Page
+
+    data = list(range(7))
+    calls: list[tuple[int, int, str | None]] = []
+
+    def by_cursor(limit: int, offset: int, cursor: str | None) -> Page[int]:
+        calls.append((limit, offset, cursor))
+        start = 0 if cursor is None else int(cursor)
+        rest = data[start : start + limit]
+        following = str(start + limit) if start + limit < len(data) else None
+        return Page[int].from_wire(
+            {"items": rest, "total": 7, "limit": limit, "offset": 0, "nextCursor": following}
+        )
+
+    assert list(iter_cursor_pages(by_cursor, limit=3)) == data
+    assert calls == [(3, 0, None), (3, 0, "3"), (3, 0, "6")]
+
+    calls.clear()
+
+    def by_offset(limit: int, offset: int, cursor: str | None) -> Page[int]:  # ctrlplane
+        calls.append((limit, offset, cursor))
+        page = {"items": data[offset : offset + limit], "total": 7, "limit": limit}
+        return Page[int].from_wire({**page, "offset": offset})
+
+    assert list(iter_cursor_pages(by_offset, limit=3)) == data
+    assert calls == [(3, 0, None), (3, 3, None), (3, 6, None)]
 
 
 # --- the workspace: a UUID, or a slug resolved once ----------------------------------------

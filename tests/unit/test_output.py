@@ -47,6 +47,15 @@ def test_tsv_escapes_what_would_break_rows(capsys: pytest.CaptureFixture[str]) -
     assert fields[-2] == ""
 
 
+def test_tsv_prints_timestamps_as_the_server_wrote_them(capsys: pytest.CaptureFixture[str]) -> None:
+    sent = Job.from_wire(wire.job(createdAt="2026-05-01T10:00:00.389Z"))
+    ours = Job.model_validate(wire.job(createdAt="2026-05-01T10:00:00.389Z"))
+    output.emit(AppState(output_flag="tsv"), "job", [sent, ours])
+    first, second = capsys.readouterr().out.splitlines()
+    assert "\t2026-05-01T10:00:00.389Z\t" in first  # as ctrlplane wrote it
+    assert "\t2026-05-01T10:00:00.389000Z\t" in second  # not parsed from a response: RFC 3339
+
+
 def test_env_lines_are_shell_quoted(capsys: pytest.CaptureFixture[str]) -> None:
     output.emit_env(AppState(output_flag="env"), {"A": "it's $(rm -rf ~)", "B": None, "C": 7})
     lines = capsys.readouterr().out.splitlines()

@@ -6,13 +6,18 @@ import typer
 
 from jobagentctl.cli.context import get_state
 
-__all__ = ["AGENT_ID_NAMESPACE", "agents_app", "register"]
+__all__ = ["AGENT_ID_NAMESPACE", "DEFAULT_AGENT_TYPE", "agents_app", "register"]
 
 agents_app = typer.Typer(help="Job agents: list, get, register, delete.", no_args_is_help=True)
 
 # `agents register NAME` without --id derives the id from workspace and name, so registering
 # the same name twice updates one agent instead of creating two.
 AGENT_ID_NAMESPACE = "jobagentctl:agent"
+
+# The type ctrlplane's workspace-engine dispatches to pull agents (it marks their jobs queued);
+# an agent of any other type there never gets a queued job. Our server stores the type and
+# does not act on it.
+DEFAULT_AGENT_TYPE = "http-pull"
 
 
 @agents_app.command("list")
@@ -69,7 +74,12 @@ def register_agent(
     agent_id: str | None = typer.Option(
         None, "--id", metavar="UUID", help="Its id (default: derived from workspace and name)."
     ),
-    agent_type: str = typer.Option("jobagentctl", "--type", metavar="T", help="Agent type."),
+    agent_type: str = typer.Option(
+        DEFAULT_AGENT_TYPE,
+        "--type",
+        metavar="T",
+        help="Agent type (ctrlplane dispatches pull agents' jobs only to http-pull).",
+    ),
     config: str | None = typer.Option(
         None, "--config", metavar="JSON", help="Agent config: JSON, @FILE or @- (stdin)."
     ),

@@ -29,14 +29,18 @@ def list_jobs(
     """
     from jobagentctl.cli import output
     from jobagentctl.cli.status import status_filter
-    from jobagentctl.client import iter_pages
+    from jobagentctl.client import iter_cursor_pages
 
     state = get_state(ctx)
     wanted = status_filter(status)
     with state.client() as client:
         if all_pages:
             jobs = list(
-                iter_pages(lambda n, off: client.list_jobs(status=wanted, limit=n, offset=off))
+                iter_cursor_pages(
+                    lambda n, off, cur: client.list_jobs(
+                        status=wanted, limit=n, offset=off, cursor=cur
+                    )
+                )
             )
         else:
             jobs = client.list_jobs(status=wanted, limit=limit).items

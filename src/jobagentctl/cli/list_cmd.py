@@ -28,7 +28,7 @@ def list_jobs(
     """
     from jobagentctl.cli import output
     from jobagentctl.cli.status import status_filter
-    from jobagentctl.client import iter_pages
+    from jobagentctl.client import iter_cursor_pages
 
     state = get_state(ctx)
     wanted = status_filter(status)
@@ -36,8 +36,10 @@ def list_jobs(
     with state.client() as client:
         if all_pages:
             jobs = list(
-                iter_pages(
-                    lambda n, off: client.list_agent_jobs(agent, status=wanted, limit=n, offset=off)
+                iter_cursor_pages(
+                    lambda n, off, cur: client.list_agent_jobs(
+                        agent, status=wanted, limit=n, offset=off, cursor=cur
+                    )
                 )
             )
             total = len(jobs)

@@ -30,7 +30,14 @@ from jobagentctl.cli.sanitize import (
 )
 from jobagentctl.durations import format_duration
 from jobagentctl.errors import UsageError
-from jobagentctl.models import ClaimState, JobStatus, LogChunk, LogStream, WireModel
+from jobagentctl.models import (
+    ClaimState,
+    JobStatus,
+    LogChunk,
+    LogStream,
+    WireModel,
+    timestamps_as_sent,
+)
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -99,14 +106,19 @@ def to_jsonable(value: Any, *, as_sent: bool = False) -> Any:
 
     ``as_sent`` (``-o json``): a model parsed from a response is the JSON object the server
     sent, exactly (its timestamps as written, its key order); tables and tsv use the parsed
-    values, normalised (UTC times, which they render themselves).
+    values, but a timestamp the server sent keeps its text (a datetime we computed is RFC 3339
+    UTC).
     """
     if as_sent and isinstance(value, WireModel) and (sent := value.as_sent()) is not None:
         return sent
     if hasattr(value, "model_dump"):
         # Only the fields the server sent (plus any it sent that we do not model): a field it
         # left out is not printed as null.
-        return to_jsonable(value.model_dump(mode="python", by_alias=True, exclude_unset=True))
+        row = to_jsonable(value.model_dump(mode="python", by_alias=True, exclude_unset=True))
+        if isinstance(value, WireModel):
+            # Timestamps as the server wrote them (".389Z" stays so, not ".389000Z").
+            row.update(timestamps_as_sent(value))
+        return row
     if isinstance(value, Mapping):
         return {str(k): to_jsonable(v, as_sent=as_sent) for k, v in value.items()}
     if isinstance(value, list | tuple):

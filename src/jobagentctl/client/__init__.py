@@ -21,13 +21,19 @@ from jobagentctl.client._client import Client  # noqa: E402
 from jobagentctl.client._connection import USER_AGENT  # noqa: E402
 from jobagentctl.client._ctrlplane import MEMORY  # noqa: E402
 from jobagentctl.client._errors import translate  # noqa: E402
-from jobagentctl.client._pages import LOG_FOLLOW_WAIT, iter_log_pages, iter_pages  # noqa: E402
+from jobagentctl.client._pages import (  # noqa: E402
+    LOG_FOLLOW_WAIT,
+    iter_cursor_pages,
+    iter_log_pages,
+    iter_pages,
+)
 
 __all__ = [
     "LOG_FOLLOW_WAIT",
     "MEMORY",
     "USER_AGENT",
     "Client",
+    "iter_cursor_pages",
     "iter_log_pages",
     "iter_pages",
     "translate",

@@ -188,36 +188,55 @@ class Client:
         include_dispatch_context: bool = False,
         limit: int = 50,
         offset: int = 0,
+        cursor: str | None = None,
     ) -> models.Page[models.Job]:
-        """A page of the agent's jobs of one status (any status for None), newest first."""
-        params: dict[str, Any] = {"status": status, "limit": limit, "offset": offset}
+        """A page of the agent's jobs of one status (any status for None), newest first;
+        ``cursor``: a page's ``next_cursor``, for the page after it."""
+        params: dict[str, Any] = {
+            "status": status,
+            "limit": limit,
+            "offset": offset,
+            "cursor": cursor,
+        }
         if include_dispatch_context:
             params["includeDispatchContext"] = "true"
         path = self._at(Routes.AGENT_JOBS, agentId=agent_id)
         return self._conn.call("GET", path, models.Page[models.Job].from_wire, params=params)
 
     def list_jobs(
-        self, *, status: str | None = None, limit: int = 50, offset: int = 0
+        self,
+        *,
+        status: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        cursor: str | None = None,
     ) -> models.Page[models.Job]:
         """A page of the workspace's jobs, newest first, optionally of one status (filtered
-        here when the server cannot: :meth:`V1Fallback.jobs_of_status`)."""
+        here when the server cannot: :meth:`V1Fallback.jobs_of_status`); ``cursor``: a
+        page's ``next_cursor``, for the page after it."""
         if status is None:
-            return self.jobs_page(limit=limit, offset=offset)
-        return self._v1.jobs_of_status(status, limit, offset)
+            return self.jobs_page(limit=limit, offset=offset, cursor=cursor)
+        return self._v1.jobs_of_status(status, limit, offset, cursor)
 
     def jobs_page(
-        self, *, status: str | None = None, limit: int = 50, offset: int = 0
+        self,
+        *,
+        status: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        cursor: str | None = None,
     ) -> models.Page[models.Job]:
         """``GET /jobs`` as the server answers it (a server without the ``status`` filter
         refuses it: :class:`ValidationError`)."""
-        params = {"status": status, "limit": limit, "offset": offset}
+        params = {"status": status, "limit": limit, "offset": offset, "cursor": cursor}
         return self._conn.call(
             "GET", self._at(Routes.JOBS), models.Page[models.Job].from_wire, params=params
         )
 
     def get_job(self, job_id: UUID) -> models.Job:
         """One job; :class:`NotFound` when it does not exist."""
-        return self._conn.call("GET", self._at(Routes.JOB, jobId=job_id), models.Job.from_wire)
+        with self._v1.job_by_id_answer(job_id):
+            return self._conn.call("GET", self._at(Routes.JOB, jobId=job_id), models.Job.from_wire)
 
     def create_job(
         self,
@@ -428,7 +447,8 @@ class Client:
         except (ValueError, PydanticValidationError) as exc:
             raise ConfigError(f"invalid status update: {exc}") from None
         path = self._at(Routes.JOB_STATUS, jobId=job_id)
-        accepted = self._conn.call("PUT", path, models.AcceptedResponse.from_wire, body=body)
+        with self._v1.job_by_id_answer(job_id):
+            accepted = self._conn.call("PUT", path, models.AcceptedResponse.from_wire, body=body)
         self._v1.check_stored(job_id, message, external_id, metadata)
         return accepted
 

@@ -79,11 +79,19 @@ def page_bytes(items: Sequence[BaseModel], total: int, limit: int, offset: int) 
 
 
 def job_page_bytes(
-    jobs: Sequence[Job], total: int, limit: int, offset: int, *, include_dispatch_context: bool
+    jobs: Sequence[Job],
+    total: int,
+    limit: int,
+    offset: int,
+    *,
+    include_dispatch_context: bool,
+    next_cursor: str | None = None,
 ) -> bytes:
-    """A page of jobs, each as :func:`job_bytes` writes it."""
+    """A page of jobs, each as :func:`job_bytes` writes it, and ``nextCursor``: the cursor of
+    the page after it, ``null`` on the last page."""
     body = b",".join(job_bytes(job, include_dispatch_context) for job in jobs)
-    return _page(body, total, limit, offset)
+    page = _page(body, total, limit, offset)
+    return page[:-1] + b',"nextCursor":' + json.dumps(next_cursor).encode() + b"}"
 
 
 def _page(body: bytes, total: int, limit: int, offset: int) -> bytes:

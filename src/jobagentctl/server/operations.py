@@ -71,6 +71,13 @@ AgentPath = Annotated[UUID, Path(alias="agentId", description="Job agent id")]
 JobPath = Annotated[UUID, Path(alias="jobId", description="Job id")]
 Limit = Annotated[int, Query(ge=1, le=1000, description="Page size, 1–1000")]
 Offset = Annotated[int, Query(ge=0, le=2**63 - 1, description="Items to skip")]
+Cursor = Annotated[
+    str | None,
+    Query(
+        max_length=200,
+        description="A page's nextCursor: the page after it (counting offset from there)",
+    ),
+]
 StatusFilter = Annotated[
     list[JobStatus] | None, Query(alias="status", description="Only jobs with this status")
 ]
@@ -207,9 +214,10 @@ async def list_agent_jobs(
     include_dispatch_context: Annotated[bool, Query(alias="includeDispatchContext")] = False,
     limit: Limit = 50,
     offset: Offset = 0,
+    cursor: Cursor = None,
 ) -> bytes:
     """List the agent's jobs, newest first"""
-    jobs, total = await call.service.list_agent_jobs(
+    jobs, total, following = await call.service.list_agent_jobs(
         call.principal,
         ws,
         agent_id,
@@ -217,9 +225,15 @@ async def list_agent_jobs(
         include_dispatch_context=include_dispatch_context,
         limit=limit,
         offset=offset,
+        cursor=cursor,
     )
     return job_page_bytes(
-        jobs, total, limit, offset, include_dispatch_context=include_dispatch_context
+        jobs,
+        total,
+        limit,
+        offset,
+        include_dispatch_context=include_dispatch_context,
+        next_cursor=following,
     )
 
 
@@ -238,13 +252,20 @@ async def claim_job(
 
 @endpoint("GET", Routes.JOBS, Page[Job], tag="jobs")
 async def list_jobs(
-    call: Call, ws: WsPath, status: StatusFilter = None, limit: Limit = 50, offset: Offset = 0
+    call: Call,
+    ws: WsPath,
+    status: StatusFilter = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+    cursor: Cursor = None,
 ) -> bytes:
     """List the workspace's jobs, newest first"""
-    jobs, total = await call.service.list_jobs(
-        call.principal, ws, statuses=status, limit=limit, offset=offset
+    jobs, total, following = await call.service.list_jobs(
+        call.principal, ws, statuses=status, limit=limit, offset=offset, cursor=cursor
     )
-    return job_page_bytes(jobs, total, limit, offset, include_dispatch_context=False)
+    return job_page_bytes(
+        jobs, total, limit, offset, include_dispatch_context=False, next_cursor=following
+    )
 
 
 @endpoint("GET", Routes.JOB, Job, tag="jobs")

@@ -208,22 +208,25 @@ class JobService:
         include_dispatch_context: bool,
         limit: int,
         offset: int,
-    ) -> tuple[list[Job], int]:
-        """A page of an agent's jobs, newest first, and their total (an agent key: its own)."""
+        cursor: str | None = None,
+    ) -> tuple[list[Job], int, str | None]:
+        """A page of an agent's jobs, newest first, their total and the next page's cursor
+        (an agent key: its own agent's)."""
         self._workspace(principal, ws)
         self._own_agent(principal, agent_id)
-        items, total = await self.store.list_jobs(
+        items, total, following = await self.store.list_jobs(
             ws,
             agent_id=agent_id,
             statuses=statuses,
             include_dispatch_context=include_dispatch_context,
             limit=limit,
             offset=offset,
+            cursor=cursor,
         )
         if total == 0:
             # Only an empty answer can hide an unknown agent; a hit proves it exists here.
             await self._agent_or_404(ws, agent_id)
-        return items, total
+        return items, total, following
 
     async def list_jobs(
         self,
@@ -233,8 +236,10 @@ class JobService:
         statuses: list[JobStatus] | None,
         limit: int,
         offset: int,
-    ) -> tuple[list[Job], int]:
-        """A page of the workspace's jobs, newest first, and their total."""
+        cursor: str | None = None,
+    ) -> tuple[list[Job], int, str | None]:
+        """A page of the workspace's jobs, newest first, their total and the next page's
+        cursor."""
         self._workspace(principal, ws)
         # An agent key sees the workspace list narrowed to its own agent's jobs.
         return await self.store.list_jobs(
@@ -244,6 +249,7 @@ class JobService:
             include_dispatch_context=False,
             limit=limit,
             offset=offset,
+            cursor=cursor,
         )
 
     async def get_job(self, principal: Principal, ws: UUID, job_id: UUID) -> Job:

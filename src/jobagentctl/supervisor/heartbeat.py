@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import ClassVar
 
 from jobagentctl.errors import ClaimLost, ClaimMismatch, JobTerminal, NotFound
-from jobagentctl.models import JobStatus, heartbeat_interval
+from jobagentctl.models import JobStatus, heartbeat_interval, timestamps_as_sent
 from jobagentctl.supervisor import retry
 from jobagentctl.supervisor.claimthread import ClaimThread
 from jobagentctl.supervisor.lease import Beat, Lease
@@ -83,10 +83,10 @@ class Heartbeater(ClaimThread):
         with self._count:
             self.beats += 1
         self.lease.renew(sent_at, granted.lease_seconds)
-        self.log.debug(
-            f"heartbeat {self.beats}: lease {granted.lease_seconds}s, "
-            f"expires {granted.claim_expires_at.isoformat()}"
+        expires = timestamps_as_sent(granted).get(
+            "claimExpiresAt", granted.claim_expires_at.isoformat()
         )
+        self.log.debug(f"heartbeat {self.beats}: lease {granted.lease_seconds}s, expires {expires}")
         return Beat.OK
 
     def _run(self) -> None:

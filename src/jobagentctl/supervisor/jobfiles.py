@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import tempfile
@@ -30,6 +31,7 @@ from jobagentctl.models import (
     URL_ENV,
     WORKSPACE_ENV,
     ClaimedJob,
+    timestamps_as_sent,
 )
 from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.outcome import StopReason
@@ -63,7 +65,7 @@ class JobFiles:
         self.stop_reason_file = self.directory / "stop-reason"
         fd = os.open(self.job_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(job.model_dump_json(by_alias=True))
+            handle.write(_job_json(job))
             handle.write("\n")
 
     def write_stop_reason(self, reason: StopReason) -> None:
@@ -117,6 +119,12 @@ def sweep_stale_job_files(base: Path | None = None) -> int:
         shutil.rmtree(entry.path, ignore_errors=True)
         removed += 1
     return removed
+
+
+def _job_json(job: ClaimedJob) -> str:
+    """The job as the command reads it: every field, timestamps as the server wrote them."""
+    fields = {**job.model_dump(mode="json", by_alias=True), **timestamps_as_sent(job)}
+    return json.dumps(fields, separators=(",", ":"), ensure_ascii=False)
 
 
 def child_environment(

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from jobagentctl.models import ClaimedJob
 from jobagentctl.supervisor.child import Child, SpawnError
 from jobagentctl.supervisor.jobfiles import JobFiles, child_environment, sweep_stale_job_files
 from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.outcome import StopReason
+from tests.unit.wire import claimed
 
 from .fakes import claimed_job
 
@@ -48,6 +50,20 @@ def test_job_file_is_private_and_removed() -> None:
     finally:
         files.remove()
     assert not files.directory.exists()
+
+
+def test_job_file_keeps_the_servers_timestamps() -> None:
+    sent = claimed(createdAt="2026-05-01T10:00:00.389Z", claimedAt="2026-05-01T10:00:01.5Z")
+    del sent["claimId"]  # a V1 claim: the field is absent on the wire
+    files = JobFiles(ClaimedJob.from_wire(sent))
+    try:
+        data = json.loads(files.job_file.read_text())
+    finally:
+        files.remove()
+    assert data["createdAt"] == "2026-05-01T10:00:00.389Z"  # not ".389000Z"
+    assert data["claimedAt"] == "2026-05-01T10:00:01.5Z"
+    assert data["claimId"] is None  # every field is there, as before
+    assert data["releaseId"] == ""
 
 
 def test_environment_carries_the_job_but_not_the_key() -> None:

@@ -10,6 +10,7 @@ from jobagentctl.errors import Conflict, NotFound
 from jobagentctl.models import Job, JobAgent, JobStatus
 from jobagentctl.server.store import rows
 from jobagentctl.server.store.connector import Connector, Params, Row
+from jobagentctl.server.store.cursors import decode_cursor, encode_cursor
 from jobagentctl.server.store.records import ApiKeyRecord, WorkspaceRecord
 from jobagentctl.server.store.validation import check_slug, slugify
 
@@ -26,10 +27,11 @@ class Entities:
         found = await self._db.all(name, params)
         if found:
             return found, int(found[0]["total"])
-        if params["offset"] == 0:
+        if params["offset"] == 0 and params.get("after_at") is None:
             return [], 0
         # Past the end: the window count needs one row to ride on.
-        first = await self._db.all(name, {**params, "offset": 0, "limit": 1})
+        start = {"after_at": None, "after_key": None} if "after_at" in params else {}
+        first = await self._db.all(name, {**params, **start, "offset": 0, "limit": 1})
         return [], int(first[0]["total"]) if first else 0
 
     # --- workspaces and keys -------------------------------------------------------------------
@@ -190,15 +192,28 @@ class Entities:
         include_dispatch_context: bool,
         limit: int,
         offset: int,
-    ) -> tuple[list[Job], int]:
-        """A page of jobs, newest first (``created_at DESC, id DESC``), and how many match in
-        all; ``agent_id`` None = every agent's, ``statuses`` None = any status."""
+        cursor: str | None = None,
+    ) -> tuple[list[Job], int, str | None]:
+        """A page of jobs, newest first (``created_at DESC``, then the dialect's tie-breaker),
+        how many match in all, and the cursor of the page after it (None: this is the last);
+        ``agent_id`` None = every agent's, ``statuses`` None = any status. ``cursor`` (a
+        page's next cursor) starts the page after that page's last job, ``offset`` rows on.
+        """
+        after_at, after_key = (
+            (None, None) if cursor is None else decode_cursor(cursor, self._db.dialect)
+        )
         params = {
             "workspace_id": workspace_id,
             "agent_id": agent_id,
             "statuses": None if statuses is None else [s.value for s in statuses],
-            "limit": limit,
+            "limit": limit + 1,  # one more: is there a page after this one?
             "offset": offset,
+            "after_at": after_at,
+            "after_key": after_key,
         }
         found, total = await self._page("list_jobs", params)
-        return [rows.job_from_row(row, include_dispatch_context) for row in found], total
+        page = found[:limit]
+        following = None
+        if len(found) > limit:
+            following = encode_cursor(page[-1]["created_at"], page[-1]["list_key"])
+        return [rows.job_from_row(row, include_dispatch_context) for row in page], total, following

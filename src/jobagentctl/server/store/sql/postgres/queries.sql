@@ -130,12 +130,25 @@ FROM job AS j
 WHERE j.id = %(job_id)s AND j.workspace_id = %(workspace_id)s
   AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid)
 
+-- fragment: jobs_listed
+-- The jobs a listing matches (job as j): the workspace's, of an agent and statuses if given.
+    j.workspace_id = %(workspace_id)s
+    AND (%(agent_id)s::uuid IS NULL OR j.job_agent_id = %(agent_id)s::uuid)
+    AND (%(statuses)s::text[] IS NULL OR j.status = ANY (%(statuses)s::text[]))
+
 -- name: list_jobs
-SELECT j.*, count(*) OVER () AS total
+-- A keyset cursor (after_at, after_key: the last row of the previous page) starts the page
+-- after that row; total counts every matching job, before and after it (counted once, apart
+-- from the page).
+SELECT j.*, j.id AS list_key,
+       (SELECT count(*) FROM job AS j WHERE
+-- include: jobs_listed
+       ) AS total
 FROM job AS j
-WHERE j.workspace_id = %(workspace_id)s
-  AND (%(agent_id)s::uuid IS NULL OR j.job_agent_id = %(agent_id)s::uuid)
-  AND (%(statuses)s::text[] IS NULL OR j.status = ANY (%(statuses)s::text[]))
+WHERE
+-- include: jobs_listed
+  AND (%(after_at)s::timestamptz IS NULL
+       OR (j.created_at, j.id) < (%(after_at)s::timestamptz, %(after_key)s::uuid))
 ORDER BY j.created_at DESC, j.id DESC
 LIMIT %(limit)s OFFSET %(offset)s
 

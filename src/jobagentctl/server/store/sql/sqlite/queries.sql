@@ -111,13 +111,24 @@ FROM job AS j
 WHERE j.id = :job_id AND j.workspace_id = :workspace_id
   AND (:agent_scope IS NULL OR j.job_agent_id = :agent_scope)
 
+-- fragment: jobs_listed
+-- The jobs a listing matches (job as j): the workspace's, of an agent and statuses if given.
+    j.workspace_id = :workspace_id
+    AND (:agent_id IS NULL OR j.job_agent_id = :agent_id)
+    AND (:statuses IS NULL OR j.status IN (SELECT value FROM json_each(:statuses)))
+
 -- name: list_jobs
--- rowid breaks ties of equal millisecond timestamps in insertion order.
-SELECT j.*, COUNT(*) OVER () AS total
+-- rowid breaks ties of equal millisecond timestamps in insertion order. A keyset cursor
+-- (:after_at, :after_key: the last row of the previous page) starts the page after that row;
+-- total counts every matching job, before and after it (counted once, apart from the page).
+SELECT j.*, j.rowid AS list_key,
+       (SELECT count(*) FROM job AS j WHERE
+-- include: jobs_listed
+       ) AS total
 FROM job AS j
-WHERE j.workspace_id = :workspace_id
-  AND (:agent_id IS NULL OR j.job_agent_id = :agent_id)
-  AND (:statuses IS NULL OR j.status IN (SELECT value FROM json_each(:statuses)))
+WHERE
+-- include: jobs_listed
+  AND (:after_at IS NULL OR (j.created_at, j.rowid) < (:after_at, :after_key))
 ORDER BY j.created_at DESC, j.rowid DESC
 LIMIT :limit OFFSET :offset
 
