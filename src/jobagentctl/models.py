@@ -45,6 +45,7 @@ __all__ = [
     "LEASE_SECONDS_ENV",
     "LOG_CHUNK_MAX_BYTES",
     "MAX_CLAIM_BATCH",
+    "QUIET_MARK",
     "REDACT_SOCKET_ENV",
     "SLUG_PATTERN",
     "STALE_MARK",
@@ -397,6 +398,8 @@ class JobClaim(WireModel):
     lease_seconds: int | None = None
     last_heartbeat_at: datetime | None = None
     state: ClaimState
+    # The last output the agent reported (heartbeat), if any; None from older servers too.
+    last_output_at: datetime | None = None
 
 
 class JobAttempt(WireModel):
@@ -480,6 +483,9 @@ class HeartbeatRequest(RequestModel):
 
     claim_id: UUID | None = None
     lease_seconds: StrictInt | None = Field(default=None, ge=0)
+    # When the job's command last printed anything (the agent's clock); the server keeps it
+    # on the claim for inspect-claims' quiet time. Older servers ignore it.
+    last_output_at: datetime | None = None
 
 
 class UpdateJobStatusRequest(RequestModel):
@@ -617,6 +623,9 @@ class LogPage(WireModel):
 # The mark of an active claim silent for longer than a caller's threshold (``staleAfter``,
 # ``--stale-after``): not a claim state of the server, a judgement of the caller's.
 STALE_MARK = "stale"
+# The mark of an active claim whose command printed nothing for longer than a caller's threshold
+# (``quietAfter``, ``--quiet-after``): a judgement of the caller's, as ``stale``.
+QUIET_MARK = "quiet"
 
 
 class UrgentClaims(WireModel):

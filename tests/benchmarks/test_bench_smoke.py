@@ -33,6 +33,7 @@ ROWS = {
     "recovery": 2,
     "cli": 7,  # --version, heartbeat, complete, claim -o env, list, heartbeat over https, Tab
     "supervision": 1,
+    "shipping": 2,  # wall with/without shipping; server RSS and the stored log
     "logs": 4,  # heartbeat p99, pickup, server CPU per chunk, database bytes per chunk
     "fleet": 2,  # postgres and sqlite, 20 agents
 }
@@ -41,6 +42,7 @@ GROUPS = [
     ("scaleout", "growth"),
     ("cycles", "heartbeats", "reaper"),
     ("pickup", "recovery", "supervision"),
+    ("shipping",),
     ("cli", "logs"),
     ("fleet",),
 ]

@@ -10,6 +10,7 @@ redacted all the same.
 
 from __future__ import annotations
 
+import base64
 import json
 import shlex
 import subprocess
@@ -71,6 +72,13 @@ def test_secrets_reach_the_server_redacted_and_our_stdout_unchanged(harness: Har
         f"{key} {SECRETS['DB_PASSWORD']}\n{CONTEXT_SECRET} eu-west-1\nlate {HANDED_OVER}\n"
     )
     assert f"{SECRETS['DEPLOY_CREDS']} e2e12\n" in run.stderr()
+    # The output shipped to the job's log went through the same redactor.
+    status, page = harness.server.request("GET", f"jobs/{job_id}/logs")
+    assert status == 200, page
+    shipped = b"".join(base64.b64decode(c["data"]) for c in page["chunks"]).decode()
+    for secret in (key, *list(SECRETS.values())[:2], CONTEXT_SECRET, HANDED_OVER):
+        assert secret not in shipped
+    assert sorted(shipped.splitlines()) == sorted(lines)
 
 
 def test_against_ctrlplane_the_failure_message_is_redacted(

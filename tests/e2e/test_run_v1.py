@@ -53,12 +53,13 @@ def test_a_v1_job_runs_unleased_and_says_so_once(
     assert proc.returncode == 0, err
     assert ctrlplane.job(job).status == "successful"
     assert err.count("no lease support") == 1
+    assert err.count("output is not shipped") == 1
     env = (tmp_path / "env.txt").read_text()
     assert "JOBAGENTCTL_LEASE_SECONDS=0\n" in env
     assert "JOBAGENTCTL_CLAIM_ID" not in env
     rec = record(tmp_path)
     assert (rec["verdict"], rec["claimId"], rec["heartbeats"]) == ("completed", None, 0)
-    assert not [p for _, p, _ in ctrlplane.requests() if p.endswith("/heartbeat")]
+    assert not [p for _, p, _ in ctrlplane.requests() if p.endswith(("/heartbeat", "/logs"))]
 
 
 def test_a_404_on_the_final_report_is_job_gone_not_lease_lost(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import NAMESPACE_URL, uuid5
@@ -46,7 +47,7 @@ def test_inspect_claims_piped(cli: Cli, mock_api: respx.MockRouter) -> None:
         (EXPIRED["jobId"], "expired"),
         (UNLEASED["jobId"], "unleased"),
     ]
-    assert len(rows[0]) == 9
+    assert len(rows[0]) == 10  # the last: QUIET (seconds)
     assert rows[2][3] == ""  # an unleased claim has no claim id
     params = route.calls.last.request.url.params
     assert params["state"] == "all"
@@ -74,6 +75,33 @@ def test_inspect_claims_stale_after(cli: Cli, mock_api: respx.MockRouter) -> Non
     assert "1 stuck claim" in stuck.stderr
     # Without --stale-after the same claims are not stuck.
     assert cli("inspect-claims", "--fail-if-stuck").exit_code == 0
+
+
+def test_inspect_claims_quiet_after(cli: Cli, mock_api: respx.MockRouter) -> None:
+    alive = {"lastHeartbeatAt": ago(5), "claimExpiresAt": ago(-55)}
+    silent = wire.claim_row("active", claimedAt=ago(1200), lastOutputAt=ago(900), **alive)
+    talking = wire.claim_row("active", claimedAt=ago(1200), lastOutputAt=ago(3), **alive)
+    mute = wire.claim_row("active", claimedAt=ago(1000), **alive)  # never printed: since claimed
+    mock_api.get(f"{WS}/job-claims").respond(200, json=wire.page([silent, talking, mute]))
+    result = cli("inspect-claims", "--quiet-after", "10m", "--json")
+    assert result.exit_code == 0
+    claims = json.loads(result.stdout)
+    assert [c["state"] for c in claims] == ["quiet", "active", "quiet"]
+    assert [c["quietSeconds"] // 10 for c in claims] == [90, 0, 100]
+    stuck = cli("inspect-claims", "--quiet-after", "10m", "--fail-if-stuck")
+    assert stuck.exit_code == 6
+    assert "2 stuck claim" in stuck.stderr
+    assert stuck.stdout.splitlines()[0].split("\t")[-1] == str(claims[0]["quietSeconds"])
+    # Quiet for less than asked, or not asked: not stuck.
+    assert cli("inspect-claims", "--quiet-after", "20m", "--fail-if-stuck").exit_code == 0
+    assert cli("inspect-claims", "--fail-if-stuck").exit_code == 0
+    table = cli("inspect-claims", "--quiet-after", "10m", tty=True)
+    assert "QUIET" in table.stdout and re.search(r"\b15m0\ds\b", table.stdout)
+    watched = cli(
+        "inspect-claims", "--watch", "--interval", "0.01", "--quiet-after", "10m",
+        "--fail-if-stuck", tty=True,
+    )  # fmt: skip
+    assert watched.exit_code == 6
 
 
 @pytest.mark.parametrize("claim", [EXPIRED, UNLEASED], ids=["expired", "unleased"])

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from uuid import UUID
 
 from jobagentctl.errors import LeaseUnsupported, NotFound, ServerError, ServerUnavailable
-from jobagentctl.models import STALE_MARK, ClaimState
+from jobagentctl.models import QUIET_MARK, STALE_MARK, ClaimState
 
 if TYPE_CHECKING:
     from jobagentctl.client import Client
@@ -30,6 +30,7 @@ __all__ = [
     "agent_names",
     "fetch_claims",
     "mark_of",
+    "quiet_seconds",
     "rank",
     "render",
     "route_missing",
@@ -44,10 +45,13 @@ MARK_ORDER: tuple[str, ...] = (
     ClaimState.EXPIRED.value,
     ClaimState.UNLEASED.value,
     STALE_MARK,
+    QUIET_MARK,
     ClaimState.ACTIVE.value,
 )
 # The marks --fail-if-stuck counts (the table's and the watch's).
-STUCK_MARKS = frozenset({ClaimState.EXPIRED.value, ClaimState.UNLEASED.value, STALE_MARK})
+STUCK_MARKS = frozenset(
+    {ClaimState.EXPIRED.value, ClaimState.UNLEASED.value, STALE_MARK, QUIET_MARK}
+)
 # The shortest id shown (git's default abbreviation); longer when two ids of a frame share it.
 SHORT_ID = 7
 # Back-off while the server is unreachable: the pause doubles from --interval up to this.
@@ -93,27 +97,46 @@ class Claims:
         return sum(n for mark, n in self.counts.items() if mark in STUCK_MARKS)
 
 
-def mark_of(claim: JobClaim, stale_after: float | None, now: datetime) -> str:
-    """The claim's state, or ``stale`` for an active claim silent for longer than
-    ``stale_after`` seconds (by this machine's clock)."""
+def mark_of(
+    claim: JobClaim, stale_after: float | None, now: datetime, quiet_after: float | None = None
+) -> str:
+    """The claim's state, or ``stale`` for an active claim silent (no heartbeat) for longer
+    than ``stale_after`` seconds, else ``quiet`` when its command printed nothing for longer
+    than ``quiet_after`` (by this machine's clock)."""
+    if claim.state != ClaimState.ACTIVE:
+        return str(claim.state)
     last = claim.last_heartbeat_at or claim.claimed_at
-    if (
-        stale_after is not None
-        and claim.state == ClaimState.ACTIVE
-        and last is not None
-        and (now - last).total_seconds() > stale_after
-    ):
+    if stale_after is not None and last is not None and (now - last).total_seconds() > stale_after:
         return STALE_MARK
+    quiet = quiet_seconds(claim, now)
+    if quiet_after is not None and quiet is not None and quiet > quiet_after:
+        return QUIET_MARK
     return str(claim.state)
 
 
-def rank(claims: Sequence[JobClaim], stale_after: float | None, now: datetime) -> list[JobClaim]:
+def quiet_seconds(claim: JobClaim, now: datetime) -> int | None:
+    """How long the claim's command has printed nothing, in whole seconds: since its last
+    output, or since the claim when it printed nothing yet (or the server does not know:
+    an older server or agent sends no ``lastOutputAt``). None without a claim time."""
+    since = claim.last_output_at or claim.claimed_at
+    if since is None:
+        return None
+    return max(0, int((now - since).total_seconds()))
+
+
+def rank(
+    claims: Sequence[JobClaim],
+    stale_after: float | None,
+    now: datetime,
+    quiet_after: float | None = None,
+) -> list[JobClaim]:
     """``claims`` most urgent first, as the server ranks them (for a server that cannot)."""
     far = datetime.max.replace(tzinfo=UTC)
 
     def key(claim: JobClaim) -> tuple[int, datetime, datetime]:
         expires = claim.claim_expires_at or far
-        return (mark_rank(mark_of(claim, stale_after, now)), expires, claim.claimed_at or far)
+        mark = mark_of(claim, stale_after, now, quiet_after)
+        return (mark_rank(mark), expires, claim.claimed_at or far)
 
     return sorted(claims, key=key)
 
@@ -126,6 +149,7 @@ def fetch_claims(
     stale_after: float | None,
     limit: int,
     ranked: bool,
+    quiet_after: float | None = None,
 ) -> Claims:
     """The ``limit`` most urgent claims and the counts, in one request; ``ranked=False`` (a
     server older than the route) reads every claim and ranks them here."""
@@ -134,7 +158,11 @@ def fetch_claims(
     now = datetime.now(UTC)
     if ranked:
         answer = client.urgent_claims(
-            agent_id=agent, state=state, stale_after=stale_after, limit=limit
+            agent_id=agent,
+            state=state,
+            stale_after=stale_after,
+            quiet_after=quiet_after,
+            limit=limit,
         )
         return Claims(answer.items, dict(answer.counts), now)
     every = list(
@@ -145,9 +173,9 @@ def fetch_claims(
     )
     counts: dict[str, int] = {}
     for claim in every:
-        mark = mark_of(claim, stale_after, now)
+        mark = mark_of(claim, stale_after, now, quiet_after)
         counts[mark] = counts.get(mark, 0) + 1
-    return Claims(rank(every, stale_after, now)[:limit], counts, now, ranked=False)
+    return Claims(rank(every, stale_after, now, quiet_after)[:limit], counts, now, ranked=False)
 
 
 def agent_names(client: Client) -> Callable[[UUID], str] | None:
@@ -280,6 +308,7 @@ def render(
     now: datetime,
     outage: Sequence[str] = (),
     agents: Callable[[UUID], str | None] | None = None,
+    quiet_after: float | None = None,
 ) -> list[Line]:
     """The frame: at most ``height`` lines of at most ``width`` characters; ``outage``: the
     lines that say the server is unreachable."""
@@ -288,7 +317,7 @@ def render(
         return [Line("reading claims…"[:width]), *notes][:height]
     room = max(0, height - 2 - len(notes))
     rows = claims.items[:room]
-    marks = [mark_of(c, stale_after, now) for c in rows]
+    marks = [mark_of(c, stale_after, now, quiet_after) for c in rows]
     jobs = short_ids([c.job_id for c in rows])
     agent_ids = short_ids([c.job_agent_id for c in rows])
     named = agents or (lambda a: None)
@@ -319,6 +348,7 @@ class ClaimsWatch:
     interval: float
     stale_after: float | None
     agents: Callable[[UUID], str | None] | None = None
+    quiet_after: float | None = None
     clock: Callable[[], float] = time.monotonic
     last: Claims | None = None
     outage: Outage | None = None
@@ -344,6 +374,7 @@ class ClaimsWatch:
             now=now,
             outage=self.outage.lines(now, tick, width) if self.outage else (),
             agents=self.agents,
+            quiet_after=self.quiet_after,
         )
 
     def _failed(self, exc: ServerUnavailable | ServerError, now: datetime, tick: float) -> None:

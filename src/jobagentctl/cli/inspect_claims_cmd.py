@@ -1,6 +1,6 @@
-"""`jobagentctl inspect-claims`: operators list claims with their age, heartbeat and expiry.
-
-Also the stuck-claim check for monitoring (`--fail-if-stuck`, exit 6) and a live view.
+"""`jobagentctl inspect-claims`: operators list claims with their age, heartbeat, expiry and
+how long each has been quiet (no output). Also the stuck-claim check for monitoring
+(`--fail-if-stuck`, exit 6) and a live view.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from jobagentctl.cli import context
-from jobagentctl.cli.claims_watch import STUCK_MARKS, mark_of
+from jobagentctl.cli.claims_watch import STUCK_MARKS, mark_of, quiet_seconds
 from jobagentctl.cli.context import get_state
 from jobagentctl.errors import JobAgentError, StuckClaims, UsageError
-from jobagentctl.models import STALE_MARK, ClaimState
+from jobagentctl.models import QUIET_MARK, STALE_MARK, ClaimState
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -26,27 +26,34 @@ if TYPE_CHECKING:
     from jobagentctl.client import Client
     from jobagentctl.models import JobClaim
 
-__all__ = ["STALE", "STATES", "display_states", "register"]
+__all__ = ["QUIET", "STALE", "STATES", "display_states", "register"]
 
 # The --state filter values (the row states, then `all`), in the order the help lists them.
 STATES: tuple[str, ...] = tuple(state.value for state in ClaimState)
 # Not a claim state: the display mark of an active claim silent for longer than --stale-after.
 STALE = STALE_MARK
+# Nor this: the mark of an active claim whose command printed nothing for --quiet-after.
+QUIET = QUIET_MARK
 STUCK = STUCK_MARKS
 # The pause between --watch redraws (tests replace it).
 sleep = time.sleep
 
 
 def display_states(
-    claims: Sequence[JobClaim], stale_after: float | None, now: datetime
+    claims: Sequence[JobClaim],
+    stale_after: float | None,
+    now: datetime,
+    quiet_after: float | None = None,
 ) -> list[str]:
     """Each claim's state, with active claims silent for longer than ``stale_after`` as stale
+    (no heartbeat), else as quiet when their command printed nothing for ``quiet_after``
     (the watch's marks: :func:`~jobagentctl.cli.claims_watch.mark_of`).
 
     Ages are measured against this machine's clock; the server's own expiry uses the database
-    clock, so a skewed client clock only moves the ``stale`` mark, never the lease.
+    clock, so a skewed client clock only moves the ``stale`` and ``quiet`` marks, never the
+    lease.
     """
-    return [mark_of(claim, stale_after, now) for claim in claims]
+    return [mark_of(claim, stale_after, now, quiet_after) for claim in claims]
 
 
 StateFlag = Annotated[
@@ -72,11 +79,20 @@ WatchFlag = Annotated[
 IntervalFlag = Annotated[
     str, typer.Option("--interval", metavar="DURATION", help="Redraw interval for --watch.")
 ]
+QuietAfterFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--quiet-after",
+        metavar="DURATION",
+        help="Mark active claims whose command printed nothing for this long as quiet (stuck).",
+    ),
+]
 FailIfStuckFlag = Annotated[
     bool,
     typer.Option(
         "--fail-if-stuck",
-        help="Exit 6 if any claim is expired, unleased or stale (with --watch: as soon as one is).",
+        help="Exit 6 if any claim is expired, unleased, stale or quiet (with --watch: as soon "
+        "as one is).",
     ),
 ]
 # One look at the claims: the claims, their display states (as overrides), how many are stuck.
@@ -90,14 +106,16 @@ def inspect_claims(
     watch: WatchFlag = False,
     interval: IntervalFlag = "2s",
     fail_if_stuck: FailIfStuckFlag = False,
+    quiet_after: QuietAfterFlag = None,
 ) -> None:
-    """Show claims: job, agent, state, attempt, age, last heartbeat and expiry.
+    """Show claims: job, agent, state, attempt, age, last heartbeat, expiry and quiet time.
 
     Uses --agent (or JOBAGENTCTL_AGENT) as a filter when set.
 
     \b
     Examples:
       jobagentctl inspect-claims --stale-after 2m
+      jobagentctl inspect-claims --quiet-after 15m --fail-if-stuck -q >/dev/null
       jobagentctl inspect-claims --fail-if-stuck -q >/dev/null || alert "stuck jobs"
     """
     from jobagentctl.cli import output
@@ -107,6 +125,7 @@ def inspect_claims(
     if state_filter not in STATES:
         raise UsageError(f"--state {state_filter}: use one of {', '.join(STATES)}")
     stale = parse_duration(stale_after, name="--stale-after") if stale_after else None
+    quiet = parse_duration(quiet_after, name="--quiet-after") if quiet_after else None
     every = parse_duration(interval, name="--interval")
     if watch and (state.output != "table" or not context.stdout_is_tty()):
         raise UsageError("--watch draws a live table: it needs a terminal and -o table")
@@ -115,20 +134,25 @@ def inspect_claims(
     agent = state.agent_filter()
     title = f"claims ({state_filter})" + (f" of agent {agent}" if agent else "")
     with state.client() as client:
-        snapshot = partial(_snapshot, client, agent, state_filter, stale)
+        snapshot = partial(_snapshot, client, agent, state_filter, stale, quiet)
         if watch:
-            stuck = _watch(state, client, agent, state_filter, stale, every, fail_if_stuck)
+            stuck = _watch(state, client, agent, state_filter, (stale, quiet), every, fail_if_stuck)
         else:
             claims, overrides, stuck = snapshot()
             output.emit(state, "claim", claims, overrides=overrides, title=title)
     if fail_if_stuck and stuck:
-        raise StuckClaims(f"{stuck} stuck claim(s): expired, unleased or stale")
+        raise StuckClaims(f"{stuck} stuck claim(s): expired, unleased, stale or quiet")
 
 
 def _snapshot(
-    client: Client, agent: UUID | None, state_filter: str, stale: float | None
+    client: Client,
+    agent: UUID | None,
+    state_filter: str,
+    stale: float | None,
+    quiet: float | None = None,
 ) -> Snapshot:
-    """Every claim (all pages) with its display state, and how many are stuck."""
+    """Every claim (all pages) with its display state and quiet time, and how many are
+    stuck."""
     from jobagentctl.client import iter_pages
 
     claims = list(
@@ -139,9 +163,14 @@ def _snapshot(
             limit=500,
         )
     )
-    marks = display_states(claims, stale, datetime.now(UTC))
+    now = datetime.now(UTC)
+    marks = display_states(claims, stale, now, quiet)
     stuck = sum(mark in STUCK for mark in marks)
-    return claims, [{"state": mark} for mark in marks], stuck
+    overrides = [
+        {"state": mark, "quietSeconds": quiet_seconds(claim, now)}
+        for mark, claim in zip(marks, claims, strict=True)
+    ]
+    return claims, overrides, stuck
 
 
 def _watch(
@@ -149,7 +178,7 @@ def _watch(
     client: Client,
     agent: UUID | None,
     state_filter: str,
-    stale: float | None,
+    thresholds: tuple[float | None, float | None],
     interval: float,
     stop_when_stuck: bool,
 ) -> int:
@@ -157,12 +186,18 @@ def _watch(
     asked to stop then), through server outages; the number of stuck claims last seen."""
     from jobagentctl.cli import claims_watch, output
 
+    stale, quiet = thresholds
     ranked = True
     names: list[Callable[[UUID], str] | None] = []  # the agents' names, once read
 
     def read(limit: int) -> claims_watch.Claims:
         nonlocal ranked
-        options: dict[str, Any] = {"agent": agent, "state": state_filter, "stale_after": stale}
+        options: dict[str, Any] = {
+            "agent": agent,
+            "state": state_filter,
+            "stale_after": stale,
+            "quiet_after": quiet,
+        }
         try:
             claims = claims_watch.fetch_claims(client, **options, limit=limit, ranked=ranked)
         except JobAgentError as exc:
@@ -178,7 +213,7 @@ def _watch(
     def agent_label(agent_id: UUID) -> str | None:
         return names[0](agent_id) if names and names[0] else None
 
-    watch = claims_watch.ClaimsWatch(read, interval, stale, agents=agent_label)
+    watch = claims_watch.ClaimsWatch(read, interval, stale, agents=agent_label, quiet_after=quiet)
 
     def frame(width: int, height: int) -> tuple[list[claims_watch.Line], bool]:
         lines = watch.frame(width, height)

@@ -69,8 +69,8 @@ __all__ = [
 ]
 
 # States shown in colour on a TTY (never when NO_COLOR / --no-color).
-# Keys are wire values (StrEnum members hash as their strings) and `stale`, the mark that
-# --stale-after puts on an active claim silent for too long.
+# Keys are wire values (StrEnum members hash as their strings) and `stale` and `quiet`, the
+# marks that --stale-after and --quiet-after put on an active claim silent for too long.
 STATE_STYLES: dict[str, str] = {
     ClaimState.ACTIVE: "green",
     ClaimState.EXPIRED: "red",
@@ -80,6 +80,7 @@ STATE_STYLES: dict[str, str] = {
     AgentState.IDLE: "green",
     AgentState.OFFLINE: "red",
     "stale": "yellow",
+    "quiet": "yellow",
     JobStatus.SUCCESSFUL: "green",
     JobStatus.FAILURE: "red",
     JobStatus.IN_PROGRESS: "cyan",
@@ -184,6 +185,9 @@ VIEWS: dict[str, View] = {
             Column("claimedAt", "CLAIMED", "age"),
             Column("lastHeartbeatAt", "LAST HEARTBEAT", "age"),
             _EXPIRES,
+            # inspect-claims adds it: how long the command printed nothing (last: tsv readers
+            # cut the columns before it).
+            Column("quietSeconds", "QUIET"),
         )
     ),
     "agent": View(
@@ -251,7 +255,7 @@ def _table_cell(column: Column, value: Any, now: datetime, *, detail: bool = Fal
     if column.kind in ("age", "until", "time") and isinstance(value, str):
         when = datetime.fromisoformat(value.replace("Z", "+00:00"))
         return relative(when, now)
-    if column.key == "leaseSeconds" and isinstance(value, int):
+    if column.key in ("leaseSeconds", "quietSeconds") and isinstance(value, int):
         return format_duration(value)
     text = str(value)
     if detail:

@@ -129,6 +129,21 @@ PassApiKeyFlag = Annotated[
     bool,
     typer.Option("--pass-api-key", help="Pass the API key to the command (JOBAGENTCTL_API_KEY)."),
 ]
+NoOutputTimeoutFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--no-output-timeout",
+        metavar="DURATION",
+        help="Stop the command when it prints nothing for this long; report failure (exit 124).",
+    ),
+]
+NoShipOutputFlag = Annotated[
+    bool,
+    typer.Option(
+        "--no-ship-output",
+        help="Do not send the output to the server's job log (the failure tail still goes).",
+    ),
+]
 RedactFlag = Annotated[
     list[str] | None,
     typer.Option(
@@ -160,6 +175,8 @@ def run(
     on_lease_lost: OnLeaseLostFlag = "stop",
     pass_api_key: PassApiKeyFlag = False,
     report_timeout: ReportTimeoutFlag = "5m",
+    no_output_timeout: NoOutputTimeoutFlag = None,
+    no_ship_output: NoShipOutputFlag = False,
     redact: RedactFlag = None,
 ) -> None:
     """Claim a job, run CMD with the job in its environment, heartbeat, report the result.
@@ -168,9 +185,9 @@ def run(
     JOBAGENTCTL_ATTEMPT, JOBAGENTCTL_LEASE_SECONDS, JOBAGENTCTL_JOB_FILE (the job as JSON) and
     JOBAGENTCTL_STOP_REASON_FILE set. Exit 0 reports successful, anything else failure.
 
-    Exit codes: CMD's own; 7 no job; 75 lease lost; 124 --timeout; 125 jobagentctl failed;
-    126 not executable; 127 not found; 128+N signal N; 143 cancelled. CMD may exit with
-    any of these itself: the "verdict" of --report says who chose the code. See docs/run.md.
+    Exit codes: CMD's own; 7 no job; 75 lease lost; 124 --timeout or --no-output-timeout;
+    125 jobagentctl failed; 126 not executable; 127 not found; 128+N signal N; 143 cancelled.
+    CMD may exit with any of these itself: --report's "verdict" says who chose. See docs/run.md.
 
     \b
     Examples:
@@ -197,10 +214,11 @@ def run(
         on_lease_lost=on_lease_lost,
         pass_api_key=pass_api_key,
         report_timeout=report_timeout,
+        no_output_timeout=no_output_timeout,
+        no_ship_output=no_ship_output,
         redact=tuple(redact or ()),
     )
-    options = _options(state, flags)
-    raise typer.Exit(Supervisor(options, state.client, log=_log(state)).run())
+    raise typer.Exit(Supervisor(_options(state, flags), state.client, log=_log(state)).run())
 
 
 @dataclass(frozen=True)
@@ -223,6 +241,8 @@ class RunFlags:
     on_lease_lost: str
     pass_api_key: bool
     report_timeout: str
+    no_output_timeout: str | None = None
+    no_ship_output: bool = False
     redact: tuple[str, ...] = ()
 
     def check(self) -> None:
@@ -239,6 +259,8 @@ class RunFlags:
             raise UsageError("--wait applies only when claiming the next job (no --job)")
         if not self.loop and (self.max_jobs is not None or self.idle_timeout is not None):
             raise UsageError("--max-jobs and --idle-timeout need --loop")
+        if self.no_capture and self.no_output_timeout is not None:
+            raise UsageError("--no-output-timeout watches the output: it needs capture")
         if any(not pattern.strip() for pattern in self.redact):
             raise UsageError("--redact: expected a variable name pattern, e.g. '*_CREDENTIALS'")
 
@@ -251,7 +273,7 @@ class RunFlags:
         from jobagentctl.supervisor.redact import DEFAULT_PATTERNS
 
         self.check()
-        idle = self.idle_timeout
+        idle, silent = self.idle_timeout, self.no_output_timeout
         return partial(
             RunOptions,
             command=list(self.command),
@@ -269,6 +291,10 @@ class RunFlags:
             on_lease_lost=cast(Literal["stop", "continue"], self.on_lease_lost),
             pass_api_key=self.pass_api_key,
             report_timeout=parse_duration(self.report_timeout, name="--report-timeout"),
+            no_output_timeout=(
+                parse_duration(silent, name="--no-output-timeout") if silent else math.inf
+            ),
+            ship_output=not self.no_ship_output,
             redact_patterns=(*DEFAULT_PATTERNS, *self.redact),
         )
 

@@ -11,6 +11,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -401,11 +402,19 @@ class Client:
                     sleep(min(MIN_POLL_INTERVAL, left))
 
     def heartbeat(
-        self, job_id: UUID, *, claim_id: UUID | None, lease_seconds: int | None = None
+        self,
+        job_id: UUID,
+        *,
+        claim_id: UUID | None,
+        lease_seconds: int | None = None,
+        last_output_at: datetime | None = None,
     ) -> models.Heartbeat:
-        """Renew the claim's lease (``lease_seconds``: a new length); :class:`ClaimLost` when
-        the claim ended, :class:`LeaseUnsupported` on a server without leases."""
-        body = models.HeartbeatRequest(claim_id=claim_id, lease_seconds=lease_seconds)
+        """Renew the claim's lease (``lease_seconds``: a new length; ``last_output_at``: when
+        the job's command last printed, kept for the claim's quiet time); :class:`ClaimLost`
+        when the claim ended, :class:`LeaseUnsupported` on a server without leases."""
+        body = models.HeartbeatRequest(
+            claim_id=claim_id, lease_seconds=lease_seconds, last_output_at=last_output_at
+        )
         path = self._at(Routes.HEARTBEAT, jobId=job_id)
         response = self._conn.send("POST", path, body=body, v2_route=True)
         self._v1.learned(v1_only=False)
@@ -496,6 +505,7 @@ class Client:
         agent_id: UUID | None = None,
         state: ClaimState | str = ClaimState.ALL,
         stale_after: float | None = None,
+        quiet_after: float | None = None,
         limit: int = 50,
     ) -> models.UrgentClaims:
         """The ``limit`` most urgent claims (expired, unleased or silent for ``stale_after``
@@ -506,6 +516,7 @@ class Client:
             "jobAgentId": agent_id,
             "state": ClaimState(state).value,
             "staleAfter": stale_after,
+            "quietAfter": quiet_after,
             "limit": limit,
         }
         path = self._at(Routes.CLAIMS_URGENT)

@@ -475,15 +475,29 @@ async def urgent_job_claims(
             description="Seconds without a heartbeat that make an active claim stale",
         ),
     ] = None,
+    quiet_after: Annotated[
+        float | None,
+        Query(
+            alias="quietAfter",
+            ge=0,
+            le=10**9,
+            description="Seconds without output that make an active (not stale) claim quiet",
+        ),
+    ] = None,
     limit: Limit = 50,
 ) -> bytes:
     """The most urgent claims first, and how many there are of each kind
 
-    Expired claims (longest overdue first), then unleased or stale ones, then the rest by
-    nearest expiry; ``counts`` has every mark's number over all the matching claims.
+    Expired claims (longest overdue first), then unleased, stale or quiet ones, then the rest
+    by nearest expiry; ``counts`` has every mark's number over all the matching claims.
     """
     claims, counts = await call.service.urgent_claims(
-        call.principal, ws, agent_id=job_agent_id, state=state, stale_after=stale_after, limit=limit
+        call.principal,
+        ws,
+        agent_id=job_agent_id,
+        state=state,
+        marks=(stale_after, quiet_after),
+        limit=limit,
     )
     total = sum(counts.values())
     return model_bytes(UrgentClaims(items=claims, counts=counts, total=total, limit=limit))

@@ -414,8 +414,11 @@ class JobService:
         requested = body.lease_seconds if body is not None else None
         # 0 or absent keeps the claim's current lease: a heartbeat cannot unlease a job.
         lease = self.settings.clamp_lease(requested) if requested else None
+        last_output = body.last_output_at if body is not None else None
         try:
-            beat = await self.store.heartbeat(ws, job_id, claim_id, lease, principal.agent_id)
+            beat = await self.store.heartbeat(
+                ws, job_id, claim_id, lease, principal.agent_id, last_output_at=last_output
+            )
         except (ClaimLost, ClaimMismatch) as exc:
             self.metrics.lease_lost.labels(exc.code).inc()
             raise
@@ -543,15 +546,23 @@ class JobService:
         *,
         agent_id: UUID | None,
         state: ClaimState,
-        stale_after: float | None,
+        marks: tuple[float | None, float | None],
         limit: int,
     ) -> tuple[list[JobClaim], dict[str, int]]:
-        """The most urgent claims and the count of each mark (an agent key: its own agent's)."""
+        """The most urgent claims and the count of each mark (an agent key: its own agent's);
+        ``marks``: the seconds without a heartbeat, and without output, that make an active
+        claim stale, and quiet."""
         self._workspace(principal, ws)
         if principal.agent_id is not None:
             if agent_id is not None and agent_id != principal.agent_id:
                 raise _no_agent(agent_id)
             agent_id = principal.agent_id
+        stale_after, quiet_after = marks
         return await self.store.urgent_claims(
-            ws, agent_id=agent_id, state=state, stale_after=stale_after, limit=limit
+            ws,
+            agent_id=agent_id,
+            state=state,
+            stale_after=stale_after,
+            quiet_after=quiet_after,
+            limit=limit,
         )

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import ClassVar
 
 from jobagentctl.errors import ClaimLost, ClaimMismatch, JobTerminal, NotFound
@@ -38,6 +40,8 @@ class Heartbeater(ClaimThread):
     kind: ClassVar[str] = "heartbeat"
 
     lease: Lease
+    # When the command last printed (relay.LastOutput.at): each heartbeat carries it.
+    last_output: Callable[[], datetime | None] = lambda: None
     beats: int = field(default=0, init=False)
     failures: int = field(default=0, init=False)
     # beat_once also runs on the claim long-poll's thread (its confirmation heartbeat).
@@ -55,7 +59,9 @@ class Heartbeater(ClaimThread):
         the claim long-poll's thread calls it too, to confirm that a claim ended."""
         sent_at = self.clock()
         try:
-            granted = self.client.heartbeat(self.job_id, claim_id=self.claim_id)
+            granted = self.client.heartbeat(
+                self.job_id, claim_id=self.claim_id, last_output_at=self.last_output()
+            )
         except ClaimLost as exc:
             if exc.job_status == JobStatus.CANCELLED:
                 return self._verdict(Beat.CANCELLED, "the job was cancelled")

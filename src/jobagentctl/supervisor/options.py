@@ -32,6 +32,8 @@ class RunOptions:
     wait: float = 0.0
     lease_seconds: int = 60
     timeout: float = math.inf
+    # Stop the command after this long without output on either stream (needs capture).
+    no_output_timeout: float = math.inf
     grace: float = 10.0
     stop_signal: signal.Signals = signal.SIGTERM
     loop: bool = False
@@ -40,6 +42,9 @@ class RunOptions:
     report_path: Path | None = None
     output_tail_bytes: int = 8192
     capture: bool = True
+    # Ship the command's output to the server's log as it runs (with capture, on a server
+    # that has the log endpoint); off keeps the local tail only.
+    ship_output: bool = True
     on_lease_lost: Literal["stop", "continue"] = "stop"
     pass_api_key: bool = False
     report_timeout: float = REPORT_TIMEOUT_SECONDS

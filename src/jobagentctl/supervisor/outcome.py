@@ -42,6 +42,7 @@ class StopReason(enum.StrEnum):
     LEASE_LOST = "lease_lost"  # the claim went away: nothing reported, the job runs elsewhere
     CANCELLED = "cancelled"  # an operator cancelled the job
     TIMEOUT = "timeout"  # --timeout stopped the command, failure reported
+    NO_OUTPUT = "no_output"  # --no-output-timeout stopped a silent command, failure reported
     INTERRUPTED = "interrupted"  # a signal to run stopped it; the job was released
 
 
@@ -80,6 +81,7 @@ def exit_code(outcome: Outcome) -> int:
     | 7     | no_job        | nothing to claim (``--wait`` ran out; ``--job`` not queued)     |
     | 75    | lease_lost    | the lease was lost: nothing reported, the job runs elsewhere    |
     | 124   | timeout       | ``--timeout`` stopped the command, ``failure`` reported         |
+    | 124   | no_output     | ``--no-output-timeout`` stopped a silent command, ``failure``   |
     | 125   | failed        | jobagentctl failed: config, server at claim, temp dir, report   |
     | 126   | not_started   | the command is not executable (``failure`` reported)            |
     | 127   | not_started   | the command was not found (``failure`` reported)                |
@@ -99,6 +101,9 @@ def exit_code(outcome: Outcome) -> int:
         Verdict.FAILED: EXIT_FAILED,
         StopReason.LEASE_LOST: EXIT_LEASE_LOST,
         StopReason.TIMEOUT: EXIT_TIMEOUT,
+        # A silent command is a timeout too (of its output): a script that knows 124 from
+        # timeout(1) needs no new case; --report's reason tells the two apart.
+        StopReason.NO_OUTPUT: EXIT_TIMEOUT,
         StopReason.CANCELLED: EXIT_CANCELLED,
     }
     return codes[verdict]

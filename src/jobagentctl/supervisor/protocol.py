@@ -5,11 +5,12 @@ The real :class:`jobagentctl.client.Client` satisfies it; unit tests inject a fa
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Protocol
 from uuid import UUID
 
 from jobagentctl.errors import JobAgentError, ServerError, ServerUnavailable
-from jobagentctl.models import ClaimedJob, ClaimNext, Heartbeat, JobStatus, JobWait
+from jobagentctl.models import ClaimedJob, ClaimNext, Heartbeat, JobStatus, JobWait, LogChunkIn
 
 __all__ = ["SupervisorClient", "describe_error", "is_transient"]
 
@@ -28,9 +29,15 @@ class SupervisorClient(Protocol):
         ...
 
     def heartbeat(
-        self, job_id: UUID, *, claim_id: UUID | None, lease_seconds: int | None = None
+        self,
+        job_id: UUID,
+        *,
+        claim_id: UUID | None,
+        lease_seconds: int | None = None,
+        last_output_at: datetime | None = None,
     ) -> Heartbeat:
-        """Extend the lease; ``ClaimLost``/``ClaimMismatch`` when it is no longer ours."""
+        """Extend the lease (and say when the command last printed); ``ClaimLost``/
+        ``ClaimMismatch`` when it is no longer ours."""
         ...
 
     def wait_claim(self, job_id: UUID, *, claim_id: UUID, wait_seconds: float) -> JobWait:
@@ -53,6 +60,12 @@ class SupervisorClient(Protocol):
 
     def release(self, job_id: UUID, *, claim_id: UUID | None) -> object:
         """Give the job back to the queue (status ``queued``)."""
+        ...
+
+    def append_logs(self, job_id: UUID, claim_id: UUID, chunks: list[LogChunkIn]) -> object:
+        """Append output to the log of the attempt ``claim_id`` holds; ``ClaimLost`` /
+        ``ClaimMismatch`` when it is not the job's current claim, ``LogsUnsupported`` (a
+        ``LeaseUnsupported``) on a server without the log endpoint."""
         ...
 
     def close(self) -> None:

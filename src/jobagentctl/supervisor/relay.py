@@ -7,6 +7,11 @@ full the watching phase stops reading the child's pipe, so the child feels the b
 a plain pipe would give it, while timeouts, signals, cancellation and lease loss are still
 acted on. Output that cannot be handed over (the relay full after the child exited, or still
 waiting when the run ends and ``--grace`` has passed) is dropped and counted.
+
+After a chunk is handed to our relay (and the tail), the watching phase gives it to the run's
+:class:`OutputSink` s, in arrival order across both streams: the last-output clock
+(:class:`LastOutput`) and the log shipper. A sink must never block: it is called on the main
+loop.
 """
 
 from __future__ import annotations
@@ -19,8 +24,17 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Protocol
 
-__all__ = ["RELAY_LIMIT_BYTES", "Relay", "RelayText", "relayed_stderr"]
+__all__ = [
+    "RELAY_LIMIT_BYTES",
+    "LastOutput",
+    "OutputSink",
+    "Relay",
+    "RelayText",
+    "relayed_stderr",
+]
 
 # What may wait for a slow reader, per descriptor.
 RELAY_LIMIT_BYTES = 1 << 20
@@ -188,3 +202,31 @@ def relayed_stderr(relay: Relay) -> Iterator[None]:
         yield
     finally:
         sys.stderr = saved
+
+
+class OutputSink(Protocol):
+    """Takes each chunk of the command's output, ``(stream, data)``, in arrival order across
+    both streams, on the main loop: it must return at once."""
+
+    def feed(self, stream: str, data: bytes) -> None:
+        """One chunk read from ``stream`` (``"stdout"`` or ``"stderr"``)."""
+        ...
+
+
+class LastOutput:
+    """When the command last printed (wall clock, for the heartbeat's ``lastOutputAt``),
+    shipped or not. A sink: the main loop writes it, the heartbeat thread reads it."""
+
+    def __init__(self) -> None:
+        self._at: float | None = None
+
+    def feed(self, stream: str, data: bytes) -> None:
+        """Note the time of a chunk (a float store: atomic for the reading thread)."""
+        if data:
+            self._at = time.time()
+
+    @property
+    def at(self) -> datetime | None:
+        """The time of the last chunk, None before the first."""
+        at = self._at
+        return None if at is None else datetime.fromtimestamp(at, UTC)

@@ -4,6 +4,7 @@ with the claim id (retrying while the heartbeats keep the lease), or release the
 
 from __future__ import annotations
 
+import math
 import random
 import signal
 import time
@@ -62,12 +63,14 @@ class Reporter:
         *,
         timeout: float,
         lease_verdict: tuple[Beat, str] | None,
+        no_output_timeout: float = math.inf,
         redact: Callable[[str], str] = str,
     ) -> Outcome:
         """Report (or release) according to how the child ended; fill ``record``.
 
         ``lease_verdict`` is what the lease learnt before the claim went (if it did);
-        ``redact`` replaces the secrets in the message (the tail comes redacted already).
+        ``timeout`` and ``no_output_timeout`` are what the failure message names; ``redact``
+        replaces the secrets in the message (the tail comes redacted already).
         """
         if isinstance(end, SpawnError):
             record.exit_code = end.exit_code
@@ -100,7 +103,7 @@ class Reporter:
             self.let_go(job)
             return Outcome(reason, rc)
         assert rc is not None
-        status, message = _result(rc, reason, timeout)
+        status, message = _result(rc, reason, timeout, no_output_timeout)
         message = None if message is None else redact(message)
         if message is not None and end.tail:
             room = MAX_MESSAGE_CHARS - len(message) - 1
@@ -256,11 +259,15 @@ def _signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def _result(rc: int, reason: StopReason | None, timeout: float) -> tuple[JobStatus, str | None]:
+def _result(
+    rc: int, reason: StopReason | None, timeout: float, no_output_timeout: float
+) -> tuple[JobStatus, str | None]:
     """The terminal status to report for a command that ended with ``rc`` (stopped for
     ``reason``, if it was), and the message that says why it failed."""
     if reason is StopReason.TIMEOUT:
         return JobStatus.FAILURE, f"timed out after {format_duration(timeout)}"
+    if reason is StopReason.NO_OUTPUT:
+        return JobStatus.FAILURE, f"no output for {format_duration(no_output_timeout)}"
     if rc == 0:
         return JobStatus.SUCCESSFUL, None
     if rc < 0:

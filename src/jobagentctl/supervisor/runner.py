@@ -21,7 +21,7 @@ from collections.abc import Callable
 from functools import partial
 
 from jobagentctl.durations import format_duration
-from jobagentctl.models import REDACT_SOCKET_ENV, ClaimNext, JobStatus
+from jobagentctl.models import REDACT_SOCKET_ENV, ClaimedJob, ClaimNext, JobStatus
 from jobagentctl.supervisor.child import Child, SpawnError
 from jobagentctl.supervisor.claiming import Claim, Claimer
 from jobagentctl.supervisor.claimwatch import ClaimWatcher
@@ -36,8 +36,9 @@ from jobagentctl.supervisor.outcome import Outcome, StopReason, Verdict, exit_co
 from jobagentctl.supervisor.protocol import SupervisorClient
 from jobagentctl.supervisor.record import JobRecord, open_report, utc_now, write_record
 from jobagentctl.supervisor.redact import Redactor, secrets_from_context, secrets_from_environment
-from jobagentctl.supervisor.relay import Relay, relayed_stderr
+from jobagentctl.supervisor.relay import LastOutput, Relay, relayed_stderr
 from jobagentctl.supervisor.reporting import Reporter
+from jobagentctl.supervisor.shipping import Shipper
 from jobagentctl.supervisor.waiting import SignalPolicy, Waiter
 from jobagentctl.supervisor.watching import ChildEnd, Watch
 
@@ -69,6 +70,8 @@ class Supervisor:
         self.outcome: Outcome | None = None
         self._lease: JobLease | None = None
         self._relays: dict[str, Relay] = {}
+        # Ship output to the job's log (off for good once the server is found to have none).
+        self._ship = options.ship_output and options.capture
         # Redacted from whatever leaves the machine, in every job: the API key in use and the
         # values of the variables whose names say they are secrets.
         self._secrets = [
@@ -223,8 +226,9 @@ class Supervisor:
         )
         started = time.monotonic()
         lease = self._lease = JobLease(job, claim.sent_at, claim.received_at)
+        last_output = LastOutput()
         if lease.leased:
-            self._keep(lease, events)
+            self._keep(lease, events, last_output)
             lease_text = f"lease {job.lease_seconds}s"
         else:
             lease_text = "unleased: no heartbeats"
@@ -234,10 +238,10 @@ class Supervisor:
         redactor = self._redactor(claim)
         try:
             files = JobFiles(job)
-            end = self._execute(claim, files, lease, events, redactor)
+            end = self._execute(claim, files, lease, events, (redactor, last_output))
             outcome = reporter.settle(
                 job, end, record, timeout=opts.timeout, lease_verdict=lease.verdict,
-                redact=redactor.redact_text,
+                no_output_timeout=opts.no_output_timeout, redact=redactor.redact_text,
             )  # fmt: skip
         except OSError as exc:
             # Our side failed before the child could start (no temp dir, …): give the job back.
@@ -269,7 +273,7 @@ class Supervisor:
         self._log.debug(f"redacting {redactor.count} value(s) from what is sent to the server")
         return redactor
 
-    def _keep(self, lease: JobLease, events: Events) -> None:
+    def _keep(self, lease: JobLease, events: Events, last_output: LastOutput) -> None:
         """Start the threads that keep ``lease``, each on a client of its own (a slow
         heartbeat never holds up a report, and a long-poll keeps its connection): heartbeats,
         and the claim long-poll, which brings a cancel within about a second whatever the
@@ -277,8 +281,9 @@ class Supervisor:
         job, log, rng = lease.job, self._log, self._rng
         assert lease.lease is not None and job.claim_id is not None
         heartbeater = Heartbeater(
-            self._factory(), job.id, job.claim_id, lease.lease, post=events.post, log=log, rng=rng
-        )
+            self._factory(), job.id, job.claim_id, lease.lease,
+            post=events.post, log=log, rng=rng, last_output=lambda: last_output.at,
+        )  # fmt: skip
         watcher = ClaimWatcher(
             self._factory(), job.id, job.claim_id,
             confirm=heartbeater.beat_once, post=events.post, log=log, rng=rng,
@@ -309,16 +314,24 @@ class Supervisor:
                 self._log.warn(f"cannot write --report {path}: {exc}")
 
     def _execute(
-        self, claim: Claim, files: JobFiles, lease: JobLease, events: Events, redactor: Redactor
+        self,
+        claim: Claim,
+        files: JobFiles,
+        lease: JobLease,
+        events: Events,
+        output: tuple[Redactor, LastOutput],
     ) -> ChildEnd | SpawnError:
-        """Start the command (unless the claim is already gone) and watch it to its end."""
+        """Start the command (unless the claim is already gone) and watch it to its end;
+        its output goes through ``output``'s redactor to the tail and the job's log, and sets
+        its last-output clock."""
+        redactor = output[0]
         gone = lease.gone_before_start()
         if gone is not None:
             return ChildEnd(returncode=None, reason=gone, tail="")
         env = child_environment(os.environ, claim.job, self.options, files)
         handover = self._open_handover(redactor, env)
         try:
-            return self._start_and_watch(files, lease, events, redactor, env, handover)
+            return self._start_and_watch(claim, files, lease, events, output, env, handover)
         finally:
             if handover is not None:
                 handover.close()
@@ -337,10 +350,11 @@ class Supervisor:
 
     def _start_and_watch(
         self,
+        claim: Claim,
         files: JobFiles,
         lease: JobLease,
         events: Events,
-        redactor: Redactor,
+        output: tuple[Redactor, LastOutput],
         env: dict[str, str],
         handover: HandoverSocket | None,
     ) -> ChildEnd | SpawnError:
@@ -364,8 +378,45 @@ class Supervisor:
             child.lease_holds_until(enforce.deadline)  # a renewal while it started
         if handover is not None:
             handover.admit(child.pgid)  # the command leads a session of its own
+        shipper = self._shipper(claim.job)
         watch = Watch(
             opts, child, files, lease, events, self.policy, self._relays,
-            suspend=self._suspend, log=log, redactor=redactor,
+            suspend=self._suspend, log=log, redactor=output[0], clock=output[1],
+            sinks=[shipper] if shipper else [],
         )  # fmt: skip
-        return watch.run()
+        try:
+            return watch.run()
+        finally:
+            if shipper is not None:
+                # The last output reaches the log before the result is reported (bounded).
+                shipper.close()
+
+    def _shipper(self, job: ClaimedJob) -> Shipper | None:
+        """A started :class:`Shipper` for the job's output, on a client of its own (a slow
+        append never holds up a heartbeat); None when output is not shipped: ``--no-capture``,
+        ``--no-ship-output``, an unleased claim (no claim id to fence the log with: said
+        once), or a server that was found to keep no logs."""
+        if not self._ship:
+            return None
+        if job.claim_id is None:
+            self._ship = False
+            self._log.info(
+                "output is not shipped to the job's log: an unleased claim has no claim id "
+                "to fence it with"
+            )
+            return None
+        shipper = Shipper(
+            self._factory(), job.id, job.claim_id,
+            log=self._log, on_unsupported=self._logs_unsupported, rng=self._rng,
+        )  # fmt: skip
+        shipper.start()
+        return shipper
+
+    def _logs_unsupported(self, why: str) -> None:
+        """From a shipper's thread: the server has no log endpoint. Said once per run."""
+        if self._ship:
+            self._ship = False
+            self._log.warn(
+                f"the server keeps no job logs ({why}): output is not shipped "
+                "(the failure report still carries its tail)"
+            )

@@ -1,8 +1,9 @@
 """The watching phase: the main loop while the child runs.
 
-It pumps the child's output, acts on signals, heartbeat verdicts, the local lease deadline and
-``--timeout``, stops the child when asked to (reason file, stop signal, SIGKILL after
-``--grace``), and ends with a :class:`ChildEnd` once the child and its pipes are done.
+It pumps the child's output (to our relays, the tail and the run's sinks), acts on signals,
+heartbeat verdicts, the local lease deadline, ``--timeout`` and ``--no-output-timeout``, stops
+the child when asked to (reason file, stop signal, SIGKILL after ``--grace``), and ends with a
+:class:`ChildEnd` once the child and its pipes are done.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import select
 import selectors
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 
 from jobagentctl.durations import format_duration
@@ -25,7 +26,7 @@ from jobagentctl.supervisor.log import Log
 from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.outcome import StopReason
 from jobagentctl.supervisor.redact import Redactor
-from jobagentctl.supervisor.relay import Relay
+from jobagentctl.supervisor.relay import LastOutput, OutputSink, Relay
 from jobagentctl.supervisor.tail import OutputTail
 from jobagentctl.supervisor.waiting import TICK_SECONDS, SignalPolicy
 
@@ -59,8 +60,13 @@ class Watch:
     _: KW_ONLY
     suspend: Callable[[Child], None]
     log: Log
-    # Secrets are replaced in the tail (it goes to the server); our own copy keeps them.
+    # Secrets are replaced in what goes to the server (the tail, the sinks); our own copy
+    # keeps them.
     redactor: Redactor | None = None
+    # Each chunk of output goes to these too, redacted, as to the tail (relay.py).
+    sinks: Sequence[OutputSink] = ()
+    # When the command last printed, for the heartbeat (fed as read: only its time counts).
+    clock: LastOutput | None = None
 
     def __post_init__(self) -> None:
         self.tail = OutputTail(self.opts.output_tail_bytes)
@@ -71,6 +77,8 @@ class Watch:
         self.remind_at: float | None = None
         self.started = time.monotonic()
         self.timeout_at = self.started + self.opts.timeout
+        # When the command last printed (monotonic), for --no-output-timeout.
+        self.last_output = self.started
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.events.read_fd, selectors.EVENT_READ, None)
         # The child's open pipes; the paused ones are not read while their relay is full.
@@ -118,7 +126,7 @@ class Watch:
                 return  # the pipes were just abandoned
             wake = now + TICK_SECONDS
             if not exited and self.kill_at is None:
-                wake = min(wake, self.timeout_at)
+                wake = min(wake, self.timeout_at, self._silent_at())
             if not exited and self.lease.watched:
                 wake = min(wake, self.lease.deadline)
             if self.kill_at is not None and not self.killed:
@@ -135,6 +143,14 @@ class Watch:
         if not exited and self.kill_at is None and now >= self.timeout_at:
             self.log.warn(f"timed out after {format_duration(self.opts.timeout)}: stopping")
             self._stop(StopReason.TIMEOUT, self.opts.stop_signal)
+        if self.paused:
+            # The command is blocked writing to a pipe we do not read (our reader is slow):
+            # it is not silent.
+            self.last_output = now
+        if not exited and self.kill_at is None and now >= self._silent_at():
+            silent = format_duration(self.opts.no_output_timeout)
+            self.log.warn(f"no output for {silent} (--no-output-timeout): stopping")
+            self._stop(StopReason.NO_OUTPUT, self.opts.stop_signal)
         # Once the child has exited its result is known: the report (fenced by the claim id)
         # decides whether the lease still holds, so the local deadline only matters before.
         if not exited and self.lease.watched and now >= self.lease.deadline:
@@ -163,6 +179,10 @@ class Watch:
                 self.child.signal_group(signal.SIGKILL)
             if exited:
                 self._abandon_pipes()
+
+    def _silent_at(self) -> float:
+        """When --no-output-timeout stops the command if it prints nothing more."""
+        return self.last_output + self.opts.no_output_timeout
 
     def _handle_events(self) -> None:
         for event in self.events.drain():
@@ -240,22 +260,48 @@ class Watch:
         if not data:
             self._close_pipe(fd, stream)
             return
-        self._to_tail(stream, data)
-        relay = self.relays.get(stream)
-        if relay is None:
-            return
-        if self.child.returncode is not None:
-            # The job is over: what our reader will not take now is dropped, not waited for.
-            relay.write(data)
-            return
-        relay.write(data, drop_when_full=False)
-        if relay.full:
+        self.last_output = time.monotonic()
+        relay = self._hand_over(stream, data, over=self.child.returncode is not None)
+        if relay is not None and relay.full:
             # Back-pressure: stop reading until the relay has room (the child then blocks
             # in its own write, as with a plain pipe); everything else goes on.
             self.log.debug(f"our {stream} is not being read: pausing the command's {stream}")
             self.selector.unregister(fd)
             self.paused.add(fd)
             relay.when_room(lambda: self.events.post(RelayRoom(stream)))
+
+    def _hand_over(self, stream: str, data: bytes, *, over: bool) -> Relay | None:
+        """One chunk to the tail and the sinks (redacted), and to our relay (as it is); the
+        relay, if there is one. Once the job is ``over``, what our reader will not take now
+        is dropped, not waited for."""
+        if self.clock is not None:
+            self.clock.feed(stream, data)
+        self._to_server_side(stream, data)
+        relay = self.relays.get(stream)
+        if relay is not None:
+            relay.write(data, drop_when_full=over)
+        return None if over else relay
+
+    def _to_server_side(self, stream: str, data: bytes) -> None:
+        """What may leave the machine (the tail, the sinks) gets the redactor's segments."""
+        if self.tail.limit == 0 and not self.sinks:
+            return
+        segments = [(stream, data)] if self.redactor is None else self.redactor.feed(stream, data)
+        for segment_stream, segment in segments:
+            self.tail.feed(segment_stream, segment)
+            for sink in self.sinks:
+                sink.feed(segment_stream, segment)
+
+    def _close_tail(self) -> None:
+        """The output is over: what the redactor held back (to the tail and the sinks), then
+        each stream's last bytes."""
+        if self.redactor is not None:
+            for stream, segment in self.redactor.flush():
+                self.tail.feed(stream, segment)
+                for sink in self.sinks:
+                    sink.feed(stream, segment)
+        for stream in ("stdout", "stderr"):
+            self.tail.close(stream)
 
     def _resume_pipes(self, *, everything: bool) -> None:
         for fd in list(self.paused):
@@ -267,7 +313,6 @@ class Watch:
     def _abandon_pipes(self) -> None:
         """Read what is already buffered, then stop reading: someone escaped the group."""
         for fd, stream in list(self.pipes.items()):
-            relay = self.relays.get(stream)
             while select.select([fd], [], [], 0)[0]:
                 try:
                     data = os.read(fd, 65536)
@@ -275,9 +320,7 @@ class Watch:
                     break
                 if not data:
                     break
-                self._to_tail(stream, data)
-                if relay is not None:
-                    relay.write(data)
+                self._hand_over(stream, data, over=True)
             self._close_pipe(fd, stream)
 
     def _close_pipe(self, fd: int, stream: str) -> None:
@@ -288,23 +331,6 @@ class Watch:
         self.pipes.pop(fd, None)
         with contextlib.suppress(OSError):
             os.close(fd)
-
-    def _to_tail(self, stream: str, data: bytes) -> None:
-        if self.tail.limit == 0:
-            return
-        if self.redactor is None:
-            self.tail.feed(stream, data)
-            return
-        for segment_stream, segment in self.redactor.feed(stream, data):
-            self.tail.feed(segment_stream, segment)
-
-    def _close_tail(self) -> None:
-        """The output is over: what the redactor held back, then each stream's last bytes."""
-        if self.redactor is not None:
-            for stream, segment in self.redactor.flush():
-                self.tail.feed(stream, segment)
-        for stream in ("stdout", "stderr"):
-            self.tail.close(stream)
 
 
 @dataclass(frozen=True)

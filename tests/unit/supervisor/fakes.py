@@ -18,6 +18,7 @@ from jobagentctl.models import (
     Heartbeat,
     JobStatus,
     JobWait,
+    LogChunkIn,
 )
 
 __all__ = ["Call", "FakeClient", "claimed_job"]
@@ -63,10 +64,13 @@ class FakeClient:
     on_release: Callable[[int], None] | None = None
     # The claim long-poll: by default the server has none (as an older server).
     on_wait: Callable[[int], JobWait] | None = None
+    # Log appends: by default accepted (and recorded); a hook may raise or stall.
+    on_append: Callable[[int], None] | None = None
     # A server whose status update claims the next jobs when asked (claimNext);
     # by default it ignores the request, as ctrlplane and older servers do.
     claims_next: bool = False
     calls: list[Call] = field(default_factory=list)
+    appended: list[list[LogChunkIn]] = field(default_factory=list)
     closed: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -98,9 +102,14 @@ class FakeClient:
             return self.jobs.pop(0)
 
     def heartbeat(
-        self, job_id: UUID, *, claim_id: UUID | None, lease_seconds: int | None = None
+        self,
+        job_id: UUID,
+        *,
+        claim_id: UUID | None,
+        lease_seconds: int | None = None,
+        last_output_at: datetime | None = None,
     ) -> Heartbeat:
-        n = self._record("heartbeat", job_id, claim_id=claim_id)
+        n = self._record("heartbeat", job_id, claim_id=claim_id, last_output_at=last_output_at)
         if self.on_heartbeat is not None:
             self.on_heartbeat(n)
         lease = 3
@@ -146,6 +155,19 @@ class FakeClient:
         if self.on_release is not None:
             self.on_release(n)
         return {"id": str(job_id), "message": "ok"}
+
+    def append_logs(self, job_id: UUID, claim_id: UUID, chunks: list[LogChunkIn]) -> object:
+        n = self._record("append_logs", job_id, claim_id=claim_id, chunks=list(chunks))
+        if self.on_append is not None:
+            self.on_append(n)
+        with self._lock:
+            self.appended.append(list(chunks))
+        return {"jobId": str(job_id)}
+
+    def shipped(self) -> list[tuple[str, bytes]]:
+        """Every chunk the fake server took so far, in order: ``(stream, raw bytes)``."""
+        with self._lock:
+            return [(c.stream.value, c.raw()) for chunks in self.appended for c in chunks]
 
     def close(self) -> None:
         with self._lock:

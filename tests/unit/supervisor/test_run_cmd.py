@@ -40,6 +40,8 @@ def invoke(*args: str, env: dict[str, str | None] | None = None) -> Result:
         (["--job", "not-a-uuid", "--", "true"], "not a UUID"),
         (["--max-jobs", "3", "--", "true"], "need --loop"),
         (["--lease-seconds", "-1", "--", "true"], "--lease-seconds"),
+        (["--no-output-timeout", "soon", "--", "true"], "invalid --no-output-timeout"),
+        (["--no-output-timeout", "5s", "--no-capture", "--", "true"], "needs capture"),
         (["--redact", " ", "--", "true"], "--redact"),
         ([], "missing CMD"),
     ],

@@ -209,6 +209,7 @@ def claim_from_row(row: Row) -> JobClaim:
             expires - timedelta(seconds=lease) if expires is not None and lease else None
         ),
         state=ClaimState(row["state"]),
+        last_output_at=_opt_ts(row["last_output_at"]),
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 from uuid import UUID, uuid4
@@ -219,9 +220,11 @@ class SqlStore(Entities, LogStore):
         claim_id: UUID | None,
         lease_seconds: int | None,
         agent_scope: UUID | None = None,
+        last_output_at: datetime | None = None,
     ) -> Heartbeat:
         """Touch ``job_claim`` only: ``claim_expires_at = now + lease`` (and ``lease_seconds``
-        when a new value is given). An expired row not yet reaped is revived. No claim row →
+        when a new value is given; ``last_output_at``, never later than now, when one is given:
+        the same row write). An expired row not yet reaped is revived. No claim row →
         ``ClaimLost`` with ``details.jobStatus``; ``claim_id`` given and not the current one →
         ``ClaimMismatch`` (``details.jobStatus``, ``details.attempt``); unknown job → ``NotFound``.
         """
@@ -232,6 +235,7 @@ class SqlStore(Entities, LogStore):
             "claim_id": claim_id,
             "lease_seconds": lease_seconds,
             "agent_scope": agent_scope,
+            "last_output_at": _epoch(last_output_at),
         }
         row = await self._db.one("heartbeat", params)
         if row is not None:
@@ -441,16 +445,19 @@ class SqlStore(Entities, LogStore):
         state: str,
         stale_after: float | None,
         limit: int,
+        quiet_after: float | None = None,
     ) -> tuple[list[JobClaim], dict[str, int]]:
         """The ``limit`` most urgent claims of :meth:`list_claims` (expired, longest overdue
-        first; then unleased, or active but silent for longer than ``stale_after`` seconds;
-        then the rest by nearest expiry) and how many claims there are of each mark (a state,
-        or ``stale``), all judged with the database clock."""
+        first; then unleased, or active but silent for longer than ``stale_after`` seconds, or
+        with no output for longer than ``quiet_after``; then the rest by nearest expiry) and how
+        many claims there are of each mark (a state, ``stale`` or ``quiet``), all judged with
+        the database clock."""
         params = {
             "workspace_id": workspace_id,
             "agent_id": agent_id,
             "state": check_claim_state(state).value,
             "stale_after": stale_after,
+            "quiet_after": quiet_after,
         }
         found = await self._db.all("urgent_claims", {**params, "limit": limit})
         counted = await self._db.all("claim_counts", params)
@@ -495,3 +502,11 @@ def _status_write(
 
 # The name the server's modules annotate with: there is one store, over either connector.
 Store = SqlStore
+
+
+def _epoch(value: datetime | None) -> float | None:
+    """Unix seconds of ``value`` (a naive time taken as UTC), as both dialects take a time
+    from the agent."""
+    if value is None:
+        return None
+    return (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).timestamp()

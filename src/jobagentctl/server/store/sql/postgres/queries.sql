@@ -294,7 +294,12 @@ WITH picked AS (
 UPDATE job_claim AS c
 SET lease_seconds = COALESCE(%(lease_seconds)s::integer, c.lease_seconds),
     claim_expires_at = now()
-        + make_interval(secs => COALESCE(%(lease_seconds)s::integer, c.lease_seconds))
+        + make_interval(secs => COALESCE(%(lease_seconds)s::integer, c.lease_seconds)),
+    -- The agent's last output time (its clock) when given, never later than now.
+    -- (LEAST skips NULLs, hence the CASE.)
+    last_output_at = CASE WHEN %(last_output_at)s::double precision IS NULL THEN c.last_output_at
+                          ELSE LEAST(to_timestamp(%(last_output_at)s::double precision), now())
+                     END
 WHERE c.job_id = %(job_id)s
   AND (%(claim_id)s::uuid IS NULL OR c.claim_id = %(claim_id)s::uuid)
   AND (%(agent_scope)s::uuid IS NULL OR c.job_agent_id = %(agent_scope)s::uuid)
@@ -529,6 +534,7 @@ FROM (
            COALESCE(c.claimed_at, t.claimed_at, j.started_at) AS claimed_at,
            c.claim_expires_at,
            c.lease_seconds,
+           c.last_output_at,
            CASE WHEN c.job_id IS NULL THEN 'unleased'
                 WHEN c.claim_expires_at < now() THEN 'expired'
                 ELSE 'active' END AS state
@@ -541,7 +547,7 @@ FROM (
     UNION ALL
     -- Claims an operator revoked whose holder has not let go yet (the job waits for it).
     SELECT r.job_id, r.job_agent_id, r.claim_id, r.attempt, r.claimed_at, r.claim_expires_at,
-           r.lease_seconds, 'revoked'
+           r.lease_seconds, NULL::timestamptz, 'revoked'
     FROM job_revoked_claim AS r
     JOIN job AS j ON j.id = r.job_id
     WHERE j.workspace_id = %(workspace_id)s
@@ -719,11 +725,15 @@ SELECT revoked_at IS NOT NULL AS revoked FROM api_key WHERE id = %(id)s
 
 -- fragment: claim_marks
 -- The rows of list_claims, each with its mark: its state, or `stale` for an active claim
--- silent (no heartbeat, else no claim) for longer than stale_after seconds (NULL: never).
+-- silent (no heartbeat, else no claim) for longer than stale_after seconds (NULL: never), else
+-- `quiet` for one whose command printed nothing (its last output, else the claim) for longer
+-- than quiet_after seconds (NULL: never).
 -- A new kind of claim is a new mark here; urgent_claims ranks it, claim_counts counts it.
 SELECT *,
        CASE WHEN state = 'active' AND silent_since < now() - make_interval(
                 secs => %(stale_after)s::float8) THEN 'stale'
+            WHEN state = 'active' AND quiet_since < now() - make_interval(
+                secs => %(quiet_after)s::float8) THEN 'quiet'
             ELSE state END AS mark
 FROM (
     SELECT j.id AS job_id,
@@ -737,7 +747,9 @@ FROM (
                 WHEN c.claim_expires_at < now() THEN 'expired'
                 ELSE 'active' END AS state,
            COALESCE(c.claim_expires_at - make_interval(secs => c.lease_seconds),
-                    c.claimed_at) AS silent_since
+                    c.claimed_at) AS silent_since,
+           c.last_output_at,
+           COALESCE(c.last_output_at, c.claimed_at) AS quiet_since
     FROM job AS j
     LEFT JOIN job_claim AS c ON c.job_id = j.id
     LEFT JOIN job_attempt AS t ON t.job_id = j.id AND t.ended_at IS NULL
@@ -747,7 +759,7 @@ FROM (
     UNION ALL
     -- Claims an operator revoked whose holder has not let go yet (as list_claims).
     SELECT r.job_id, r.job_agent_id, r.claim_id, r.attempt, r.claimed_at, r.claim_expires_at,
-           r.lease_seconds, 'revoked', r.claimed_at
+           r.lease_seconds, 'revoked', r.claimed_at, NULL::timestamptz, r.claimed_at
     FROM job_revoked_claim AS r
     JOIN job AS j ON j.id = r.job_id
     WHERE j.workspace_id = %(workspace_id)s

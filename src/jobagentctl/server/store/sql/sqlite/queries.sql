@@ -237,10 +237,13 @@ RETURNING *;
 -- include: claim_next_chain
 
 -- name: heartbeat
+-- :last_output_at (epoch seconds, the agent's clock) is kept when given, never later than now.
 UPDATE job_claim
 SET lease_seconds = COALESCE(:lease_seconds, lease_seconds),
     claim_expires_at = (julianday('now') - 2440587.5) * 86400.0
-                       + COALESCE(:lease_seconds, lease_seconds)
+                       + COALESCE(:lease_seconds, lease_seconds),
+    last_output_at = COALESCE(MIN(:last_output_at, (julianday('now') - 2440587.5) * 86400.0),
+                              last_output_at)
 WHERE job_id = :job_id
   AND (:claim_id IS NULL OR claim_id = :claim_id)
   AND (:agent_scope IS NULL OR job_agent_id = :agent_scope)
@@ -406,6 +409,7 @@ FROM (
            COALESCE(c.claimed_at, t.claimed_at, j.started_at) AS claimed_at,
            c.claim_expires_at,
            c.lease_seconds,
+           c.last_output_at,
            CASE WHEN c.job_id IS NULL THEN 'unleased'
                 WHEN c.claim_expires_at < (julianday('now') - 2440587.5) * 86400.0 THEN 'expired'
                 ELSE 'active' END AS state
@@ -418,7 +422,7 @@ FROM (
     UNION ALL
     -- Claims an operator revoked whose holder has not let go yet (the job waits for it).
     SELECT r.job_id, j.rowid, r.job_agent_id, r.claim_id, r.attempt, r.claimed_at,
-           r.claim_expires_at, r.lease_seconds, 'revoked'
+           r.claim_expires_at, r.lease_seconds, NULL, 'revoked'
     FROM job_revoked_claim AS r
     JOIN job AS j ON j.id = r.job_id
     WHERE j.workspace_id = :workspace_id
@@ -564,12 +568,17 @@ SELECT revoked_at IS NOT NULL AS revoked FROM api_key WHERE id = :id
 
 -- fragment: claim_marks
 -- The rows of list_claims, each with its mark: its state, or `stale` for an active claim
--- silent (no heartbeat, else no claim) for longer than stale_after seconds (NULL: never).
+-- silent (no heartbeat, else no claim) for longer than stale_after seconds (NULL: never), else
+-- `quiet` for one whose command printed nothing (its last output, else the claim) for longer
+-- than quiet_after seconds (NULL: never).
 -- A new kind of claim is a new mark here; urgent_claims ranks it, claim_counts counts it.
 SELECT *,
        CASE WHEN state = 'active'
                  AND silent_since < (julianday('now') - 2440587.5) * 86400.0 - :stale_after
             THEN 'stale'
+            WHEN state = 'active'
+                 AND quiet_since < (julianday('now') - 2440587.5) * 86400.0 - :quiet_after
+            THEN 'quiet'
             ELSE state END AS mark
 FROM (
     SELECT j.id AS job_id,
@@ -583,7 +592,9 @@ FROM (
            CASE WHEN c.job_id IS NULL THEN 'unleased'
                 WHEN c.claim_expires_at < (julianday('now') - 2440587.5) * 86400.0 THEN 'expired'
                 ELSE 'active' END AS state,
-           COALESCE(c.claim_expires_at - c.lease_seconds, c.claimed_at) AS silent_since
+           COALESCE(c.claim_expires_at - c.lease_seconds, c.claimed_at) AS silent_since,
+           c.last_output_at,
+           COALESCE(c.last_output_at, c.claimed_at) AS quiet_since
     FROM job AS j
     LEFT JOIN job_claim AS c ON c.job_id = j.id
     LEFT JOIN job_attempt AS t ON t.job_id = j.id AND t.ended_at IS NULL
@@ -593,7 +604,7 @@ FROM (
     UNION ALL
     -- Claims an operator revoked whose holder has not let go yet (as list_claims).
     SELECT r.job_id, j.rowid, r.job_agent_id, r.claim_id, r.attempt, r.claimed_at,
-           r.claim_expires_at, r.lease_seconds, 'revoked', r.claimed_at
+           r.claim_expires_at, r.lease_seconds, 'revoked', r.claimed_at, NULL, r.claimed_at
     FROM job_revoked_claim AS r
     JOIN job AS j ON j.id = r.job_id
     WHERE j.workspace_id = :workspace_id
