@@ -97,11 +97,23 @@ def test_inspect_claims_quiet_after(cli: Cli, mock_api: respx.MockRouter) -> Non
     assert cli("inspect-claims", "--fail-if-stuck").exit_code == 0
     table = cli("inspect-claims", "--quiet-after", "10m", tty=True)
     assert "QUIET" in table.stdout and re.search(r"\b15m0\ds\b", table.stdout)
+    # The watch asks the server to mark them (quietAfter) and counts the quiet ones as stuck.
+    mock_api.get(f"{WS}/job-agents").respond(200, json=wire.page([]))
+    urgent = mock_api.get(f"{WS}/job-claims/urgent").respond(
+        200,
+        json={
+            "items": [silent, mute, talking],
+            "counts": {"quiet": 2, "active": 1},
+            "total": 3,
+            "limit": 22,
+        },
+    )
     watched = cli(
         "inspect-claims", "--watch", "--interval", "0.01", "--quiet-after", "10m",
         "--fail-if-stuck", tty=True,
     )  # fmt: skip
-    assert watched.exit_code == 6
+    assert watched.exit_code == 6, watched.stderr
+    assert urgent.calls.last.request.url.params["quietAfter"] == "600.0"
 
 
 @pytest.mark.parametrize("claim", [EXPIRED, UNLEASED], ids=["expired", "unleased"])
