@@ -58,3 +58,21 @@ async def test_a_stale_heartbeat_writes_no_output_time(api: Api) -> None:
     assert r.status_code == 409
     (claim,) = await api.claims()
     assert claim.get("lastOutputAt") is None
+
+
+async def test_the_urgent_claims_mark_quiet_ones_after_quiet_after(api: Api) -> None:
+    """``job-claims/urgent?quietAfter=S`` marks an active claim whose command printed nothing
+    for S seconds as quiet (ranked before active ones, counted apart), judged by the database
+    clock; without quietAfter the same claim is active."""
+    agent = await api.agent()
+    quiet, busy = (await api.enqueue(agent))["id"], (await api.enqueue(agent))["id"]
+    for job in (quiet, busy):
+        claimed = (await api.claim(agent, job, {"leaseSeconds": 300})).json()
+        printed = datetime.now(UTC) - timedelta(seconds=600 if job == quiet else 1)
+        body = {"claimId": claimed["claimId"], "lastOutputAt": printed.isoformat()}
+        assert (await api.heartbeat(job, body)).status_code == 200
+    marked = (await api.call("GET", "job-claims/urgent", params={"quietAfter": 300})).json()
+    assert marked["counts"] == {"quiet": 1, "active": 1}
+    assert [c["jobId"] for c in marked["items"]] == [quiet, busy]
+    plain = (await api.call("GET", "job-claims/urgent")).json()
+    assert plain["counts"] == {"active": 2}
