@@ -1,7 +1,9 @@
 """The HTTP core A/B: the same app under uvicorn + httptools and under granian, CPU per request.
 
 Usage: python -m benchmarks.hotpath_ab [--rounds 3] [--jobs 3000] [--variants uvicorn,granian]
-(the granian variant needs ``pip install granian``: it is measured here, not a dependency)
+(the granian variant needs ``pip install granian``: it is measured here, not a dependency;
+a variant ``git:REV`` is ``server start`` of the source at git revision REV, for an A/B of a
+change to the code: ``--variants git:main,uvicorn``)
 
 Each round runs every variant once, in a new order each round, on a database of its own
 seeded with ``--jobs`` queued jobs; 2 load-generator processes × 4 agents loop claim →
@@ -19,6 +21,7 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from benchmarks import pgbench
@@ -73,12 +76,46 @@ class GranianServer(Server):
         wait_for_port(self.proc, port)
 
 
+class SourceServer(Server):
+    """``server start`` of another copy of the source (``PYTHONPATH`` goes before the
+    editable install of this tree)."""
+
+    src = ""
+
+    def _spawn(self) -> None:
+        saved = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = self.src
+        try:
+            super()._spawn()
+        finally:
+            if saved is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = saved
+
+
+def export_source(rev: str, into: str) -> str:
+    """The ``src`` directory of git revision ``rev``, written under ``into``."""
+    archive = subprocess.run(["git", "archive", rev, "src"], check=True, capture_output=True)
+    os.makedirs(into)
+    subprocess.run(["tar", "-x", "-C", into], input=archive.stdout, check=True)
+    return str(Path(into) / "src")
+
+
 VARIANTS: dict[str, type[Server]] = {"uvicorn": Server, "granian": GranianServer}
 
 
-def one_run(variant: str, jobs: int) -> tuple[float, float]:
+def _server(variant: str, url: str, sources: dict[str, str]) -> Server:
+    if variant in sources:
+        server = SourceServer(url)
+        server.src = sources[variant]
+        return server
+    return VARIANTS[variant](url)
+
+
+def one_run(variant: str, jobs: int, sources: dict[str, str]) -> tuple[float, float]:
     """(server CPU ms per request, cycles/s) of one run of ``variant``."""
-    with postgres_database() as url, VARIANTS[variant](url) as server:
+    with postgres_database() as url, _server(variant, url, sources) as server:
         pgbench.seed_queue(url, server.agent, jobs)
         assert server.proc
         args = [server.url, server.path(""), server.api_key, server.agent]
@@ -96,12 +133,15 @@ def main() -> None:
     parser.add_argument("--variants", default="uvicorn,granian")
     args = parser.parse_args()
     names = args.variants.split(",")
+    tmp = tempfile.mkdtemp(prefix="hotpath-ab-")
+    revs = [n for n in names if n.startswith("git:")]
+    sources = {n: export_source(n[4:], f"{tmp}/{i}") for i, n in enumerate(revs)}
     cpu: dict[str, list[float]] = {n: [] for n in names}
     rate: dict[str, list[float]] = {n: [] for n in names}
     for r in range(args.rounds):
         order = random.sample(names, len(names))
         for name in order:
-            ms, per_s = one_run(name, args.jobs)
+            ms, per_s = one_run(name, args.jobs, sources)
             cpu[name].append(ms)
             rate[name].append(per_s)
             print(f"round {r + 1} {name}: {ms:.3f} ms CPU/request, {per_s:,.0f} cycles/s")
@@ -110,7 +150,8 @@ def main() -> None:
     print("|---|---|---|---|")
     for name in names:
         mid = statistics.median(cpu[name])
-        print(f"| {name} | {mid:.3f} ms | {mid / base:.2f}× | {statistics.median(rate[name]):,.0f} |")
+        per_s = statistics.median(rate[name])
+        print(f"| {name} | {mid:.3f} ms | {mid / base:.2f}× | {per_s:,.0f} |")
 
 
 if __name__ == "__main__":
