@@ -58,6 +58,8 @@ class GranianServer(Server):
     """The same app (``create_app`` from the same settings) served by granian: one worker
     process, one runtime thread, uvloop, HTTP/1 only — the closest match to ``server start``."""
 
+    extra: tuple[str, ...] = ()
+
     def _spawn(self) -> None:
         port = free_port()
         env = {
@@ -68,7 +70,7 @@ class GranianServer(Server):
         argv = [sys.executable, "-m", "granian", "--interface", "asgi", "--factory"]
         argv += ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
         argv += ["--runtime-threads", "1", "--loop", "uvloop", "--http", "1", "--no-ws"]
-        argv += ["--log-level", "warning", "jobagentctl.server.app:create_app"]
+        argv += [*self.extra, "--log-level", "warning", "jobagentctl.server.app:create_app"]
         self.proc = subprocess.Popen(
             argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
@@ -102,7 +104,18 @@ def export_source(rev: str, into: str) -> str:
     return str(Path(into) / "src")
 
 
-VARIANTS: dict[str, type[Server]] = {"uvicorn": Server, "granian": GranianServer}
+class GranianRustTasks(GranianServer):
+    """granian with its Rust task implementation and single-threaded runtime: its fastest
+    settings for one worker."""
+
+    extra = ("--task-impl", "rust", "--runtime-mode", "st")
+
+
+VARIANTS: dict[str, type[Server]] = {
+    "uvicorn": Server,
+    "granian": GranianServer,
+    "granian-rust-tasks": GranianRustTasks,
+}
 
 
 def _server(variant: str, url: str, sources: dict[str, str]) -> Server:
