@@ -163,6 +163,21 @@ def cli(*args: str, env: dict[str, str] | None = None) -> str:
     return out.stdout
 
 
+def wait_for_port(proc: subprocess.Popen[bytes], port: int) -> None:
+    """Wait until a server process ``proc`` accepts connections on ``port`` (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with (
+            contextlib.suppress(OSError),
+            socket.create_connection(("127.0.0.1", port), timeout=0.2),
+        ):
+            return
+        if proc.poll() is not None:
+            raise RuntimeError("server exited at start")
+        time.sleep(0.05)
+    raise RuntimeError("server did not start")
+
+
 @dataclass
 class Server:
     """A real `jobagentctl server start` process with a workspace, a key and one agent."""
@@ -209,18 +224,7 @@ class Server:
             stderr=subprocess.DEVNULL,
         )
         self.url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with (
-                contextlib.suppress(OSError),
-                socket.create_connection(("127.0.0.1", port), timeout=0.2),
-            ):
-                break
-            if self.proc.poll() is not None:
-                raise RuntimeError("server exited at start")
-            time.sleep(0.05)
-        else:
-            raise RuntimeError("server did not start")
+        wait_for_port(self.proc, port)
 
     @property
     def headers(self) -> dict[str, str]:

@@ -110,6 +110,21 @@ STANDALONE = {
     ),
     # 4 designs: project, reduced, reduced+schema, seed
     "pgbench": (("benchmarks.pgbench", "--jobs", "40", "--rounds", "1"), 4, range(6)),
+    # the HTTP core A/B's harness: this tree's server against HEAD's source (granian and msgspec
+    # are not installed here; their variants are measured by hand, docs/benchmarks.md)
+    "hotpath_ab": (
+        (
+            "benchmarks.hotpath_ab",
+            "--rounds",
+            "1",
+            "--jobs",
+            "40",
+            "--variants",
+            "uvicorn,git:HEAD",
+        ),
+        2,
+        range(4),
+    ),
 }
 
 
