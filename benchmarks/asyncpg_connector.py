@@ -232,7 +232,7 @@ class AsyncpgConnector:
                     self._url, server_settings={"application_name": "jobagentctl-listener"}
                 )
                 try:
-                    conn.add_termination_listener(lambda _: lost.set())
+                    conn.add_termination_listener(lambda _, event=lost: event.set())
                     await conn.add_listener(NOTIFY_CHANNEL, self._heard)
                     self._listening.set()
                     await self._catch_up()

@@ -6,6 +6,7 @@ Reported per driver: Python CPU per cycle (this process's CPU time / cycles: rob
 machine, where wall-clock rates move with the neighbours) and cycles/s; medians and ranges.
 
     .venv/bin/python -m benchmarks.driver_ab [--rounds 5] [--agents 4] [--jobs 2000]
+        [--layer store|connector]
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import argparse
 import asyncio
 import statistics
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from benchmarks.common import database, self_cpu_seconds
 from benchmarks.direct import agent_loop, setup_store
+from jobagentctl.models import JobStatus
 from jobagentctl.server.store import SqlStore, open_store
 
 DRIVERS = ("psycopg", "asyncpg")
@@ -50,13 +53,41 @@ def make_store(driver: str, url: str, agents: int) -> SqlStore:
     return SqlStore(AsyncpgConnector(url, max_size=agents + 2))
 
 
-async def _cycle(driver: str, url: str, agents: int, jobs: int) -> Round:
+async def connector_loop(store: SqlStore, ws: uuid.UUID, agent: uuid.UUID) -> int:
+    """``direct.agent_loop`` one layer down: the same two statements (``claim_next``,
+    ``finish_claimed``) through the connector, with no store call or model around them."""
+    db = store.connector
+    claim = {"agent_id": agent, "workspace_id": ws, "lease_seconds": 60, "limit": 1}
+    finish = {
+        "workspace_id": ws,
+        "agent_scope": None,
+        "status": JobStatus.SUCCESSFUL.value,
+        "message": None,
+        "external_id": None,
+        "metadata": None,
+        "merged_metadata": None,
+        "terminal": True,
+        "outcome": "completed",
+    }
+    done = 0
+    while rows := await db.all("claim_next", claim):
+        job = rows[0]
+        await db.one("finish_claimed", {**finish, "job_id": job["id"], "claim_id": job["claim_id"]})
+        done += 1
+    return done
+
+
+LAYERS = {"store": agent_loop, "connector": connector_loop}
+
+
+async def _cycle(driver: str, url: str, agents: int, jobs: int, layer: str) -> Round:
     store = make_store(driver, url, agents)
     ws, agent = await setup_store(store, jobs)
+    loop = LAYERS[layer]
     try:
         cpu0 = self_cpu_seconds()
         t0 = time.perf_counter()
-        done = sum(await asyncio.gather(*(agent_loop(store, ws, agent) for _ in range(agents))))
+        done = sum(await asyncio.gather(*(loop(store, ws, agent) for _ in range(agents))))
         elapsed = time.perf_counter() - t0
         cpu = self_cpu_seconds() - cpu0
     finally:
@@ -66,7 +97,7 @@ async def _cycle(driver: str, url: str, agents: int, jobs: int) -> Round:
     return Round(done, elapsed, cpu)
 
 
-def run_round(driver: str, agents: int, jobs: int) -> Round:
+def run_round(driver: str, agents: int, jobs: int, layer: str = "store") -> Round:
     """One driver's claim+complete of ``jobs`` jobs by ``agents`` agents, on a fresh database,
     on uvloop (as the server) when it is installed."""
     runner: Callable[..., Round]
@@ -77,16 +108,16 @@ def run_round(driver: str, agents: int, jobs: int) -> Round:
     except ImportError:  # pragma: no cover - uvloop is a server dependency off Windows
         runner = asyncio.run
     with database("postgres") as url:
-        return runner(_cycle(driver, url, agents, jobs))
+        return runner(_cycle(driver, url, agents, jobs, layer))
 
 
-def measure(rounds: int, agents: int, jobs: int) -> dict[str, list[Round]]:
+def measure(rounds: int, agents: int, jobs: int, layer: str = "store") -> dict[str, list[Round]]:
     """``rounds`` interleaved rounds of each driver (the order alternates every round)."""
     results: dict[str, list[Round]] = {driver: [] for driver in DRIVERS}
     for n in range(rounds):
         order = DRIVERS if n % 2 == 0 else DRIVERS[::-1]
         for driver in order:
-            results[driver].append(run_round(driver, agents, jobs))
+            results[driver].append(run_round(driver, agents, jobs, layer))
     return results
 
 
@@ -114,8 +145,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--agents", type=int, default=4)
     parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument(
+        "--layer",
+        choices=sorted(LAYERS),
+        default="store",
+        help="store: the store's calls (claim_next, set_status) as direct.py; connector: the "
+        "same two statements through the connector, no store or model around them",
+    )
     args = parser.parse_args()
-    for line in report(measure(args.rounds, args.agents, args.jobs)):
+    for line in report(measure(args.rounds, args.agents, args.jobs, args.layer)):
         print(line)
 
 
