@@ -203,6 +203,11 @@ class AsyncpgConnector:
         task.add_done_callback(self._forget)
         raise ServerUnavailable(f"the database did not answer within {self._statement_timeout:g} s")
 
+    @property
+    def abandoned(self) -> int:
+        """Operations answered as timed out whose queries are still being cancelled."""
+        return len(self._abandoned)
+
     def _forget(self, task: asyncio.Task[Any]) -> None:
         self._abandoned.discard(task)
         if not task.cancelled():

@@ -121,6 +121,24 @@ def measure(rounds: int, agents: int, jobs: int, layer: str = "store") -> dict[s
     return results
 
 
+@dataclass
+class Median:
+    """A driver's medians over its rounds."""
+
+    cpu_ms: float
+    rate: float
+
+
+def medians(results: dict[str, list[Round]]) -> dict[str, Median]:
+    """Each driver's median CPU per cycle (ms) and cycles/s."""
+    return {
+        driver: Median(
+            statistics.median(r.cpu_ms for r in rounds), statistics.median(r.rate for r in rounds)
+        )
+        for driver, rounds in results.items()
+    }
+
+
 def report(results: dict[str, list[Round]]) -> list[str]:
     """One line per driver: median CPU per cycle and rate, with their ranges; then the ratio."""
     lines = []
@@ -132,11 +150,12 @@ def report(results: dict[str, list[Round]]) -> list[str]:
             f"({min(cpu):.3f}–{max(cpu):.3f}), {statistics.median(rate):,.0f} cycles/s "
             f"({min(rate):,.0f}–{max(rate):,.0f}), {len(rounds)} rounds"
         )
-    a = statistics.median(r.cpu_ms for r in results["asyncpg"])
-    p = statistics.median(r.cpu_ms for r in results["psycopg"])
-    ra = statistics.median(r.rate for r in results["asyncpg"])
-    rp = statistics.median(r.rate for r in results["psycopg"])
-    lines.append(f"asyncpg / psycopg: CPU per cycle {a / p:.2f}×, cycles/s {ra / rp:.2f}×")
+    got = medians(results)
+    a, p = got["asyncpg"], got["psycopg"]
+    lines.append(
+        f"asyncpg / psycopg: CPU per cycle {a.cpu_ms / p.cpu_ms:.2f}×, "
+        f"cycles/s {a.rate / p.rate:.2f}×"
+    )
     return lines
 
 
