@@ -6,7 +6,7 @@ Reported per driver: Python CPU per cycle (this process's CPU time / cycles: rob
 machine, where wall-clock rates move with the neighbours) and cycles/s; medians and ranges.
 
     .venv/bin/python -m benchmarks.driver_ab [--rounds 5] [--agents 4] [--jobs 2000]
-        [--layer store|connector]
+        [--layer store|connector|unfenced]
 """
 
 from __future__ import annotations
@@ -77,7 +77,25 @@ async def connector_loop(store: SqlStore, ws: uuid.UUID, agent: uuid.UUID) -> in
     return done
 
 
-LAYERS = {"store": agent_loop, "connector": connector_loop}
+async def unfenced_loop(store: SqlStore, ws: uuid.UUID, agent: uuid.UUID) -> int:
+    """``direct.agent_loop`` with the completion sent without its claim id (a V1 agent): the
+    store's locked path (one transaction: lock the claim row, the job row, read, write)."""
+    done = 0
+    while (job := await store.claim_next(ws, agent, 60)) is not None:
+        await store.set_status(
+            ws,
+            job.id,
+            JobStatus.SUCCESSFUL,
+            claim_id=None,
+            message=None,
+            external_id=None,
+            metadata=None,
+        )
+        done += 1
+    return done
+
+
+LAYERS = {"store": agent_loop, "connector": connector_loop, "unfenced": unfenced_loop}
 
 
 async def _cycle(driver: str, url: str, agents: int, jobs: int, layer: str) -> Round:
@@ -169,7 +187,8 @@ def main() -> None:
         choices=sorted(LAYERS),
         default="store",
         help="store: the store's calls (claim_next, set_status) as direct.py; connector: the "
-        "same two statements through the connector, no store or model around them",
+        "same two statements through the connector, no store or model around them; unfenced: "
+        "the completion without its claim id (the locked path, one transaction)",
     )
     args = parser.parse_args()
     for line in report(measure(args.rounds, args.agents, args.jobs, args.layer)):
