@@ -10,19 +10,27 @@ shows medians. The round trips go to a real ``jobagentctl server start`` on SQLi
 Targets: heartbeat, complete, ``claim -o env`` ≤ 1.0× the floor; ``list`` ≤ 1.1×; one Tab
 completion ≤ 0.10 s. Wall time and the process's own CPU time are both shown: on a busy machine
 wall time also counts waiting for the cores (and, in a round trip, for the server).
+
+The ``(https)`` rows are the same commands against a second server process on the same
+database serving HTTPS with a private CA (``JOBAGENTCTL_CA_BUNDLE``): their difference from the
+plain rows is what TLS costs a command (the CA bundle, the handshake); the plain rows load no
+CA bundle at all.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from benchmarks.common import Server, database
@@ -66,7 +74,12 @@ def measure_both(runs: int) -> dict[str, tuple[float, float]]:
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBAGENTCTL_", "CTRL"))}
     base_env["XDG_CONFIG_HOME"] = "/nonexistent"
     samples: dict[str, list[tuple[float, float]]] = {}
-    with database("sqlite") as url, Server(url) as server:
+    with (
+        database("sqlite") as url,
+        Server(url) as server,
+        tempfile.TemporaryDirectory() as certs,
+        _tls_server(url, server, Path(certs)) as (https_url, ca),
+    ):
         env = {
             **base_env,
             "JOBAGENTCTL_URL": server.url,
@@ -113,6 +126,9 @@ def measure_both(runs: int) -> dict[str, tuple[float, float]]:
             "list": ([*prog, "list"], env),
             "Tab completion (bash)": (prog, complete_env),
         }
+        tls = {"JOBAGENTCTL_URL": https_url, "JOBAGENTCTL_CA_BUNDLE": str(ca)}
+        cases[HTTPS_HEARTBEAT] = ([*prog, "-q", "heartbeat"], {**held, **tls})
+        cases[HTTPS_LIST] = ([*prog, "list"], {**env, **tls})
         for argv, case_env in cases.values():  # warm the page cache and .pyc files
             _time(argv, case_env)
         for _ in range(runs):
@@ -125,6 +141,31 @@ def measure_both(runs: int) -> dict[str, tuple[float, float]]:
         )
         for name, values in samples.items()
     }
+
+
+HTTPS_HEARTBEAT = "heartbeat -q (https)"
+HTTPS_LIST = "list (https)"
+
+
+@contextlib.contextmanager
+def _tls_server(url: str, first: Server, certs: Path) -> Iterator[tuple[str, Path]]:
+    """Another server process on ``first``'s database, serving HTTPS with a certificate of a
+    private CA made here; yields its URL and the CA's file."""
+    import trustme
+
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1")
+    cert, key, ca_file = certs / "server.pem", certs / "server.key", certs / "ca.pem"
+    cert.write_bytes(b"".join(pem.bytes() for pem in issued.cert_chain_pems))
+    key.touch(mode=0o600)
+    key.write_bytes(issued.private_key_pem.bytes())
+    ca.cert_pem.write_to_path(str(ca_file))
+    server = Server(url, settings={"tls_cert": str(cert), "tls_key": str(key)})
+    try:
+        server.start_more(first)
+        yield server.url.replace("http://", "https://", 1), ca_file
+    finally:
+        server.stop()
 
 
 TARGETS = {

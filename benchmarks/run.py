@@ -465,6 +465,18 @@ def section_cli(mode: str) -> list[Row]:
                 cell,
             )
         )
+    for https, plain in ((cli_startup.HTTPS_HEARTBEAT, "heartbeat -q"),):
+        rows.append(
+            Row(
+                f"CLI round trip over HTTPS (private CA): `jobagentctl {https}` (median of {runs})",
+                _fmt(1000 * f[https], " ms"),
+                f"the same over http:// {_fmt(1000 * f[plain], ' ms')}",
+                f"{f[https] / f[plain]:.2f}×",
+                "stated (TLS's cost)",
+                "—",
+                cell,
+            )
+        )
     tab = f["Tab completion (bash)"]
     rows.append(
         Row(

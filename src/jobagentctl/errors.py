@@ -12,6 +12,7 @@ The tree::
     ├── ValidationError              2   400 VALIDATION_ERROR: the request was malformed
     │   └── PayloadTooLarge          2   413 PAYLOAD_TOO_LARGE
     ├── ServerUnavailable            3   cannot connect, timeout, 502/503/504
+    ├── TlsError                     3   the server's certificate is not trusted (not retried)
     ├── AuthError                    4   401/403 UNAUTHORIZED, or no API key configured
     ├── NotFound                     5   404 NOT_FOUND (also: outside the key's scope)
     ├── Conflict                     6   409
@@ -51,6 +52,7 @@ __all__ = [
     "ServerError",
     "ServerUnavailable",
     "StuckClaims",
+    "TlsError",
     "UsageError",
     "ValidationError",
     "error_for_code",
@@ -121,6 +123,11 @@ class PayloadTooLarge(ValidationError, code="PAYLOAD_TOO_LARGE", http_status=413
 
 class ServerUnavailable(JobAgentError, code="SERVICE_UNAVAILABLE", http_status=503, exit_code=3):
     """No answer: connection refused, timeout, or a 502/503/504 on the way."""
+
+
+class TlsError(JobAgentError, code="TLS_ERROR", http_status=502, exit_code=3):
+    """The TLS handshake failed: the server's certificate is untrusted, expired or for another
+    name. Like an unreachable server (exit 3), but retrying does not heal it."""
 
 
 class AuthError(JobAgentError, code="UNAUTHORIZED", http_status=401, exit_code=4):

@@ -43,6 +43,7 @@ _SLUG = re.compile(SLUG_PATTERN)
 
 __all__ = [
     "ATTEMPT_ENV",
+    "CA_BUNDLE_ENV",
     "CLAIM_ID_ENV",
     "CONFIG_ENV",
     "CTRLPLANE_ENV",
@@ -65,8 +66,19 @@ __all__ = [
 CONFIG_ENV = f"{ENV_PREFIX}CONFIG"
 # Keys a `[profiles.NAME]` table may hold.
 PROFILE_KEYS = frozenset(
-    {"url", "workspace", "agent", "api_key", "api_key_file", "lease_seconds", "timeout"}
+    {
+        "url",
+        "workspace",
+        "agent",
+        "api_key",
+        "api_key_file",
+        "lease_seconds",
+        "timeout",
+        "ca_bundle",
+    }
 )
+# The CA certificates (PEM file, or a directory of them) trusted for an https:// server.
+CA_BUNDLE_ENV = f"{ENV_PREFIX}CA_BUNDLE"
 
 
 def _warn(message: str) -> None:
@@ -137,6 +149,7 @@ _ENV_FIELDS = {
     "lease_seconds": LEASE_SECONDS_ENV,
     "timeout": f"{ENV_PREFIX}TIMEOUT",
     "profile": f"{ENV_PREFIX}PROFILE",
+    "ca_bundle": CA_BUNDLE_ENV,
 }
 
 
@@ -180,6 +193,9 @@ def _profile_values(profile: str | None) -> dict[str, Any]:
         _warn(f"{path} [profiles.{name}]: unknown keys ignored: {', '.join(unknown)}")
     values = {k: v for k, v in table.items() if k in PROFILE_KEYS}
     _resolve_key_file(values, f"{path} [profiles.{name}]", base=path.parent)
+    if isinstance(values.get("ca_bundle"), str) and values["ca_bundle"]:
+        # Relative to the config file, as api_key_file is.
+        values["ca_bundle"] = path.parent / Path(values["ca_bundle"]).expanduser()
     values["profile"] = name
     return values
 
@@ -226,6 +242,8 @@ class ClientSettings(BaseModel):
     lease_seconds: int = Field(default=60, ge=0)
     timeout: float = Field(default=10.0, gt=0)
     profile: str | None = None
+    # CA certificates to trust for https://, above SSL_CERT_FILE / SSL_CERT_DIR and certifi's.
+    ca_bundle: Path | None = None
 
     @field_validator("url", mode="before")
     @classmethod
@@ -248,6 +266,13 @@ class ClientSettings(BaseModel):
             )
         return reference
 
+    @field_validator("ca_bundle", mode="before")
+    @classmethod
+    def _ca_bundle(cls, value: Any) -> Any:
+        if value is None or str(value).strip() == "":
+            return None
+        return Path(str(value)).expanduser()
+
     @field_validator("api_key", mode="before")
     @classmethod
     def _strip_key(cls, value: Any) -> Any:
@@ -266,9 +291,11 @@ class ClientSettings(BaseModel):
         api_key_file: str | Path | None = None,
         lease_seconds: int | None = None,
         timeout: float | None = None,
+        ca_bundle: str | Path | None = None,
     ) -> ClientSettings:
         """Settings from flags (``None`` = not given) and the other sources."""
         flags: dict[str, Any] = {
+            "ca_bundle": ca_bundle,
             "url": url,
             "workspace": workspace,
             "agent": agent,

@@ -32,7 +32,7 @@ ROWS = {
     "driver": 2,  # the PostgreSQL driver A/B: through the store, through the connector
     "pickup": 2,
     "recovery": 2,
-    "cli": 6,  # --version, heartbeat, complete, claim -o env, list, Tab completion
+    "cli": 7,  # --version, heartbeat, complete, claim -o env, list, heartbeat over https, Tab
     "supervision": 1,
     "fleet": 2,  # postgres and sqlite, 20 agents
 }

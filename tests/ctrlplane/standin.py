@@ -528,10 +528,13 @@ class CtrlplaneStandIn:
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self.port = 0
+        # Read by LiveServer's url and env: plain HTTP, no CA bundle.
+        self.settings: dict[str, str] = {}
+        self.ca_bundle: Path | None = None
         self._clock = now() - timedelta(hours=1)
 
-    # --- addresses: LiveServer's own code, which reads only port, workdir, workspace_id and
-    # api_key, so the CLI helpers drive either server alike ------------------------------------
+    # --- addresses: LiveServer's own code, which reads only port, workdir, workspace_id,
+    # api_key, settings and ca_bundle, so the CLI helpers drive either server alike ----------------
     url = LiveServer.url
     env = LiveServer.env
     base_env = LiveServer.base_env

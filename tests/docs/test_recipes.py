@@ -46,6 +46,8 @@ RUN: dict[str, str] = {
     "README.md › Development": "test_make_targets_of_the_readme_exist",
     "docs/operators.md › Quick start (SQLite)": "test_operators_quick_start",
     "docs/operators.md › PostgreSQL and replicas": "test_operators_postgres_migrate",
+    "docs/operators.md › Serving HTTPS": "test_tls_recipes.py (whole module)",
+    "docs/operators.md › A reverse proxy in front (nginx)": "test_tls_recipes.py (whole module)",
     "docs/operators.md › 1. Back up": "test_operators_upgrading_sqlite_backup",
     "docs/operators.md › 1. Back up [2]": "test_operators_upgrading_postgres",
     "docs/operators.md › 2. Migrate, then roll the servers": "test_operators_upgrading_postgres",

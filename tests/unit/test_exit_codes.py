@@ -24,6 +24,7 @@ EXPECTED = {
     "ValidationError": 2,
     "PayloadTooLarge": 2,
     "ServerUnavailable": 3,
+    "TlsError": 3,
     "AuthError": 4,
     "NotFound": 5,
     "Conflict": 6,

@@ -59,6 +59,7 @@ class Flags:
     agent: str | None = None
     profile: str | None = None
     api_key_file: Path | None = None
+    ca_bundle: Path | None = None
 
 
 @dataclass
@@ -91,6 +92,7 @@ class AppState:
                 agent=self.flags.agent,
                 profile=self.flags.profile,
                 api_key_file=self.flags.api_key_file,
+                ca_bundle=self.flags.ca_bundle,
             )
         return self._settings
 
@@ -124,7 +126,12 @@ class AppState:
             def trace(line: str) -> None:
                 print(f"[http] {line}", file=sys.stderr)
 
-        options: dict[str, Any] = {"timeout": settings.timeout, "trace": trace, "warn": warn}
+        options: dict[str, Any] = {
+            "timeout": settings.timeout,
+            "trace": trace,
+            "warn": warn,
+            "ca_bundle": settings.ca_bundle,
+        }
         options.update(overrides)
         return Client(settings.url, settings.api_key, settings.workspace, **options)
 

@@ -96,6 +96,16 @@ GLOBAL_OPTIONS: tuple[tuple[GlobalOption, Callable[[AppState, Any], None]], ...]
     ),
     (
         GlobalOption(
+            "g_ca_bundle",
+            ("--ca-bundle",),
+            Path | None,
+            "CA certificates (PEM file or directory) to trust for an https:// server.",
+            "PATH",
+        ),
+        _flag("ca_bundle"),
+    ),
+    (
+        GlobalOption(
             "g_output",
             ("-o", "--output"),
             str | None,

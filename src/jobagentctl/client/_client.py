@@ -11,6 +11,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -70,6 +71,7 @@ class Client:
         transport: httpx.BaseTransport | None = None,
         trace: Callable[[str], None] | None = None,
         warn: Callable[[str], None] | None = None,
+        ca_bundle: str | Path | None = None,
         v1_poll_interval: float = V1_POLL_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
@@ -79,8 +81,12 @@ class Client:
         ``warn`` receives the one-time warnings about what the server cannot do (default: the
         ``jobagentctl.client`` logger, which prints on stderr when nothing else is configured).
         ``v1_poll_interval``, ``clock`` and ``sleep`` pace the claims on a V1-only server.
+        ``ca_bundle``: the CA certificates trusted for an https:// server (see
+        :class:`Connection`).
         """
-        self._conn = Connection(url, api_key, timeout=timeout, transport=transport, trace=trace)
+        self._conn = Connection(
+            url, api_key, timeout=timeout, transport=transport, trace=trace, ca_bundle=ca_bundle
+        )
         self.url = self._conn.url
         self.workspace: UUID | str | None = models.Workspace.reference(workspace)
         self.timeout = timeout

@@ -5,8 +5,10 @@ network, so every httpx error and HTTP status is translated in one place
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, SecretStr
@@ -17,6 +19,9 @@ from jobagentctl.client._errors import translate
 from jobagentctl.client._trace import Tracer
 from jobagentctl.errors import AuthError, ConfigError
 from jobagentctl.routes import API_PREFIX
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = ["USER_AGENT", "Connection", "base_url"]
 
@@ -54,10 +59,37 @@ def _needs_tls(base: str) -> bool:
     return bool(urllib.request.getproxies())
 
 
+def _verify(base: str, ca_bundle: str | Path | None) -> ssl.SSLContext | bool:
+    """How the server's certificate is checked: ``ca_bundle`` (a PEM file or a directory of
+    them), else ``SSL_CERT_FILE`` as Python tools read it, else httpx's default (certifi's
+    bundle, or ``SSL_CERT_DIR``). Never an unverified connection: a plain http:// server gets
+    no TLS context at all (``False`` is never used for https)."""
+    if not _needs_tls(base):
+        return False
+    if ca_bundle is None:
+        ca_bundle = os.environ.get("SSL_CERT_FILE") or None
+        origin = "SSL_CERT_FILE"
+    else:
+        origin = "the CA bundle"
+    if ca_bundle is None:
+        return True
+    import ssl
+
+    path = Path(ca_bundle).expanduser()
+    try:
+        if path.is_dir():
+            return ssl.create_default_context(capath=str(path))
+        return ssl.create_default_context(cafile=str(path))
+    except OSError as exc:  # ssl.SSLError is one: a file with no certificate in it
+        reason = getattr(exc, "reason", None) or exc.strerror or str(exc)
+        raise ConfigError(f"cannot use {origin} {path}: {reason}") from None
+
+
 class Connection:
     """Requests to the API at ``url`` (with or without ``/api``), authenticated with
     ``api_key``. The key is checked before each request: a missing key raises
     :class:`AuthError` without touching the network. ``trace`` receives the ``--debug`` lines.
+    ``ca_bundle``: the CA certificates trusted for an https:// server (:func:`_verify`).
     """
 
     def __init__(
@@ -68,6 +100,7 @@ class Connection:
         timeout: float,
         transport: httpx.BaseTransport | None = None,
         trace: Callable[[str], None] | None = None,
+        ca_bundle: str | Path | None = None,
     ) -> None:
         self.url = base_url(url)
         secret = api_key if isinstance(api_key, SecretStr) else SecretStr(api_key or "")
@@ -83,7 +116,7 @@ class Connection:
             timeout=httpx.Timeout(timeout),
             transport=transport,
             event_hooks=hooks,
-            verify=_needs_tls(self.url),
+            verify=_verify(self.url, ca_bundle),
         )
 
     def close(self) -> None:

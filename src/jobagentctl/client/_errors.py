@@ -17,6 +17,7 @@ from jobagentctl.errors import (
     NotFound,
     ProtocolError,
     ServerUnavailable,
+    TlsError,
     error_for_code,
 )
 from jobagentctl.models import ErrorBody
@@ -94,6 +95,9 @@ def translate(exc: Exception, *, v2_route: bool = False) -> JobAgentError:
         if _has_request(exc):
             url = exc.request.url
             where = f"the server at {url.scheme}://{url.netloc.decode('ascii', 'replace')}"
+        tls = _tls_failure(exc, where)
+        if tls is not None:
+            return tls
         reason = str(exc) or type(exc).__name__
         return ServerUnavailable(f"cannot reach {where}: {reason}")
     if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
@@ -105,6 +109,44 @@ def translate(exc: Exception, *, v2_route: bool = False) -> JobAgentError:
     if isinstance(exc, httpx.HTTPError):
         return ProtocolError(f"HTTP error: {exc}")
     return ProtocolError(f"unexpected response: {exc}")
+
+
+# OpenSSL's verification results (X509_V_ERR_*) that mean "signed by nobody we trust".
+_UNTRUSTED = frozenset({2, 18, 19, 20, 21})
+_EXPIRED, _NOT_YET_VALID, _NAME_MISMATCH, _IP_MISMATCH = 10, 9, 62, 64
+_TRUST_HINT = (
+    "trust its CA with --ca-bundle PATH, JOBAGENTCTL_CA_BUNDLE, ca_bundle in the profile, "
+    "or SSL_CERT_FILE"
+)
+
+
+def _tls_failure(exc: BaseException, where: str) -> TlsError | None:
+    """A :class:`TlsError` naming the server and why its certificate was refused (untrusted
+    issuer, expired, another name), when a TLS handshake is what failed; else None."""
+    import ssl  # loaded already by then: https is the only way here
+
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, ssl.SSLError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return None
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        code, message = cause.verify_code, cause.verify_message
+        if code in _UNTRUSTED:
+            why = f"issued by an authority that is not trusted ({message}); {_TRUST_HINT}"
+        elif code == _EXPIRED:
+            why = "it has expired; the server needs a renewed certificate"
+        elif code == _NOT_YET_VALID:
+            why = "it is not valid yet (check the clocks)"
+        elif code in (_NAME_MISMATCH, _IP_MISMATCH):
+            why = f"it is for another name ({message.rstrip('.')}); use a name it is issued for"
+        else:
+            why = message or str(cause)
+        return TlsError(f"TLS certificate of {where} refused: {why}")
+    reason = cause.reason or str(cause)
+    if reason == "WRONG_VERSION_NUMBER":
+        reason = "the server does not speak TLS there (an http:// URL?)"
+    return TlsError(f"TLS handshake with {where} failed: {reason}")
 
 
 def _has_request(exc: httpx.TransportError) -> bool:

@@ -165,20 +165,25 @@ class Authenticator:
     async def _lookup(self, prefix: str) -> ApiKeyRecord | None:
         # One lookup in flight per prefix, shared by every request that needs it: when a key
         # used by thousands of agents leaves the cache, one query refreshes it, instead of one
-        # per request queueing for the pool (past the lookup timeout, all of them 503).
+        # per request queueing for the pool (past the lookup timeout, all of them 503). The
+        # shared lookup carries the timeout itself, so a hung one ends for all its waiters and
+        # the next request starts afresh.
         task = self._inflight.get(prefix)
         if task is None:
-            task = asyncio.ensure_future(self._store.get_api_key(prefix))
+            task = asyncio.ensure_future(self._bounded_lookup(prefix))
             self._inflight[prefix] = task
             task.add_done_callback(functools.partial(self._landed, prefix))
-        if self._lookup_timeout is None:
-            return await asyncio.shield(task)
         try:
-            return await asyncio.wait_for(asyncio.shield(task), self._lookup_timeout)
+            return await asyncio.shield(task)
         except TimeoutError:
             raise ServerUnavailable(
                 f"the database did not answer the key lookup within {self._lookup_timeout:g} s"
             ) from None
+
+    async def _bounded_lookup(self, prefix: str) -> ApiKeyRecord | None:
+        if self._lookup_timeout is None:
+            return await self._store.get_api_key(prefix)
+        return await asyncio.wait_for(self._store.get_api_key(prefix), self._lookup_timeout)
 
     def _landed(self, prefix: str, task: asyncio.Future[ApiKeyRecord | None]) -> None:
         if self._inflight.get(prefix) is task:

@@ -23,19 +23,29 @@ open connections. :func:`guarded_protocol` subclasses it with all of them:
   ``_REFUSAL_LOG_SECONDS`` with a count, not once per connection).
   :func:`raise_fd_limit` lifts the soft descriptor limit to the hard one at start, and the cap
   is kept below it (:func:`connection_cap`), so ``accept`` does not meet ``EMFILE``.
+- **TLS**: with a TLS context, each connection's handshake runs in a ``_Handshake`` layer
+  below the HTTP protocol (not in the event loop's server, which neither counts handshakes
+  against the cap nor lets their timeout be chosen): a handshake counts against the cap from
+  its first byte (and is the first thing closed to make room), and one not finished within
+  ``header_timeout`` is cut off like a slow header. The HTTP protocol above sees decrypted
+  bytes, so every limit above holds unchanged over TLS.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from jobagentctl.server.encoding import error_bytes
 
 if TYPE_CHECKING:
+    import ssl
+
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _Base
 else:  # uvicorn's protocol is imported when a server is made, not with this module
     _Base = object
@@ -54,6 +64,10 @@ _FD_RESERVE = 128 + 2 * BACKLOG
 # would grow the log by megabytes. One line at the first refusal, then one per this many seconds
 # with the count.
 _REFUSAL_LOG_SECONDS = 10.0
+# After a TLS connection is closed, how long the peer's close_notify is awaited before the
+# socket is dropped (asyncio's default is 30 s: a closed connection would hold a place under
+# the cap that long, out of the eviction's reach).
+_TLS_SHUTDOWN_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,14 +158,22 @@ class _Server:
 
     def __init__(self, limits: EdgeLimits) -> None:
         self.limits = limits
+        # TLS connections still in their handshake: the HTTP protocol waiting above each one,
+        # and the socket's transport (the one to abort).
+        self.handshaking: OrderedDict[_Guarded, asyncio.Transport] = OrderedDict()
         self.idle: OrderedDict[_Guarded, None] = OrderedDict()
         self.receiving: OrderedDict[_Guarded, None] = OrderedDict()
         self.refusals = _Refusals(limits.max_connections)
 
     def evict_one(self) -> bool:
-        """Make room by closing the least recently active idle connection (else the one
-        sending its body longest): a flood churns its own connections, not those of a client
-        that has just connected."""
+        """Make room by closing the oldest connection still in its TLS handshake, else the
+        least recently active idle one, else the one sending its body longest: a flood churns
+        its own connections, not those of a client that has just connected."""
+        while self.handshaking:
+            _, raw = self.handshaking.popitem(last=False)
+            if not raw.is_closing():
+                raw.abort()
+                return True
         for line in (self.idle, self.receiving):
             while line:
                 oldest, _ = line.popitem(last=False)
@@ -175,9 +197,11 @@ class _Guarded(_Base):
     _body_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
         server = self._server
-        if len(self.connections) > server.limits.max_connections and not server.evict_one():
+        server.handshaking.pop(self, None)  # over TLS: its place under the cap is kept
+        super().connection_made(transport)
+        opened = len(self.connections) + len(server.handshaking)
+        if opened > server.limits.max_connections and not server.evict_one():
             server.refusals.note(self.loop)
             self.connections.discard(self)
             transport.abort()
@@ -274,11 +298,74 @@ class _Guarded(_Base):
             self.transport.close()
 
 
-def guarded_protocol(limits: EdgeLimits) -> type[asyncio.Protocol]:
+def guarded_protocol(
+    limits: EdgeLimits, tls: ssl.SSLContext | None = None
+) -> Callable[..., asyncio.BaseProtocol]:
     """uvicorn's httptools protocol with ``limits`` (see the module docstring): a class per
-    server, so that each server's cap sees only its own connections."""
+    server, so that each server's cap sees only its own connections. With a ``tls`` context,
+    a factory of the same signature that puts each connection's handshake below it."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    return type(
-        "GuardedHttpToolsProtocol", (_Guarded, HttpToolsProtocol), {"_server": _Server(limits)}
+    server = _Server(limits)
+    guarded: type[_Guarded] = type(
+        "GuardedHttpToolsProtocol", (_Guarded, HttpToolsProtocol), {"_server": server}
     )
+    if tls is None:
+        return guarded
+    handshake = _handshake_class(server, tls)
+
+    def tls_protocol(**options: Any) -> asyncio.BaseProtocol:
+        return handshake(guarded(**options))
+
+    return tls_protocol
+
+
+def _handshake_class(
+    server: _Server, context: ssl.SSLContext
+) -> Callable[[_Guarded], asyncio.BaseProtocol]:
+    """The TLS layer of one server: asyncio's own TLS protocol (the one the event loop would
+    use), admitted under the cap when the socket connects and timed out like a slow header."""
+    import ssl
+    from asyncio.sslproto import SSLProtocol
+
+    class _Handshake(SSLProtocol):
+        """One connection's TLS, below the HTTP protocol ``app``: counted under the cap from
+        the first byte; the HTTP protocol takes its place there once the handshake is done."""
+
+        def __init__(self, app: _Guarded) -> None:
+            options: dict[str, Any] = {
+                "waiter": None,  # nobody awaits the handshake: the HTTP protocol is told
+                "server_side": True,
+                "ssl_handshake_timeout": server.limits.header_timeout,
+                "ssl_shutdown_timeout": _TLS_SHUTDOWN_SECONDS,
+            }
+            super().__init__(app.loop, app, context, **options)
+            self._app = app
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            raw = cast(asyncio.Transport, transport)
+            opened = len(self._app.connections) + len(server.handshaking) + 1
+            if opened > server.limits.max_connections and not server.evict_one():
+                server.refusals.note(self._app.loop)
+                raw.abort()
+                return
+            server.handshaking[self._app] = raw
+            super().connection_made(raw)
+
+        def connection_lost(self, exc: BaseException | None) -> None:
+            server.handshaking.pop(self._app, None)
+            super().connection_lost(exc)
+
+        def _do_shutdown(self) -> None:
+            # Send our close_notify and close, as TLS allows: asyncio would wait for the
+            # client's, which an idle client in a pool sends only when it next reads, so every
+            # connection closed for idleness (or at shutdown) would linger up to
+            # _TLS_SHUTDOWN_SECONDS under the cap, out of the eviction's reach.
+            state: Any = self  # asyncio's own attributes, which its stubs do not declare
+            if not state._eof_received:
+                with contextlib.suppress(ssl.SSLError):  # SSLWantRead: the client's, unread
+                    state._sslobj.unwrap()
+            state._process_outgoing()
+            state._on_shutdown_complete(None)
+
+    return _Handshake

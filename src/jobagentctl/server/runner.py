@@ -7,8 +7,11 @@ finish, stop the reaper, close the store. The ready line on stderr is what tests
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
 import socket
+import ssl
 import sys
 from collections.abc import Callable
 from typing import Any, cast
@@ -27,6 +30,7 @@ from jobagentctl.server.connections import (
 from jobagentctl.server.service import JobService
 from jobagentctl.server.settings import ServerSettings, redact_url
 from jobagentctl.server.store import Store
+from jobagentctl.server.tls import exposure_warnings, reload_certificate, server_context
 
 __all__ = ["READY_LINE", "configure_logging", "event_loop_factory", "run_server", "serve"]
 
@@ -54,9 +58,10 @@ class _Server(uvicorn.Server):
     30 s wait does not hold shutdown), and a handled SIGTERM/SIGINT ends with exit status 0
     rather than being re-raised after the graceful shutdown."""
 
-    def __init__(self, config: uvicorn.Config, service: JobService) -> None:
+    def __init__(self, config: uvicorn.Config, service: JobService, *, tls: bool) -> None:
         super().__init__(config)
         self._service = service
+        self._tls = tls  # served by our TLS layer (connections.py), so uvicorn does not know
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         super().handle_exit(sig, frame)
@@ -67,7 +72,13 @@ class _Server(uvicorn.Server):
         if self.started:
             host, port = self._bound_address()
             shown = f"[{host}]" if ":" in host else host
-            print(f"{READY_LINE} http://{shown}:{port}", file=sys.stderr, flush=True)
+            scheme = "https" if self._tls else "http"
+            print(f"{READY_LINE} {scheme}://{shown}:{port}", file=sys.stderr, flush=True)
+
+    def _log_started_message(self, listeners: Any) -> None:
+        # uvicorn would say http://: it does not know of the TLS layer below the protocol.
+        if not self._tls:
+            super()._log_started_message(listeners)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._service.begin_shutdown()
@@ -81,7 +92,9 @@ class _Server(uvicorn.Server):
         return self.config.host, self.config.port
 
 
-def _protocol_options(settings: ServerSettings) -> dict[str, Any]:
+def _protocol_options(
+    settings: ServerSettings, tls: ssl.SSLContext | None = None
+) -> dict[str, Any]:
     """The HTTP protocol with the connection limits (``connections.py``): httptools guarded by
     our subclass. Without httptools the server refuses to start: uvicorn's h11 protocol has no
     header or body timeout and no connection cap, so one slow client per descriptor would hold
@@ -111,13 +124,50 @@ def _protocol_options(settings: ServerSettings) -> dict[str, Any]:
         max_connections=cap,
         body_timeout=settings.body_timeout,
     )
-    return {"http": guarded_protocol(limits), "backlog": BACKLOG}
+    return {"http": guarded_protocol(limits, tls), "backlog": BACKLOG}
+
+
+def _tls_context(settings: ServerSettings) -> ssl.SSLContext | None:
+    """The HTTPS context of ``tls_cert``/``tls_key``; None for plain HTTP."""
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    return server_context(settings.tls_cert, settings.tls_key)
+
+
+def _reload_on_hangup(context: ssl.SSLContext, settings: ServerSettings) -> None:
+    """SIGHUP serves the certificate and key files anew: a renewed certificate without a
+    restart. Files that do not work are logged, and the current certificate stays."""
+    assert settings.tls_cert is not None and settings.tls_key is not None
+    cert, key = settings.tls_cert, settings.tls_key
+
+    def reload() -> None:
+        try:
+            reload_certificate(context, cert, key)
+        except ConfigError as exc:
+            logger.warning("TLS certificate not reloaded (still serving the previous one): %s", exc)
+            return
+        logger.info("TLS certificate reloaded from %s", cert)
+        for warning in exposure_warnings(settings):
+            logger.warning("%s", warning)
+
+    with contextlib.suppress(NotImplementedError, RuntimeError):  # no signals here (Windows)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
+
+
+def _proxy_options(settings: ServerSettings) -> dict[str, Any]:
+    """Forwarded headers (client address, scheme) trusted only from the proxies named."""
+    if not settings.proxy_addresses:
+        return {"proxy_headers": False}
+    return {"proxy_headers": True, "forwarded_allow_ips": settings.proxy_addresses}
 
 
 async def serve(settings: ServerSettings, store: Store | None = None) -> None:
     """Serve until a signal asks to stop. The store (opened and migrated here when not given)
     is closed by the app's lifespan."""
-    protocol = _protocol_options(settings)  # refused before anything is opened
+    for warning in exposure_warnings(settings):
+        logger.warning("%s", warning)
+    tls = _tls_context(settings)
+    protocol = _protocol_options(settings, tls)  # refused before anything is opened
     if store is None:
         from jobagentctl.server.store import open_store
 
@@ -147,10 +197,12 @@ async def serve(settings: ServerSettings, store: Store | None = None) -> None:
         # uvicorn annotates int but only hands it to loop.call_later: a float is fine.
         timeout_keep_alive=cast(int, settings.keep_alive_timeout),
         server_header=False,
-        proxy_headers=False,
+        **_proxy_options(settings),
         **protocol,
     )
-    server = _Server(config, app.state.service)
+    server = _Server(config, app.state.service, tls=tls is not None)
+    if tls is not None:
+        _reload_on_hangup(tls, settings)
     logger.info(
         "starting: database %s (%s), lease %ss in [%s, %s], reap every %ss",
         redact_url(settings.database),

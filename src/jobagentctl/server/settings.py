@@ -126,6 +126,12 @@ class ServerSettings(BaseSettings):
     shutdown_timeout: int = Field(default=30, ge=0)
     log_level: str = "info"
     access_log: bool = False
+    # HTTPS: the certificate chain (PEM) and its private key; both or neither (server/tls.py).
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    # A TLS-terminating proxy is in front: the addresses (or CIDRs) whose X-Forwarded-For and
+    # X-Forwarded-Proto headers are trusted, comma-separated; nobody else's are.
+    behind_proxy: str | None = None
 
     @field_validator("database")
     @classmethod
@@ -145,6 +151,36 @@ class ServerSettings(BaseSettings):
         if self.min_lease_seconds > self.max_lease_seconds:
             raise ValueError("min_lease_seconds must not exceed max_lease_seconds")
         return self
+
+    @field_validator("tls_cert", "tls_key", mode="before")
+    @classmethod
+    def _tls_path(cls, value: Any) -> Any:
+        return None if value is None or str(value).strip() == "" else value
+
+    @field_validator("behind_proxy")
+    @classmethod
+    def _proxy_addresses(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        addresses = [part.strip() for part in value.split(",") if part.strip()]
+        return ",".join(addresses) or None
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ServerSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: give both, or neither")
+        return self
+
+    @property
+    def tls(self) -> bool:
+        """Whether the server speaks HTTPS."""
+        return self.tls_cert is not None
+
+    @property
+    def proxy_addresses(self) -> list[str]:
+        """The addresses ``behind_proxy`` names (empty: forwarded headers are trusted from
+        nobody)."""
+        return self.behind_proxy.split(",") if self.behind_proxy else []
 
     def clamp_lease(self, seconds: int) -> int:
         """``seconds`` clamped into ``[min_lease_seconds, max_lease_seconds]``."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -56,6 +57,27 @@ MaxWaitSeconds = Annotated[
     ),
 ]
 
+TlsCert = Annotated[
+    Path | None,
+    _setting(
+        "--tls-cert",
+        "Serve HTTPS with this PEM certificate (chain after the leaf) "
+        "[JOBAGENTCTL_SERVER_TLS_CERT].",
+    ),
+]
+TlsKey = Annotated[
+    Path | None,
+    _setting("--tls-key", "The certificate's PEM private key [JOBAGENTCTL_SERVER_TLS_KEY]."),
+]
+BehindProxy = Annotated[
+    str | None,
+    _setting(
+        "--behind-proxy",
+        "A TLS-terminating proxy is in front: trust X-Forwarded-* only from these "
+        "addresses, ADDR[,ADDR] [JOBAGENTCTL_SERVER_BEHIND_PROXY].",
+    ),
+]
+
 
 def start(
     database: str | None = database_option(),
@@ -66,12 +88,17 @@ def start(
     max_reclaims: MaxReclaims = None,
     require_claim_id: RequireClaimId = None,
     max_wait_seconds: MaxWaitSeconds = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    behind_proxy: BehindProxy = None,
 ) -> None:
     """Run the API and the reaper; migrate first. SIGTERM/SIGINT drain in-flight requests.
 
     Every setting also comes from JOBAGENTCTL_SERVER_* (e.g. JOBAGENTCTL_SERVER_MIN_LEASE_SECONDS).
 
     Example: jobagentctl server start --database postgresql://jobagent@db:5432/jobagent --port 8080
+
+    HTTPS: jobagentctl server start --host 0.0.0.0 --tls-cert server.pem --tls-key server.key
     """
     from jobagentctl.cli.server._common import server_settings
     from jobagentctl.errors import JobAgentError
@@ -86,6 +113,9 @@ def start(
         max_reclaims=max_reclaims,
         require_claim_id=require_claim_id,
         max_wait_seconds=max_wait_seconds,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        behind_proxy=behind_proxy,
     )
     try:
         run_server(settings)
