@@ -6,8 +6,9 @@ attempts), and after every step the tables themselves are checked against the mo
 invariants: at most one claim row per job; a claim row ⇔ the job is ``inProgress`` under a
 lease; attempt numbers 1..n with only the last one open; a refused or repeated write changes no
 row at all; each expiry is reaped exactly once (``maxReclaims`` included); a claim an operator
-ended is kept as revoked, and its job not claimable, until its holder writes with it (refused),
-the operator forces it, or it expires and is reaped.
+ended is kept as revoked, and its job not claimable, until its holder writes with it (refused, or
+answered as a repeat: whatever the attempt's outcome), the operator forces it, or it expires and is
+reaped.
 
 Leases are long (≥ 300 s) so none lapses by itself; expiry is the ``Raw.expire`` UPDATE.
 ``JOBAGENTCTL_PROPERTY_EXAMPLES=500`` runs longer; ``JOBAGENTCTL_PROPERTY_SHRINK=1`` shrinks a
@@ -426,8 +427,13 @@ def _machine(
             job = self.pick(data, leased)
             claim_id = self.claim_id_for(data, job, "current")
             self.set_status(job, JobStatus.QUEUED, claim_id, "own", False, None)
-            if job.status == JobStatus.QUEUED:
-                self.claimed(job, self.run(store.claim_job(ws, job.agent, job.id, lease)), lease)
+            if job.status != JobStatus.QUEUED:
+                return
+            call = store.claim_job(ws, job.agent, job.id, lease)
+            if job.revoked is not None:  # another claim's holder has not let go yet
+                self.refused(NotClaimable, call, {"jobStatus": "queued", "claimHeld": True})
+            else:
+                self.claimed(job, self.run(call), lease)
 
         @precondition(lambda self: self.jobs)
         @rule(
@@ -532,7 +538,7 @@ def _machine(
                     job.status == status
                 ):
                     self.idempotent(job, call)
-                    self.let_go(job, revoked and self.outcome_of(job, claim_id) == "cancelled")
+                    self.let_go(job, revoked)
                 else:
                     self.refused(ClaimLost, call, details)
                     self.let_go(job, revoked)

@@ -120,3 +120,48 @@ async def test_the_holders_own_release_and_unleased_jobs_keep_no_revoked_claim(e
     await env.status(job.id, JobStatus.QUEUED)
     assert _revoked_rows(env) == 0
     assert len(await env.store.claim_batch(env.ws, env.agent, 30, 5)) == 2
+
+
+@pytest.mark.parametrize("ended_as", [JobStatus.SKIPPED, JobStatus.SUCCESSFUL, JobStatus.FAILURE])
+async def test_the_holders_release_after_an_operator_ended_then_requeued_lets_go(
+    env: Env, ended_as: JobStatus
+) -> None:
+    # Found by the lease model: an operator ends a running job with a terminal status (its
+    # attempt closes `completed`), then requeues it. The holder's let-go, `run`'s release
+    # (queued, with its claim id), finds the job queued already: answered as a repeat, not
+    # refused, and the job used to keep waiting for the lease to run out.
+    first = await _running(env)
+    await env.status(first.id, ended_as)
+    requeued = await env.status(first.id, JobStatus.QUEUED)
+    assert requeued.claim_held is True
+    with pytest.raises(NotClaimable) as refused:
+        await env.store.claim_job(env.ws, env.agent, first.id, 30)
+    assert refused.value.details == {"jobStatus": "queued", "claimHeld": True}
+
+    released = await set_status(
+        env.store, env.ws, first.id, JobStatus.QUEUED, claim_id=first.claim_id,
+        agent_scope=env.agent,
+    )  # fmt: skip
+    assert released.status == JobStatus.QUEUED
+    assert _revoked_rows(env) == 0
+    assert await env.store.wait_for_job(env.agent, 0.0)
+    again = await env.store.claim_job(env.ws, env.agent, first.id, 30)
+    assert again.attempt == 2 and again.claim_id != first.claim_id
+    attempts = await env.store.list_attempts(env.ws, first.id)
+    assert [(a.attempt, a.outcome) for a in attempts] == [(1, "completed"), (2, None)]
+
+
+async def test_the_holders_own_report_of_the_status_an_operator_set_lets_go(env: Env) -> None:
+    # The command finished as the operator marked it: the holder's report is a repeat, and its
+    # command has ended, so a later requeue does not wait for the lease.
+    first = await _running(env)
+    await env.status(first.id, JobStatus.SUCCESSFUL)
+    assert _revoked_rows(env) == 1
+    await set_status(
+        env.store, env.ws, first.id, JobStatus.SUCCESSFUL, claim_id=first.claim_id,
+        agent_scope=env.agent,
+    )  # fmt: skip
+    assert _revoked_rows(env) == 0
+    await env.status(first.id, JobStatus.QUEUED)
+    again = await env.store.claim_next(env.ws, env.agent, 30)
+    assert again is not None and again.id == first.id and again.attempt == 2

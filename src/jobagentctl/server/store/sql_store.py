@@ -34,7 +34,6 @@ from jobagentctl.models import (
     HEARTBEAT_INTERVAL_MAX,
     HEARTBEAT_INTERVAL_MIN,
     TERMINAL_STATUSES,
-    AttemptOutcome,
     ClaimedJob,
     Heartbeat,
     JobAttempt,
@@ -281,8 +280,9 @@ class SqlStore(Entities, LogStore):
 
         A claim row ended without its claim id (an operator's requeue or cancel) is kept as
         revoked: the job is not claimable while it is, until its holder reports with that claim
-        id (refused as above, but the job stops waiting: its command is gone), its lease runs
-        out (``reap``), or a status change with ``force`` (which also drops one kept earlier).
+        id (refused or answered as a repeat as above, but the job stops waiting: its command is
+        gone), its lease runs out (``reap``), or a status change with ``force`` (which also drops
+        one kept earlier).
         """
         fence = dict(
             job_id=job_id, workspace_id=workspace_id, claim_id=claim_id, agent_scope=agent_scope
@@ -316,8 +316,11 @@ class SqlStore(Entities, LogStore):
         metadata: dict[str, Any] | None,
         rules: Callable[[StatusContext], str],
     ) -> StatusChange:
-        """The locked path. A claim id refused there, or acknowledging a cancel, may be a
-        revoked claim's: its holder's command has ended, so the job stops waiting for it."""
+        """The locked path. A claim id refused there, or answered as a repeat, may be a revoked
+        claim's: its holder reports that its command has ended, so the job stops waiting for it.
+        Whatever the attempt's outcome: an operator who ended it with ``skipped`` (outcome
+        ``completed``) then requeued it gets the holder's release (``queued``, its claim id)
+        answered as a repeat, and the job must not wait for the lease for nothing."""
         let_go = False
 
         def deciding(ctx: StatusContext) -> str:
@@ -327,7 +330,7 @@ class SqlStore(Entities, LogStore):
             except (ClaimLost, ClaimMismatch):
                 let_go = True
                 raise
-            let_go = decision == "noop" and ctx.given_claim_outcome == AttemptOutcome.CANCELLED
+            let_go = decision == "noop"
             return decision
 
         try:

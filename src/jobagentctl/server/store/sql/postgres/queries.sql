@@ -784,7 +784,7 @@ SELECT mark, count(*) AS n FROM (
 ) AS marked
 GROUP BY mark
 -- name: release_revoked
--- The holder of a revoked claim reports with its claim id (refused: the claim is gone), so its
+-- The holder of a revoked claim reports with its claim id (refused, or a repeat), so its
 -- command has ended: the job no longer waits for it, and its agent's long-polls are woken on
 -- every replica when it is queued.
 WITH released AS (

@@ -629,7 +629,7 @@ SELECT mark, COUNT(*) AS n FROM (
 ) AS marked
 GROUP BY mark
 -- name: release_revoked
--- The holder of a revoked claim reports with its claim id (refused: the claim is gone), so its
+-- The holder of a revoked claim reports with its claim id (refused, or a repeat), so its
 -- command has ended: the job no longer waits for it. Answers the job's status and agent, whose
 -- long-polls the store wakes when the job is queued.
 DELETE FROM job_revoked_claim
