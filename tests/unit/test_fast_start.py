@@ -124,6 +124,9 @@ HOT_OWN = {
     "jobagentctl.durations",
     "jobagentctl.errors",
     "jobagentctl.models",
+    "jobagentctl.models.logs",
+    "jobagentctl.models.requests",
+    "jobagentctl.models.wire",
     "jobagentctl.routes",
     "jobagentctl.settings",
 }
