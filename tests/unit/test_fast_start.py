@@ -119,6 +119,7 @@ HOT_OWN = {
     "jobagentctl.client._connection",
     "jobagentctl.client._ctrlplane",
     "jobagentctl.client._errors",
+    "jobagentctl.client._logs",
     "jobagentctl.client._pages",
     "jobagentctl.client._trace",
     "jobagentctl.durations",
