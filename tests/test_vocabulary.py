@@ -89,7 +89,7 @@ def spellings(src: Path = SRC) -> Iterator[str]:
     """``path:line: 'value' (use Enum.MEMBER)`` for each hand-spelled value."""
     for path in sorted(src.rglob("*.py")):
         module = module_name(path, src)
-        if module == "jobagentctl.models":
+        if module == "jobagentctl.models" or module.startswith("jobagentctl.models."):
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         docstrings = _docstrings(tree)
@@ -173,7 +173,7 @@ def env_spellings(src: Path = SRC) -> Iterator[str]:
             if id(node) in skip or not _ENV_NAME.fullmatch(node.value):
                 continue
             where = f"{where_file}:{node.lineno}"
-            if node.value in SHARED_ENV and module != "jobagentctl.models":
+            if node.value in SHARED_ENV and not module.startswith("jobagentctl.models"):
                 yield f"{where}: {node.value!r} (use {SHARED_ENV[node.value]})"
             elif node.value in first:
                 yield f"{where}: {node.value!r} (spelled again: defined at {first[node.value]})"

@@ -38,6 +38,7 @@ from jobagentctl.server.logs import JobLogs
 from jobagentctl.server.longpoll_ends import LongPollEnds
 from jobagentctl.server.metrics import Metrics
 from jobagentctl.server.presence import Presence
+from jobagentctl.server.scopes import Scopes, no_agent
 from jobagentctl.server.settings import ServerSettings
 from jobagentctl.server.store import Store, WorkspaceRecord
 
@@ -57,10 +58,6 @@ _WAIT_SLICE_SECONDS = 60.0
 # A cancellation wait re-reads the claim this often: status changes through other processes
 # (replicas, `server` commands, the reaper) send this process no signal.
 _CLAIM_RECHECK_SECONDS = 1.0
-
-
-def _no_agent(agent_id: UUID) -> NotFound:
-    return NotFound("job agent not found", details={"jobAgentId": str(agent_id)})
 
 
 def resolve_lease(
@@ -86,7 +83,7 @@ def resolve_lease(
     return settings.default_lease if claim_next else None
 
 
-class JobService:
+class JobService(Scopes):
     """One per app. Every method takes the caller's ``Principal`` and the path's workspace.
 
     Scopes: a workspace key may do everything in its workspace. An agent key may read its own
@@ -127,26 +124,10 @@ class JobService:
         """True once the server began shutting down (``/readyz`` answers 503)."""
         return self._stopping.is_set()
 
-    # --- scopes ------------------------------------------------------------------------------
-    @staticmethod
-    def _workspace(principal: Principal, ws: UUID) -> None:
-        if principal.workspace_id != ws:
-            raise NotFound("workspace not found", details={"workspaceId": str(ws)})
-
-    @staticmethod
-    def _workspace_key_only(principal: Principal) -> None:
-        if principal.agent_id is not None:
-            raise NotFound("not found")
-
-    @staticmethod
-    def _own_agent(principal: Principal, agent_id: UUID) -> None:
-        if principal.agent_id is not None and principal.agent_id != agent_id:
-            raise _no_agent(agent_id)
-
     async def _agent_or_404(self, ws: UUID, agent_id: UUID) -> JobAgent:
         agent = await self.store.get_agent(ws, agent_id)
         if agent is None:
-            raise _no_agent(agent_id)
+            raise no_agent(agent_id)
         return agent
 
     async def _job_or_404(self, principal: Principal, ws: UUID, job_id: UUID) -> Job:
@@ -198,7 +179,7 @@ class JobService:
         window = self.settings.presence_window
         agent = await self.store.get_agent_presence(ws, agent_id, window)
         if agent is None:
-            raise _no_agent(agent_id)
+            raise no_agent(agent_id)
         return agent
 
     async def delete_agent(
@@ -208,7 +189,7 @@ class JobService:
         self._workspace(principal, ws)
         self._workspace_key_only(principal)
         if not await self.store.delete_agent(ws, agent_id):
-            raise _no_agent(agent_id)
+            raise no_agent(agent_id)
         return AcceptedResponse(id=agent_id, message="Job agent deleted")
 
     # --- jobs --------------------------------------------------------------------------------
@@ -530,11 +511,7 @@ class JobService:
         offset: int,
     ) -> tuple[list[JobClaim], int]:
         """A page of in-flight claims and their total (an agent key: its own agent's)."""
-        self._workspace(principal, ws)
-        if principal.agent_id is not None:
-            if agent_id is not None and agent_id != principal.agent_id:
-                raise _no_agent(agent_id)
-            agent_id = principal.agent_id
+        agent_id = self._claims_of(principal, ws, agent_id)
         return await self.store.list_claims(
             ws, agent_id=agent_id, state=state, limit=limit, offset=offset
         )
@@ -552,17 +529,8 @@ class JobService:
         """The most urgent claims and the count of each mark (an agent key: its own agent's);
         ``marks``: the seconds without a heartbeat, and without output, that make an active
         claim stale, and quiet."""
-        self._workspace(principal, ws)
-        if principal.agent_id is not None:
-            if agent_id is not None and agent_id != principal.agent_id:
-                raise _no_agent(agent_id)
-            agent_id = principal.agent_id
-        stale_after, quiet_after = marks
+        agent_id = self._claims_of(principal, ws, agent_id)
+        stale, quiet = marks
         return await self.store.urgent_claims(
-            ws,
-            agent_id=agent_id,
-            state=state,
-            stale_after=stale_after,
-            quiet_after=quiet_after,
-            limit=limit,
+            ws, agent_id=agent_id, state=state, stale_after=stale, quiet_after=quiet, limit=limit
         )

@@ -1,18 +1,9 @@
-"""Wire models shared by client and server, with ctrlplane's camelCase field names.
-
-Python attributes are snake_case; ``model_dump(by_alias=True)`` / ``model_validate`` speak the
-wire names. Response models accept every shape ctrlplane's own handlers produce (ctrlplane
-``apps/api/src/routes/v1/workspaces/jobs.ts`` ``toJobResponse`` at commit 66e0888): unknown fields
-are kept (``releaseId``, ``updatedAt``, whatever a newer server adds), optional fields may be
-absent, ``jobAgentId`` is ``""`` for a job without agent. Fields the server did not send stay
-unset, so ``model_dump(exclude_unset=True)`` gives back what the server sent and invents no
-``null``. Also the other names both sides share: the enums, and the environment a job runs in.
-"""
+"""The wire models and the names both sides share (the enums, the lease's cadence, the
+environment a job runs in); :mod:`jobagentctl.models` re-exports them with the request bodies
+and the log models."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Generic, Literal, Self, TypeVar
@@ -23,8 +14,6 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
-    StrictFloat,
-    StrictInt,
     field_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -43,8 +32,6 @@ __all__ = [
     "JOB_FILE_ENV",
     "JOB_ID_ENV",
     "LEASE_SECONDS_ENV",
-    "LOG_CHUNK_MAX_BYTES",
-    "MAX_CLAIM_BATCH",
     "QUIET_MARK",
     "REDACT_SOCKET_ENV",
     "SLUG_PATTERN",
@@ -56,32 +43,18 @@ __all__ = [
     "AcceptedResponse",
     "AgentState",
     "AttemptOutcome",
-    "ClaimNext",
-    "ClaimNextRequest",
-    "ClaimRequest",
     "ClaimState",
     "ClaimedJob",
     "ClaimedJobs",
-    "CreateJobRequest",
     "ErrorBody",
     "Heartbeat",
-    "HeartbeatRequest",
     "Job",
     "JobAgent",
     "JobAttempt",
     "JobClaim",
     "JobStatus",
     "JobWait",
-    "JobWaitRequest",
-    "LogAppendRequest",
-    "LogAppendResult",
-    "LogChunk",
-    "LogChunkIn",
-    "LogPage",
-    "LogStream",
     "Page",
-    "UpdateJobStatusRequest",
-    "UpsertJobAgentRequest",
     "UrgentClaims",
     "WireModel",
     "Workspace",
@@ -429,87 +402,6 @@ class ClaimedJobs(WireModel):
     items: list[ClaimedJob]
 
 
-# --- request bodies -------------------------------------------------------------------------
-
-
-class UpsertJobAgentRequest(RequestModel):
-    """Body of ``PUT …/job-agents/{agentId}``: register or update an agent."""
-
-    name: str = Field(min_length=1, max_length=255)
-    type: str = Field(min_length=1, max_length=255)
-    config: dict[str, Any] = Field(default_factory=dict)
-    metadata: dict[str, Any] | None = None
-
-
-# Strict numbers: JSON booleans are not numbers ({"leaseSeconds": false} must not mean 0).
-class ClaimRequest(RequestModel):
-    """Body of a claim by id: the lease asked for (absent: V1 behaviour, see the protocol)."""
-
-    lease_seconds: StrictInt | None = Field(default=None, ge=0)
-
-
-# The most jobs one claim-next (or one status update's claimNext) hands out.
-MAX_CLAIM_BATCH = 100
-
-
-class ClaimNextRequest(RequestModel):
-    """``limit`` (1–100) asks for a batch: the answer is then ``{"items": [claimed job…]}``,
-    the agent's oldest queued jobs, each with its own claim; without it, one claimed job."""
-
-    lease_seconds: StrictInt | None = Field(default=None, ge=0)
-    wait_seconds: StrictFloat | None = Field(default=None, ge=0)
-    limit: StrictInt | None = Field(default=None, ge=1, le=MAX_CLAIM_BATCH)
-
-
-class ClaimNext(RequestModel):
-    """A status update's ``claimNext``: after ending its attempt, the agent claims its next
-    ``limit`` jobs in the same request (no wait)."""
-
-    lease_seconds: StrictInt | None = Field(default=None, ge=0)
-    limit: StrictInt = Field(default=1, ge=1, le=MAX_CLAIM_BATCH)
-
-
-class JobWaitRequest(RequestModel):
-    """Body of ``POST …/jobs/{jobId}/wait``, the cancellation long-poll: wait up to
-    ``wait_seconds`` (capped by the server's ``max_wait_seconds``) for the claim ``claim_id`` to
-    end."""
-
-    claim_id: UUID
-    wait_seconds: StrictFloat = Field(default=0.0, ge=0)
-
-
-class HeartbeatRequest(RequestModel):
-    """Body of a heartbeat: the claim it renews (fencing) and, optionally, a new lease length."""
-
-    claim_id: UUID | None = None
-    lease_seconds: StrictInt | None = Field(default=None, ge=0)
-    # When the job's command last printed anything (the agent's clock); the server keeps it
-    # on the claim for inspect-claims' quiet time. Older servers ignore it.
-    last_output_at: datetime | None = None
-
-
-class UpdateJobStatusRequest(RequestModel):
-    """Body of a status update: the new status, the claim it ends (fencing) and what to record."""
-
-    status: JobStatus
-    claim_id: UUID | None = None
-    message: str | None = Field(default=None, max_length=65536)
-    external_id: str | None = Field(default=None, max_length=1024)
-    metadata: dict[str, Any] | None = None
-    claim_next: ClaimNext | None = None
-    # Without a claim id: end the claim without waiting for its holder to let go (a requeued
-    # job is claimable at once, even while the old attempt's command may still run).
-    force: bool | None = None
-
-
-class CreateJobRequest(RequestModel):
-    """Body of an enqueue: the job's configuration, dispatch context and metadata."""
-
-    job_agent_config: dict[str, Any] | None = None
-    dispatch_context: dict[str, Any] | None = None
-    metadata: dict[str, Any] | None = None
-
-
 def timestamps_as_sent(model: WireModel) -> dict[str, str]:
     """The model's timestamps as the server wrote them (``"…00.389Z"``), by wire name: each
     datetime field whose sent text still means the value the model holds. Empty for a model
@@ -529,95 +421,6 @@ def _means(text: str, value: datetime) -> bool:
         return datetime.fromisoformat(text.replace("Z", "+00:00")) == value
     except ValueError:
         return False
-
-
-# --- live output ----------------------------------------------------------------------------
-
-
-class LogStream(StrEnum):
-    """Where a log chunk came from: the command's two streams, or a marker (a line of our own,
-    UTF-8 text: output dropped by the agent, or cut by the server's cap)."""
-
-    STDOUT = "stdout"
-    STDERR = "stderr"
-    MARKER = "marker"
-
-
-# The most raw bytes one chunk may carry (its base64 on the wire is a third longer).
-LOG_CHUNK_MAX_BYTES = 64 * 1024
-
-
-def _unbase64(data: str) -> bytes:
-    """Strict base64 (RFC 4648 alphabet, padding required); ``ValueError`` otherwise."""
-    try:
-        return base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise ValueError("data is not valid base64") from exc
-
-
-class LogChunkIn(RequestModel):
-    """One chunk of an append: its stream, the agent's time of it, and its raw bytes as
-    base64 (any bytes: output that is not UTF-8 is stored and read back exactly)."""
-
-    stream: LogStream
-    at: datetime = Field(description="The agent's time of the chunk (RFC 3339)")
-    data: str = Field(description="The chunk's raw bytes, base64 (RFC 4648), at most 64 KiB")
-
-    @classmethod
-    def of(cls, stream: LogStream, at: datetime, raw: bytes) -> LogChunkIn:
-        """A chunk of ``raw`` bytes."""
-        return cls(stream=stream, at=at, data=base64.b64encode(raw).decode("ascii"))
-
-    def raw(self) -> bytes:
-        """The chunk's bytes; ``ValueError`` when ``data`` is not valid base64."""
-        return _unbase64(self.data)
-
-
-class LogAppendRequest(RequestModel):
-    """Body of ``POST …/jobs/{jobId}/logs``: chunks for the attempt that ``claim_id`` holds."""
-
-    claim_id: UUID
-    chunks: list[LogChunkIn] = Field(max_length=1000)
-
-
-class LogAppendResult(WireModel):
-    """The answer of an append: the attempt written to, the seq its next chunk gets, the bytes
-    its log holds now, and whether the cap has cut some of it."""
-
-    job_id: UUID
-    attempt: int
-    next_seq: int
-    stored_bytes: int
-    truncated: bool
-
-
-class LogChunk(WireModel):
-    """One stored chunk: ``seq`` (from 1 per attempt), ``offset`` (its first byte among every
-    byte appended to the attempt), stream, the agent's time, and the bytes as base64."""
-
-    seq: int = Field(description="The chunk's number in its attempt's log, from 1")
-    offset: int = Field(description="Where its first byte sits among the attempt's bytes")
-    stream: LogStream
-    at: datetime = Field(description="The agent's time of the chunk")
-    data: str = Field(description="The chunk's raw bytes, base64 (RFC 4648)")
-
-    def raw(self) -> bytes:
-        """The chunk's bytes; ``ValueError`` when ``data`` is not valid base64."""
-        return _unbase64(self.data)
-
-
-class LogPage(WireModel):
-    """The answer of ``GET …/jobs/{jobId}/logs``: the chunks after the cursor, the seq the next
-    chunk will get, and whether the attempt has ended (then ``outcome``); ``job_status`` is the
-    job's status now."""
-
-    job_id: UUID
-    attempt: int
-    chunks: list[LogChunk]
-    next_seq: int
-    ended: bool
-    outcome: AttemptOutcome | None = None
-    job_status: JobStatus
 
 
 # The mark of an active claim silent for longer than a caller's threshold (``staleAfter``,
