@@ -336,3 +336,22 @@ async def test_regression_readyz_answers_503_at_once_while_the_database_hangs(ap
     api.store.readiness = frozen  # type: ignore[method-assign]
     r = await asyncio.wait_for(api.client.get(Routes.READYZ), 30)
     assert r.status_code == 503 and r.json()["code"] == "SERVICE_UNAVAILABLE"
+
+
+def test_the_listen_queue_grows_with_the_descriptor_limit_and_the_cap_stays_under_it() -> None:
+    """A long listen queue for a fleet (the kernel drops connections past it, and each costs
+    its client seconds of SYN retries), never at the price of the connection cap: what the
+    queue reserves stays within half of the descriptor limit."""
+    from jobagentctl.server.connections import connection_cap, listen_backlog
+
+    assert [listen_backlog(n) for n in (0, 1024, 4096, 20_000, 1 << 20)] == [
+        128,
+        224,
+        992,
+        2048,
+        2048,
+    ]
+    for limit in (1024, 4096, 20_000):
+        cap = connection_cap(1 << 30, limit)
+        assert limit // 2 - 128 <= cap < limit - 2 * listen_backlog(limit)
+    assert connection_cap(10_000, 20_000) == 10_000

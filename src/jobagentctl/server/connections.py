@@ -50,16 +50,28 @@ if TYPE_CHECKING:
 else:  # uvicorn's protocol is imported when a server is made, not with this module
     _Base = object
 
-__all__ = ["BACKLOG", "EdgeLimits", "connection_cap", "guarded_protocol", "raise_fd_limit"]
+__all__ = [
+    "EdgeLimits",
+    "connection_cap",
+    "guarded_protocol",
+    "listen_backlog",
+    "raise_fd_limit",
+]
 
 logger = logging.getLogger("jobagentctl.server")
 
-# Descriptors kept free for everything that is not a client connection (the listening socket,
-# the database pool and LISTEN connection, log files, the SQLite WAL, …) and for one batch of
-# accepts: the event loop accepts up to BACKLOG connections before the cap sees any of them, and
-# as many evicted ones may still hold their descriptors until the next loop iteration.
-BACKLOG = 128
-_FD_RESERVE = 128 + 2 * BACKLOG
+# The listen queue: connections the kernel holds until the event loop accepts them. A fleet
+# reconnecting (thousands of agents, a heartbeat on a new connection every few seconds) overflows
+# a short one while the loop is busy, and each dropped SYN costs its client 1 s, then 3 s, 7 s…
+# (benchmarks.fleet: 10,000 agents, pickup p99 2.3 s with 128, 0.24 s with 2,048). Linux caps
+# it at net.core.somaxconn. It is also one batch of accepts: the event loop accepts up to that
+# many connections before the cap sees any of them, and as many evicted ones may still hold
+# their descriptors until the next loop iteration, so the descriptors kept free for them (and
+# for everything that is not a client connection: the listening socket, the database pool and
+# LISTEN connection, log files, the SQLite WAL, …) grow with it: it is bounded by the fd limit.
+MIN_BACKLOG = 128
+MAX_BACKLOG = 2048
+_FD_RESERVE_BASE = 128
 # At the cap with every connection busy, each refused connection would log a line: a flood
 # would grow the log by megabytes. One line at the first refusal, then one per this many seconds
 # with the count.
@@ -99,11 +111,21 @@ def raise_fd_limit() -> tuple[int, int]:
     return target, hard
 
 
+def listen_backlog(soft_fd_limit: int) -> int:
+    """The listen queue's length for a process with that descriptor limit: up to
+    :data:`MAX_BACKLOG`, so long as what it reserves stays within half of the limit."""
+    if soft_fd_limit <= 0:
+        return MIN_BACKLOG
+    return max(MIN_BACKLOG, min(MAX_BACKLOG, (soft_fd_limit - _FD_RESERVE_BASE) // 4))
+
+
 def connection_cap(max_connections: int, soft_fd_limit: int) -> int:
-    """The effective cap: the setting, kept ``_FD_RESERVE`` descriptors below the fd limit."""
+    """The effective cap: the setting, kept below the fd limit by the descriptors reserved for
+    the rest of the process and for one batch of accepts (:func:`listen_backlog`)."""
     if soft_fd_limit <= 0:
         return max_connections
-    return max(1, min(max_connections, soft_fd_limit - _FD_RESERVE))
+    reserve = _FD_RESERVE_BASE + 2 * listen_backlog(soft_fd_limit)
+    return max(1, min(max_connections, soft_fd_limit - reserve))
 
 
 def _431() -> bytes:

@@ -21,10 +21,10 @@ import uvicorn
 from jobagentctl.errors import ConfigError, JobAgentError
 from jobagentctl.server.app import create_app
 from jobagentctl.server.connections import (
-    BACKLOG,
     EdgeLimits,
     connection_cap,
     guarded_protocol,
+    listen_backlog,
     raise_fd_limit,
 )
 from jobagentctl.server.service import JobService
@@ -124,7 +124,7 @@ def _protocol_options(
         max_connections=cap,
         body_timeout=settings.body_timeout,
     )
-    return {"http": guarded_protocol(limits, tls), "backlog": BACKLOG}
+    return {"http": guarded_protocol(limits, tls), "backlog": listen_backlog(soft)}
 
 
 def _tls_context(settings: ServerSettings) -> ssl.SSLContext | None:
