@@ -166,7 +166,7 @@ def root(
     Configuration comes from flags, JOBAGENTCTL_* variables, CTRLPLANE_URL/_API_KEY/_WORKSPACE,
     then the profile in ~/.config/jobagentctl/config.toml. Global options may also follow the
     command. Exit codes: 0 ok, 1 error, 2 usage, 3 server unavailable, 4 auth, 5 not found,
-    6 conflict, 7 no job, 130 interrupted.
+    6 conflict, 7 no job, 8 attempt did not succeed (jobs logs --follow), 130 interrupted.
     """
     get_state(ctx)
 
