@@ -434,6 +434,8 @@ class SqlStore(Entities, LogStore):
             "workspace_id": workspace_id,
             "agent_id": agent_id,
             "state": check_claim_state(state).value,
+            "stale_after": None,
+            "quiet_after": None,
             "limit": limit,
             "offset": offset,
         }

@@ -396,10 +396,21 @@ DELETE FROM job_claim WHERE job_id IN (
 -- include: reap_batch
 )
 
--- name: list_claims
--- inProgress jobs with their claim row (active/expired) or without one (unleased); equal
--- millisecond claim times in job insertion order.
-SELECT *, COUNT(*) OVER () AS total
+-- fragment: claim_marks
+-- The claims of inProgress jobs (list_claims, urgent_claims and claim_counts read them),
+-- each with its mark: its state, or `stale` for an active claim
+-- silent (no heartbeat, else no claim) for longer than stale_after seconds (NULL: never), else
+-- `quiet` for one whose command printed nothing (its last output, else the claim) for longer
+-- than quiet_after seconds (NULL: never).
+-- A new kind of claim is a new mark here; urgent_claims ranks it, claim_counts counts it.
+SELECT *,
+       CASE WHEN state = 'active'
+                 AND silent_since < (julianday('now') - 2440587.5) * 86400.0 - :stale_after
+            THEN 'stale'
+            WHEN state = 'active'
+                 AND quiet_since < (julianday('now') - 2440587.5) * 86400.0 - :quiet_after
+            THEN 'quiet'
+            ELSE state END AS mark
 FROM (
     SELECT j.id AS job_id,
            j.rowid AS job_seq,
@@ -409,10 +420,12 @@ FROM (
            COALESCE(c.claimed_at, t.claimed_at, j.started_at) AS claimed_at,
            c.claim_expires_at,
            c.lease_seconds,
-           c.last_output_at,
            CASE WHEN c.job_id IS NULL THEN 'unleased'
                 WHEN c.claim_expires_at < (julianday('now') - 2440587.5) * 86400.0 THEN 'expired'
-                ELSE 'active' END AS state
+                ELSE 'active' END AS state,
+           COALESCE(c.claim_expires_at - c.lease_seconds, c.claimed_at) AS silent_since,
+           c.last_output_at,
+           COALESCE(c.last_output_at, c.claimed_at) AS quiet_since
     FROM job AS j
     LEFT JOIN job_claim AS c ON c.job_id = j.id
     LEFT JOIN job_attempt AS t ON t.job_id = j.id AND t.ended_at IS NULL
@@ -420,15 +433,23 @@ FROM (
       AND j.workspace_id = :workspace_id
       AND (:agent_id IS NULL OR j.job_agent_id = :agent_id)
     UNION ALL
-    -- Claims an operator revoked whose holder has not let go yet (the job waits for it).
+    -- Claims an operator revoked whose holder has not let go yet (as list_claims).
     SELECT r.job_id, j.rowid, r.job_agent_id, r.claim_id, r.attempt, r.claimed_at,
-           r.claim_expires_at, r.lease_seconds, NULL, 'revoked'
+           r.claim_expires_at, r.lease_seconds, 'revoked', r.claimed_at, NULL, r.claimed_at
     FROM job_revoked_claim AS r
     JOIN job AS j ON j.id = r.job_id
     WHERE j.workspace_id = :workspace_id
       AND (:agent_id IS NULL OR j.job_agent_id = :agent_id)
 ) AS claims
 WHERE :state = 'all' OR state = :state
+
+-- name: list_claims
+-- inProgress jobs with their claim row (active/expired) or without one (unleased); equal
+-- millisecond claim times in job insertion order.
+-- Built on claim_marks (its marks unused here: no stale_after or quiet_after is given).
+SELECT *, COUNT(*) OVER () AS total FROM (
+-- include: claim_marks
+) AS marked
 ORDER BY claimed_at, job_seq
 LIMIT :limit OFFSET :offset
 
@@ -565,52 +586,6 @@ WHERE (job_id, attempt) IN (
 -- name: api_key_revoked
 -- Whether the key of that id is revoked (no row: there is no such key).
 SELECT revoked_at IS NOT NULL AS revoked FROM api_key WHERE id = :id
-
--- fragment: claim_marks
--- The rows of list_claims, each with its mark: its state, or `stale` for an active claim
--- silent (no heartbeat, else no claim) for longer than stale_after seconds (NULL: never), else
--- `quiet` for one whose command printed nothing (its last output, else the claim) for longer
--- than quiet_after seconds (NULL: never).
--- A new kind of claim is a new mark here; urgent_claims ranks it, claim_counts counts it.
-SELECT *,
-       CASE WHEN state = 'active'
-                 AND silent_since < (julianday('now') - 2440587.5) * 86400.0 - :stale_after
-            THEN 'stale'
-            WHEN state = 'active'
-                 AND quiet_since < (julianday('now') - 2440587.5) * 86400.0 - :quiet_after
-            THEN 'quiet'
-            ELSE state END AS mark
-FROM (
-    SELECT j.id AS job_id,
-           j.rowid AS job_seq,
-           COALESCE(j.job_agent_id, c.job_agent_id, t.job_agent_id) AS job_agent_id,
-           c.claim_id,
-           COALESCE(c.attempt, t.attempt) AS attempt,
-           COALESCE(c.claimed_at, t.claimed_at, j.started_at) AS claimed_at,
-           c.claim_expires_at,
-           c.lease_seconds,
-           CASE WHEN c.job_id IS NULL THEN 'unleased'
-                WHEN c.claim_expires_at < (julianday('now') - 2440587.5) * 86400.0 THEN 'expired'
-                ELSE 'active' END AS state,
-           COALESCE(c.claim_expires_at - c.lease_seconds, c.claimed_at) AS silent_since,
-           c.last_output_at,
-           COALESCE(c.last_output_at, c.claimed_at) AS quiet_since
-    FROM job AS j
-    LEFT JOIN job_claim AS c ON c.job_id = j.id
-    LEFT JOIN job_attempt AS t ON t.job_id = j.id AND t.ended_at IS NULL
-    WHERE j.status = 'inProgress'
-      AND j.workspace_id = :workspace_id
-      AND (:agent_id IS NULL OR j.job_agent_id = :agent_id)
-    UNION ALL
-    -- Claims an operator revoked whose holder has not let go yet (as list_claims).
-    SELECT r.job_id, j.rowid, r.job_agent_id, r.claim_id, r.attempt, r.claimed_at,
-           r.claim_expires_at, r.lease_seconds, 'revoked', r.claimed_at, NULL, r.claimed_at
-    FROM job_revoked_claim AS r
-    JOIN job AS j ON j.id = r.job_id
-    WHERE j.workspace_id = :workspace_id
-      AND (:agent_id IS NULL OR j.job_agent_id = :agent_id)
-) AS claims
-WHERE :state = 'all' OR state = :state
 
 -- name: urgent_claims
 -- The most urgent claims first: expired (longest overdue first), then unleased or stale,
