@@ -198,6 +198,23 @@ def test_a_completed_attempt_followed_by_another_claim_is_caught() -> None:
     assert result.figures["double completions"] == 1
 
 
+def test_an_operator_requeue_after_the_job_completed_runs_it_again_by_request() -> None:
+    """The harness picks a running job to requeue; when it completes before the request lands,
+    the requeue runs it again: two successes, each explained, and no violation for it. The
+    same history without the requeue is a double completion."""
+    ev = clean()
+    ev.attempts[JOB][0]["outcome"] = "completed"
+    ev.attempts[JOB][0]["endedAt"] = iso(2.0)
+    ev.executions[0] = Execution(JOB, 1, C1, 100, 0, T0 + 0.1, T0 + 1.9)
+    ev.exchanges.append(write("status", 2.0, C1, 202, body={"status": "successful"}))
+    ev.requeues = [(JOB, T0 + 2.1)]
+    result = check(ev)
+    assert not result.violations["attempts explain every re-run"], result.summary()
+    assert not result.violations["exactly one accepted successful report"], result.summary()
+    ev.requeues = []
+    assert check(ev).violations["exactly one accepted successful report"]
+
+
 def test_success_reported_before_the_work_ended_is_caught() -> None:
     ev = clean()
     ev.executions[1] = Execution(JOB, 2, C2, 101, 0, T0 + 6.1, T0 + 9.0)
