@@ -3,7 +3,7 @@ half running jobs that heartbeat, with enqueues arriving for the idle ones.
 
 Usage: python -m benchmarks.fleet [--db postgres sqlite] [--agents 1000 5000 10000 20000]
 [--seconds 60] [--wait 30] [--lease 60] [--every 20] [--rate 10] [--per-generator 2500]
-[--settle 10] [--json PATH]
+[--settle 10] [--json PATH] [--timeline]
 
 For each database and fleet size: a live ``jobagentctl server start`` (its connection cap raised
 past the fleet, its descriptor limit the machine's hard limit); AGENTS agents registered; half of
@@ -97,7 +97,7 @@ class _Generator:
     def __init__(self, plan: _Plan) -> None:
         self.plan = plan
         self.headers = {"X-API-Key": plan.key}
-        self.heartbeats: list[float] = []
+        self.heartbeats: list[tuple[float, float]] = []  # (wall time sent, seconds)
         self.pickups: list[tuple[str, float]] = []  # (job id, wall time claimed)
         self.errors: list[str] = []
 
@@ -151,7 +151,7 @@ class _Generator:
                 if status != 200:
                     self._error(f"heartbeat: {status} {raw[:120]!r}")
                 elif self.plan.start <= time.time() <= self.plan.end:
-                    self.heartbeats.append(took)
+                    self.heartbeats.append((time.time() - took, took))
             except (OSError, asyncio.IncompleteReadError) as exc:
                 self._error(f"heartbeat: {type(exc).__name__}")
             await asyncio.sleep(max(0.0, self.plan.every - (time.perf_counter() - t0)))
@@ -283,6 +283,17 @@ async def _enqueue_loop(
     return sent, errors
 
 
+def _timeline(timed: list[tuple[float, float]]) -> None:
+    """Print, per second of the window, how many heartbeats and pickups began in it and the
+    slowest of them: where the tail comes from (a burst, or spread)."""
+    seconds: dict[int, list[float]] = {}
+    for at, took in timed:
+        seconds.setdefault(int(at), []).append(took)
+    for second in sorted(seconds):
+        tooks = seconds[second]
+        print(f"# second {second}: {len(tooks)} requests, slowest {max(tooks) * 1000:.0f} ms")
+
+
 def measure(db: str, agents: int, args: argparse.Namespace) -> FleetFigure:
     settings = {
         "max_connections": str(agents * 2 + 1000),
@@ -343,7 +354,16 @@ def measure(db: str, agents: int, args: argparse.Namespace) -> FleetFigure:
                     if proc.poll() is None:
                         proc.kill()
                         proc.wait()
-    heartbeats = [h for r in results for h in r["heartbeats"]]
+    timed = [(at - start, took) for r in results for at, took in r["heartbeats"]]
+    timed += [
+        (sent[job] - start, t - sent[job])
+        for r in results
+        for job, t in r["pickups"]
+        if job in sent
+    ]
+    if args.timeline:
+        _timeline(timed)
+    heartbeats = [took for r in results for _, took in r["heartbeats"]]
     pickups = [t - sent[job] for r in results for job, t in r["pickups"] if job in sent]
     errors += [e for r in results for e in r["errors"]]
     return FleetFigure(
@@ -377,6 +397,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--per-generator", type=int, default=2500)
     parser.add_argument("--settle", type=float, default=10.0, help="seconds before the window")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--timeline", action="store_true", help="per second: requests begun, the slowest"
+    )
     return parser
 
 
