@@ -65,8 +65,8 @@ class Traced:
 
     def saw(self, row: Mapping[str, Any] | None) -> None:
         """Keep the statement's first row (its column names, its values)."""
-        if row is not None:
-            self.columns, self.row = list(row), list(row.values())
+        if row is not None:  # keys() and values(): an asyncpg Record iterates over its values
+            self.columns, self.row = list(row.keys()), list(row.values())
 
 
 class _Recorder:
