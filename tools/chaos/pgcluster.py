@@ -15,8 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import psycopg
-from psycopg import sql as pgsql
+from tests.fixtures import pgsync
 from tests.fixtures.live_server import free_port
 
 __all__ = ["PgCluster", "PgClusterUnavailable", "find_pg_bin"]
@@ -146,25 +145,23 @@ class PgCluster:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                with psycopg.connect(self.url, connect_timeout=3) as conn:
-                    conn.execute("SELECT 1")
+                with pgsync.connect(self.url, timeout=3) as conn:
+                    conn.fetch("SELECT 1")
                 return
-            except psycopg.OperationalError:
+            except pgsync.CONNECT_ERRORS:  # not up yet (refused, or "starting up")
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
 
     def create_database(self, name: str) -> str:
         """A new empty database; its URL."""
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(name)))
+        with pgsync.connect(self.url) as conn:
+            conn.script(f"CREATE DATABASE {pgsync.quote_ident(name)}")
         return self.database_url(name)
 
     def drop_database(self, name: str) -> None:
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute(
-                pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name))
-            )
+        with pgsync.connect(self.url) as conn:
+            conn.script(f"DROP DATABASE IF EXISTS {pgsync.quote_ident(name)} WITH (FORCE)")
 
     def __enter__(self) -> PgCluster:
         return self.start()
