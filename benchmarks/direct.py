@@ -24,7 +24,11 @@ from benchmarks.common import (
 )
 from benchmarks.httpclient import Connection
 from jobagentctl.models import ClaimedJob, JobStatus
+from jobagentctl.server.settings import ServerSettings
 from jobagentctl.server.store import Store, open_store
+
+# The server's reaper batch: a benchmarked pass is the pass a server runs by default.
+REAP_BATCH = int(ServerSettings.model_fields["reap_batch_size"].default)
 
 
 @dataclass
@@ -79,7 +83,7 @@ async def prepare_reap(store: Store, url: str, claims: int, expired: int) -> Non
     """A store with ``claims`` running claims, ``expired`` of them expired, analysed, and its
     connection and plan cache warmed on an empty reaper pass."""
     _, agent = await setup_store(store, 0)
-    await store.reap(500, 0)
+    await store.reap(REAP_BATCH, 0)
     # Benchmark set-up only: bulk rows through psql (the values are ours, not user input).
     psql(url, FILL_CLAIMS.format(claims=claims, expired=expired, agent=agent))
     for table in ("job_claim", "job", "job_attempt"):
@@ -231,14 +235,14 @@ async def _reaper(url: str, claims: int, expired: int) -> tuple[float, float]:
     try:
         await prepare_reap(store, url, claims, expired)
         t0 = time.perf_counter()
-        result = await store.reap(500, 0)
+        result = await store.reap(REAP_BATCH, 0)
         busy = time.perf_counter() - t0
         if result.requeued != expired:
             raise RuntimeError(f"reaper requeued {result.requeued}, expected {expired}")
         empties = []
         for _ in range(20):
             t0 = time.perf_counter()
-            await store.reap(500, 0)
+            await store.reap(REAP_BATCH, 0)
             empties.append(time.perf_counter() - t0)
         return busy, sorted(empties)[len(empties) // 2]
     finally:

@@ -9,7 +9,7 @@ bulk-inserted (SPEC §2 columns) and analysed (as autovacuum would have by the t
 database holds it; autovacuum stays on throughout), then a queue of JOBS jobs is seeded and run
 through pgbench (the project's SQL, traced from the store) and through the API (one server,
 8 agents), then 10,000 claims with 1,000 expired are added and one reaper tick is timed
-(``store.reap(500, 0)``), then an empty tick (median of 20).
+(``store.reap(REAP_BATCH, 0)``: the server's default batch), then an empty tick (median of 20).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from benchmarks import ceilings, pgbench
 from benchmarks.ceilings import Figure
 from benchmarks.common import Server, postgres_database, psql
-from benchmarks.direct import prepare_reap
+from benchmarks.direct import REAP_BATCH, prepare_reap
 from benchmarks.gate import Gate, Measured
 
 HISTORY = """
@@ -69,14 +69,14 @@ async def _reap(url: str, claims: int, expired: int, smoke: bool) -> tuple[float
         loop = asyncio.get_running_loop()
         with Measured(gate, dict):
             t0 = loop.time()
-            result = await store.reap(500, 0)
+            result = await store.reap(REAP_BATCH, 0)
             busy = loop.time() - t0
         if result.requeued != expired:
             raise RuntimeError(f"reaper requeued {result.requeued}, expected {expired}")
         empties = []
         for _ in range(20):
             t0 = loop.time()
-            await store.reap(500, 0)
+            await store.reap(REAP_BATCH, 0)
             empties.append(loop.time() - t0)
         return busy, statistics.median(empties), gate
     finally:
