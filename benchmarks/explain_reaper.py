@@ -14,7 +14,7 @@ import argparse
 import asyncio
 
 from benchmarks.common import postgres_database, psql
-from benchmarks.direct import FILL_CLAIMS, REAP_BATCH, setup_store
+from benchmarks.direct import FILL_CLAIMS, REAP_BATCH, job_id_sql, setup_store
 from benchmarks.growth import load_history
 from jobagentctl.models import HEARTBEAT_INTERVAL_MAX, HEARTBEAT_INTERVAL_MIN
 from jobagentctl.server.store import open_store
@@ -39,7 +39,8 @@ async def main(rows: int, plan: bool) -> None:
             await store.close()
             if rows:
                 load_history(url, str(agent), rows)
-            psql(url, FILL_CLAIMS.format(claims=10000, expired=1000, agent=agent))
+            job_id = job_id_sql("now()")
+            psql(url, FILL_CLAIMS.format(claims=10000, expired=1000, agent=agent, job_id=job_id))
             for table in ("job_claim", "job", "job_attempt"):
                 psql(url, f"VACUUM ANALYZE {table}")
             out = psql(url, f"{setting}EXPLAIN (ANALYZE, BUFFERS) {reap}")

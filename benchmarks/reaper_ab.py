@@ -1,6 +1,7 @@
 """Reaper pass A/B: variants of the `reap` statement and of its batching, timed side by side.
 
 Usage: python -m benchmarks.reaper_ab [--rows N] [--rounds R] [--variants 'a;b'] [--baseline F]
+       [--random-ids]
 
 One PostgreSQL database holds N finished jobs and their attempts (``benchmarks.growth``). Each
 round, for every variant in turn: the previous round's jobs and claims are removed, 10,000
@@ -21,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from benchmarks.common import postgres_database, psql
-from benchmarks.direct import FILL_CLAIMS, setup_store
+from benchmarks.direct import FILL_CLAIMS, job_id_sql, setup_store
 from benchmarks.growth import load_history
 from jobagentctl.models import HEARTBEAT_INTERVAL_MAX, HEARTBEAT_INTERVAL_MIN
 from jobagentctl.server.store import SqlStore, open_store
@@ -101,10 +102,12 @@ async def _backend_pid(store: SqlStore) -> int:
         return int(row["pid"])
 
 
-async def _round(url: str, store: SqlStore, agent: str, variant: Variant) -> tuple[float, float]:
+async def _round(
+    url: str, store: SqlStore, agent: str, variant: Variant, job_id: str
+) -> tuple[float, float]:
     psql(url, RESET)
     await variant.run(store)  # empty: warms the connection
-    psql(url, FILL_CLAIMS.format(claims=CLAIMS, expired=EXPIRED, agent=agent))
+    psql(url, FILL_CLAIMS.format(claims=CLAIMS, expired=EXPIRED, agent=agent, job_id=job_id))
     for table in ("job_claim", "job", "job_attempt"):
         psql(url, f"VACUUM ANALYZE {table}")
     pid = await _backend_pid(store)
@@ -116,25 +119,27 @@ async def _round(url: str, store: SqlStore, agent: str, variant: Variant) -> tup
     return took, cpu
 
 
-async def main(rows: int, rounds: int, variants: list[Variant]) -> None:
+async def main(rows: int, rounds: int, variants: list[Variant], random_ids: bool) -> None:
     with postgres_database() as url:
         store = open_store(url, min_size=1, max_size=1)
         _, agent = await setup_store(store, 0)
         if rows:
-            load_history(url, str(agent), rows)
+            load_history(url, str(agent), rows, random_ids=random_ids)
         times: dict[str, list[float]] = {v.name: [] for v in variants}
         cpus: dict[str, list[float]] = {v.name: [] for v in variants}
+        job_id = job_id_sql("now()", random=random_ids)
         try:
             for r in range(rounds):
                 order = variants if r % 2 == 0 else variants[::-1]
                 for v in order:
-                    took, cpu = await _round(url, store, str(agent), v)
+                    took, cpu = await _round(url, store, str(agent), v, job_id)
                     times[v.name].append(took)
                     cpus[v.name].append(cpu)
         finally:
             await store.close()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"{rows:,} finished jobs, {rounds} rounds, load average after: {load}")
+    ids = "random" if random_ids else "time-ordered"
+    print(f"{rows:,} finished jobs, {ids} job ids, {rounds} rounds, load average after: {load}")
     for v in variants:
         t = sorted(times[v.name])
         c = statistics.median(cpus[v.name])
@@ -181,7 +186,8 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--variants", default="", help="names, separated by ';' (default: all)")
     parser.add_argument("--baseline", help="another postgres queries.sql, its `reap` timed too")
+    parser.add_argument("--random-ids", action="store_true", help="random job ids (UUIDv4)")
     args = parser.parse_args()
     known = variants(args.baseline)
     names = [n.strip() for n in args.variants.split(";") if n.strip()] or list(known)
-    asyncio.run(main(args.rows, args.rounds, [known[n] for n in names]))
+    asyncio.run(main(args.rows, args.rounds, [known[n] for n in names], args.random_ids))
