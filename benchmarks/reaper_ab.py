@@ -1,14 +1,15 @@
 """Reaper pass A/B: variants of the `reap` statement and of its batching, timed side by side.
 
 Usage: python -m benchmarks.reaper_ab [--rows N] [--rounds R] [--variants 'a;b'] [--baseline F]
-       [--random-ids]
+       [--random-ids] | --sqlite BATCH [--rounds R]
 
 One PostgreSQL database holds N finished jobs and their attempts (``benchmarks.growth``). Each
 round, for every variant in turn: the previous round's jobs and claims are removed, 10,000
 claims with 1,000 expired are added (``benchmarks.direct.FILL_CLAIMS``), the three tables are
 vacuumed and analysed, one empty pass warms the connection, and one pass is timed. Variants run
 interleaved round by round, so a busy moment falls on all of them; the median of the rounds is
-printed with the load average.
+printed with the load average. ``--sqlite BATCH``: SQLite's pass instead, the store's reap with
+that batch over the same claims (made through the store), a fresh database each round.
 """
 
 from __future__ import annotations
@@ -180,6 +181,48 @@ def variants(baseline: str | None) -> dict[str, Variant]:
     return out
 
 
+async def sqlite_pass(batch: int) -> float:
+    """One SQLite pass over 10,000 claims, 1,000 expired: the jobs made and claimed through the
+    store (no bulk SQL for SQLite here), 1,000 claims set an hour into the past, ANALYZE."""
+    import sqlite3
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="jab-") as tmp:
+        path = f"{tmp}/reap.db"
+        store = open_store(f"sqlite:///{path}")
+        ws, agent = await setup_store(store, 0)
+        try:
+            for _ in range(CLAIMS):
+                await store.create_job(ws, agent, {}, None, None)
+            while await store.claim_batch(ws, agent, 3600, 100):
+                pass
+            with sqlite3.connect(path) as conn:
+                conn.execute(
+                    "UPDATE job_claim SET claim_expires_at = claim_expires_at - 7200 WHERE job_id"
+                    " IN (SELECT job_id FROM job_claim ORDER BY random() LIMIT ?)",
+                    [EXPIRED],
+                )
+                conn.execute("ANALYZE")
+            t0 = time.perf_counter()
+            requeued = (await store.reap(batch, 0)).requeued
+            took = time.perf_counter() - t0
+        finally:
+            await store.close()
+    if requeued != EXPIRED:
+        raise RuntimeError(f"sqlite: requeued {requeued}, expected {EXPIRED}")
+    return took
+
+
+def sqlite_main(rounds: int, batch: int) -> None:
+    times = sorted(asyncio.run(sqlite_pass(batch)) for _ in range(rounds))
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"SQLite, no history, {rounds} rounds, load average after: {load}")
+    print(
+        f"  {f'store reap({batch})':<28} wall median {1000 * statistics.median(times):6.1f} ms   "
+        f"min {1000 * times[0]:6.1f}   max {1000 * times[-1]:6.1f}"
+    )
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10000, help="finished jobs loaded first")
@@ -187,7 +230,11 @@ if __name__ == "__main__":
     parser.add_argument("--variants", default="", help="names, separated by ';' (default: all)")
     parser.add_argument("--baseline", help="another postgres queries.sql, its `reap` timed too")
     parser.add_argument("--random-ids", action="store_true", help="random job ids (UUIDv4)")
+    parser.add_argument("--sqlite", type=int, metavar="BATCH", help="SQLite instead, this batch")
     args = parser.parse_args()
+    if args.sqlite:
+        sqlite_main(args.rounds, args.sqlite)
+        raise SystemExit(0)
     known = variants(args.baseline)
     names = [n.strip() for n in args.variants.split(";") if n.strip()] or list(known)
     asyncio.run(main(args.rows, args.rounds, [known[n] for n in names], args.random_ids))
