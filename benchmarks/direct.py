@@ -24,7 +24,11 @@ from benchmarks.common import (
 )
 from benchmarks.httpclient import Connection
 from jobagentctl.models import ClaimedJob, JobStatus
+from jobagentctl.server.settings import ServerSettings
 from jobagentctl.server.store import Store, open_store
+
+# The server's reaper batch: a benchmarked pass is the pass a server runs by default.
+REAP_BATCH = int(ServerSettings.model_fields["reap_batch_size"].default)
 
 
 @dataclass
@@ -79,9 +83,10 @@ async def prepare_reap(store: Store, url: str, claims: int, expired: int) -> Non
     """A store with ``claims`` running claims, ``expired`` of them expired, analysed, and its
     connection and plan cache warmed on an empty reaper pass."""
     _, agent = await setup_store(store, 0)
-    await store.reap(500, 0)
+    await store.reap(REAP_BATCH, 0)
     # Benchmark set-up only: bulk rows through psql (the values are ours, not user input).
-    psql(url, FILL_CLAIMS.format(claims=claims, expired=expired, agent=agent))
+    job_id = job_id_sql("now()")
+    psql(url, FILL_CLAIMS.format(claims=claims, expired=expired, agent=agent, job_id=job_id))
     for table in ("job_claim", "job", "job_attempt"):
         psql(url, f"VACUUM ANALYZE {table}")
 
@@ -203,11 +208,23 @@ def heartbeats_http(kind: str, concurrency: int, count: int) -> DirectResult:
 
 # --- reaper --------------------------------------------------------------------------------------
 
-# Bulk-insert ``{claims}`` running claims of ``{agent}``, ``{expired}`` of them already expired
-# (psql; the reaper benchmarks' starting point).
+
+def job_id_sql(at: str, *, random: bool = False) -> str:
+    """SQL for a job id as the store makes one at time ``at`` (entities.new_job_id: UUIDv7,
+    the milliseconds in the first 48 bits, version 7), or a random one (``random``: as the
+    store made them before)."""
+    if random:
+        return "gen_random_uuid()"
+    millis = f"substring(int8send(floor(extract(epoch FROM {at}) * 1000)::bigint) FROM 3)"
+    v4 = f"overlay(uuid_send(gen_random_uuid()) PLACING {millis} FROM 1 FOR 6)"
+    return f"encode(set_bit(set_bit({v4}, 52, 1), 53, 1), 'hex')::uuid"  # version 4 -> 7
+
+
+# Bulk-insert ``{claims}`` running claims of ``{agent}``, ``{expired}`` of them already expired,
+# their jobs' ids ``{job_id}`` (job_id_sql; psql; the reaper benchmarks' starting point).
 FILL_CLAIMS = """
 WITH ids AS (
-    SELECT gen_random_uuid() AS id, g AS n FROM generate_series(1, {claims}) AS g
+    SELECT {job_id} AS id, g AS n FROM generate_series(1, {claims}) AS g
 ), jobs AS (
     INSERT INTO job (id, job_agent_id, workspace_id, status, started_at)
     SELECT i.id, a.id, a.workspace_id, 'inProgress', now()
@@ -231,14 +248,14 @@ async def _reaper(url: str, claims: int, expired: int) -> tuple[float, float]:
     try:
         await prepare_reap(store, url, claims, expired)
         t0 = time.perf_counter()
-        result = await store.reap(500, 0)
+        result = await store.reap(REAP_BATCH, 0)
         busy = time.perf_counter() - t0
         if result.requeued != expired:
             raise RuntimeError(f"reaper requeued {result.requeued}, expected {expired}")
         empties = []
         for _ in range(20):
             t0 = time.perf_counter()
-            await store.reap(500, 0)
+            await store.reap(REAP_BATCH, 0)
             empties.append(time.perf_counter() - t0)
         return busy, sorted(empties)[len(empties) // 2]
     finally:

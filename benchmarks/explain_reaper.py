@@ -1,6 +1,6 @@
-"""Profile one reaper batch: EXPLAIN ANALYZE of the `reap` statement (one 500-row batch) over
-10,000 claims, 1,000 expired, with the planner's default plan and with hash joins off
-(docs/benchmarks.md, "Flat as it grows").
+"""Profile one reaper batch: EXPLAIN ANALYZE of the `reap` statement (one batch of the server's
+default size) over 10,000 claims, 1,000 expired, with the planner's default plan and with hash
+joins off (docs/benchmarks.md, "Flat as it grows").
 
 Usage: python -m benchmarks.explain_reaper [--rows N] [--plan]
 
@@ -14,7 +14,7 @@ import argparse
 import asyncio
 
 from benchmarks.common import postgres_database, psql
-from benchmarks.direct import FILL_CLAIMS, setup_store
+from benchmarks.direct import FILL_CLAIMS, REAP_BATCH, job_id_sql, setup_store
 from benchmarks.growth import load_history
 from jobagentctl.models import HEARTBEAT_INTERVAL_MAX, HEARTBEAT_INTERVAL_MIN
 from jobagentctl.server.store import open_store
@@ -24,7 +24,7 @@ from jobagentctl.server.store.queries import load_queries
 async def main(rows: int, plan: bool) -> None:
     reap = (
         load_queries("postgres")["reap"]
-        .replace("%(batch_size)s", "500")
+        .replace("%(batch_size)s", str(REAP_BATCH))
         .replace("%(max_reclaims)s", "0")
         # No outage: nobody is spared (as SqlStore.reap passes them without a grace).
         .replace("%(outage_began_ago)s", "0")
@@ -39,14 +39,15 @@ async def main(rows: int, plan: bool) -> None:
             await store.close()
             if rows:
                 load_history(url, str(agent), rows)
-            psql(url, FILL_CLAIMS.format(claims=10000, expired=1000, agent=agent))
+            job_id = job_id_sql("now()")
+            psql(url, FILL_CLAIMS.format(claims=10000, expired=1000, agent=agent, job_id=job_id))
             for table in ("job_claim", "job", "job_attempt"):
                 psql(url, f"VACUUM ANALYZE {table}")
             out = psql(url, f"{setting}EXPLAIN (ANALYZE, BUFFERS) {reap}")
             took = [line for line in out.splitlines() if "Execution Time" in line]
             history = f" over {rows:,} finished jobs" if rows else ""
             label = setting or "default plan; "
-            print(f"{label}one 500-row batch{history}: {took[-1].strip()}")
+            print(f"{label}one {REAP_BATCH}-row batch{history}: {took[-1].strip()}")
             if plan:
                 print(out)
 

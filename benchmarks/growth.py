@@ -9,7 +9,7 @@ bulk-inserted (SPEC §2 columns) and analysed (as autovacuum would have by the t
 database holds it; autovacuum stays on throughout), then a queue of JOBS jobs is seeded and run
 through pgbench (the project's SQL, traced from the store) and through the API (one server,
 8 agents), then 10,000 claims with 1,000 expired are added and one reaper tick is timed
-(``store.reap(500, 0)``), then an empty tick (median of 20).
+(``store.reap(REAP_BATCH, 0)``: the server's default batch), then an empty tick (median of 20).
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from dataclasses import dataclass
 from benchmarks import ceilings, pgbench
 from benchmarks.ceilings import Figure
 from benchmarks.common import Server, postgres_database, psql
-from benchmarks.direct import prepare_reap
+from benchmarks.direct import REAP_BATCH, job_id_sql, prepare_reap
 from benchmarks.gate import Gate, Measured
 
 HISTORY = """
 WITH done AS (
     INSERT INTO job (id, job_agent_id, workspace_id, status, created_at, updated_at, started_at,
                      completed_at)
-    SELECT gen_random_uuid(), a.id, a.workspace_id, 'successful',
-           now() - interval '1 day' + g * interval '1 millisecond', now(), now(), now()
-    FROM job_agent AS a, generate_series(1, {rows}) AS g
+    SELECT {job_id}, a.id, a.workspace_id, 'successful', t.at, now(), now(), now()
+    FROM job_agent AS a, generate_series(1, {rows}) AS g,
+         LATERAL (SELECT now() - interval '1 day' + g * interval '1 millisecond' AS at) AS t
     WHERE a.id = '{agent}'
     RETURNING id, job_agent_id
 )
@@ -53,8 +53,11 @@ class Growth:
     expired: int = 1000
 
 
-def load_history(url: str, agent: str, rows: int) -> None:
-    psql(url, HISTORY.format(agent=agent, rows=int(rows)))
+def load_history(url: str, agent: str, rows: int, *, random_ids: bool = False) -> None:
+    """``rows`` finished jobs created over the last day, with their attempts; ids as the store
+    makes them (``random_ids``: as it made them before, see ``direct.job_id_sql``)."""
+    job_id = job_id_sql("t.at", random=random_ids)
+    psql(url, HISTORY.format(agent=agent, rows=int(rows), job_id=job_id))
     psql(url, "VACUUM ANALYZE job")
     psql(url, "VACUUM ANALYZE job_attempt")
 
@@ -69,14 +72,14 @@ async def _reap(url: str, claims: int, expired: int, smoke: bool) -> tuple[float
         loop = asyncio.get_running_loop()
         with Measured(gate, dict):
             t0 = loop.time()
-            result = await store.reap(500, 0)
+            result = await store.reap(REAP_BATCH, 0)
             busy = loop.time() - t0
         if result.requeued != expired:
             raise RuntimeError(f"reaper requeued {result.requeued}, expected {expired}")
         empties = []
         for _ in range(20):
             t0 = loop.time()
-            await store.reap(500, 0)
+            await store.reap(REAP_BATCH, 0)
             empties.append(loop.time() - t0)
         return busy, statistics.median(empties), gate
     finally:

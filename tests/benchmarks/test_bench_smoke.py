@@ -150,3 +150,16 @@ def test_explain_reaper_prints_both_plans() -> None:
     lines = _smoke("benchmarks.explain_reaper", "--rows", "100").splitlines()
     timed = [line for line in lines if re.search(r"Execution Time: [0-9.]+ ms$", line)]
     assert len(timed) == 2, lines
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_reaper_ab_times_each_variant() -> None:
+    """One interleaved round of two reaper variants over 100 finished jobs: a line each, with
+    its wall and on-CPU medians; then one SQLite pass."""
+    argv = ("benchmarks.reaper_ab", "--rows", "100", "--rounds", "1")
+    lines = _smoke(*argv, "--variants", "store reap(1000);no job lock(1000)").splitlines()
+    timed = [line for line in lines if re.search(r"on-CPU median +[0-9.]+ ms$", line)]
+    assert len(timed) == 2, lines
+    sqlite = _smoke("benchmarks.reaper_ab", "--sqlite", "1000", "--rounds", "1").splitlines()
+    assert re.search(r"store reap\(1000\) +wall median +[0-9.]+ ms", sqlite[-1]), sqlite

@@ -30,7 +30,7 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
         3600,
     )
     assert settings.reap_interval == 5.0
-    assert settings.reap_batch_size == 500
+    assert settings.reap_batch_size == 1000
     assert settings.max_reclaims == 0
     assert settings.require_claim_id is False
     assert settings.max_wait_seconds == 30

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from uuid import uuid4
+import time
+from uuid import RFC_4122, uuid4
 
 import pytest
 
@@ -131,6 +132,19 @@ async def test_create_job_defaults_and_scopes(env: Env) -> None:
     with pytest.raises(NotFound):
         other_ws = await env.store.create_workspace("o")
         await env.store.create_job(other_ws, env.agent, None, None, None)
+
+
+async def test_job_ids_are_time_ordered(env: Env) -> None:
+    """A job's id is a UUIDv7 whose first 48 bits are its creation time in milliseconds, so
+    jobs created later have ids no smaller in those bits (they sit together in the indexes)."""
+    before = time.time_ns() // 1_000_000
+    jobs = [await env.job() for _ in range(20)]
+    after = time.time_ns() // 1_000_000
+    millis = [job.id.int >> 80 for job in jobs]
+    assert {job.id.version for job in jobs} == {7}
+    assert {job.id.variant for job in jobs} == {RFC_4122}
+    assert before <= millis[0] and millis == sorted(millis) and millis[-1] <= after
+    assert len({job.id for job in jobs}) == 20
 
 
 async def test_list_jobs_newest_first_with_filters(env: Env) -> None:

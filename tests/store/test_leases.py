@@ -371,6 +371,57 @@ async def test_reap_in_batches_until_nothing_is_left(env: Env) -> None:
     assert _claim_rows(env) == 0
 
 
+@pytest.mark.parametrize(("expired", "batch", "statements"), [(4, 4, 1), (4, 2, 2), (5, 2, 3)])
+async def test_a_pass_runs_no_statement_past_its_last_batch(
+    env: Env, monkeypatch: pytest.MonkeyPatch, expired: int, batch: int, statements: int
+) -> None:
+    """A batch tells whether an expired claim is left beyond it: a pass whose last batch was
+    exactly full ends there, not with one more statement that finds nothing."""
+    for _ in range(expired):
+        job = await env.job()
+        await env.store.claim_job(env.ws, env.agent, job.id, 30)
+    expire_claims(env.url)
+    connector = env.store._db
+    run = connector.one
+    names: list[str] = []
+
+    async def counted(name: str, params: dict[str, object] | None = None) -> object:
+        names.append(name)
+        return await run(name, params)
+
+    monkeypatch.setattr(connector, "one", counted)
+    assert (await env.store.reap(batch, 0)).requeued == expired
+    assert names.count("reap") == statements
+    assert _claim_rows(env) == 0
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+async def test_reap_commits_without_waiting_for_the_wal_and_only_itself(env: Env) -> None:
+    """The reap statement's transaction alone commits with synchronous_commit off: the pooled
+    connection that ran it commits every later statement durably again."""
+    from jobagentctl.server.store import postgres
+
+    job = await env.job()
+    await env.store.claim_job(env.ws, env.agent, job.id, 30)
+    expire_claims(env.url)
+    connector = env.store._db
+    assert isinstance(connector, postgres.PostgresConnector)
+    params = {
+        "batch_size": 10,
+        "max_reclaims": 0,
+        "outage_began_ago": 0.0,
+        "outage_ended_ago": 1e9,
+        "heartbeat_min": 1.0,
+        "heartbeat_max": 60.0,
+    }
+    async with connector._connection() as conn:
+        row = await (await conn.execute(postgres.Q["reap"], params)).fetchone()
+        assert row is not None and row["reaped"] == 1
+        assert row["synchronous_commit"] == "off"
+        after = await (await conn.execute("SHOW synchronous_commit")).fetchone()
+        assert after is not None and after["synchronous_commit"] == "on"
+
+
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 async def test_reap_goes_on_past_a_batch_whose_job_is_held(env: Env) -> None:
     """PostgreSQL skips an expired claim whose job a status change holds; the batch it was in

@@ -94,7 +94,7 @@ class ServerSettings(BaseSettings):
     min_lease_seconds: int = Field(default=5, ge=1)
     max_lease_seconds: int = Field(default=3600, ge=1)
     reap_interval: float = Field(default=5.0, ge=0)
-    reap_batch_size: int = Field(default=500, ge=1, le=100_000)
+    reap_batch_size: int = Field(default=1000, ge=1, le=100_000)
     max_reclaims: int = Field(default=0, ge=0)
     require_claim_id: bool = False
     max_wait_seconds: float = Field(default=30.0, ge=0)

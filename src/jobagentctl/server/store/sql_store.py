@@ -381,13 +381,14 @@ class SqlStore(Entities, LogStore):
         self, batch_size: int, max_reclaims: int, grace: OutageGrace | None = None
     ) -> ReapResult:
         """Repeat one batched statement (≤ ``batch_size`` rows, ``SKIP LOCKED`` on PostgreSQL)
-        while one finds a full batch: delete expired ``job_claim`` rows, close their attempts
-        ``expired``, and flip their jobs from ``inProgress`` to ``queued`` — or to ``failure``
-        with message ``lease expired N times`` when ``max_reclaims`` > 0 and this is the N-th
-        expiry with N ≥ ``max_reclaims``. Safe with concurrent reapers: each job exactly once.
-        Wakes long-polls of the agents whose jobs went back to the queue. ``grace``: a claim
-        that expired less than ``began_ago`` seconds ago is spared while ``ended_ago`` is below
-        its heartbeat interval (``models.heartbeat_interval``), see ``reaper.py``."""
+        while one finds an expired claim beyond its batch: delete expired ``job_claim`` rows,
+        close their attempts ``expired``, and flip their jobs from ``inProgress`` to ``queued``
+        — or to ``failure`` with message ``lease expired N times`` when ``max_reclaims`` > 0
+        and this is the N-th expiry with N ≥ ``max_reclaims``. Safe with concurrent reapers:
+        each job exactly once. Wakes long-polls of the agents whose jobs went back to the queue.
+        ``grace``: a claim that expired less than ``began_ago`` seconds ago is spared while
+        ``ended_ago`` is below its heartbeat interval (``models.heartbeat_interval``), see
+        ``reaper.py``."""
         params = {
             "batch_size": batch_size,
             "max_reclaims": max_reclaims,
@@ -410,10 +411,10 @@ class SqlStore(Entities, LogStore):
             failed += int(row["failed"])
             for agent, jobs in Counter(rows.id_list(row["requeued_agents"])).items():
                 self._db.notify(agent, jobs)
-            if int(row["considered"]) < batch_size:
-                # Fewer expired claims than a batch could lock: another statement would find
-                # nothing (one held by a status change or another reaper: next tick). A batch
-                # whose jobs were partly held (PostgreSQL) was full: go on.
+            if not row["more"]:
+                # No expired claim beyond this batch: another statement would find nothing
+                # (one held by a status change or another reaper: next tick). A batch whose
+                # jobs were partly held (PostgreSQL) still says whether there is more.
                 break
         return ReapResult(requeued=requeued, failed=failed)
 

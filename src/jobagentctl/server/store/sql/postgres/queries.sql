@@ -447,7 +447,17 @@ SELECT u.*, (SELECT count(*) FROM woken) AS woken FROM updated AS u
 -- Outage grace (reaper.py): a lease that ran out since the outage began is spared until one
 -- heartbeat interval after the store came back: a third of the lease within
 -- [heartbeat_min, heartbeat_max] seconds, as models.heartbeat_interval says.
-WITH expiring AS (
+-- `more`: the statement found one expired claim beyond its batch, so the pass goes on; a pass
+-- whose last batch was exactly full ends there instead of with a statement that finds nothing.
+WITH async_commit AS (
+    -- This statement's transaction alone commits without waiting for its WAL flush (the
+    -- setting ends with it). A reap lost in a crash leaves what was there before it: claims
+    -- still expired, their jobs inProgress, no attempt row, so a later pass reaps them again;
+    -- and a durable commit that saw the reap (a claim of a requeued job) flushed the WAL up to
+    -- itself, the reap's commit record included (docs/operators.md, "The reaper's commits").
+    SELECT set_config('synchronous_commit', 'off', true) AS synchronous_commit
+),
+expiring AS (
     SELECT c.job_id
     FROM job_claim AS c
     WHERE c.claim_expires_at < now()
@@ -455,15 +465,15 @@ WITH expiring AS (
                AND %(outage_ended_ago)s::float8
                    < LEAST(%(heartbeat_max)s::float8,
                            GREATEST(%(heartbeat_min)s::float8, c.lease_seconds / 3.0)))
-    LIMIT %(batch_size)s
+    LIMIT %(batch_size)s + 1  -- the batch, and one more to tell whether there is more
     FOR UPDATE OF c SKIP LOCKED
 ),
 expired AS (
-    -- Their jobs locked by the batch's keys (a join of job_claim with job was a hash over the
+    -- The batch's jobs locked by its keys (a join of job_claim with job was a hash over the
     -- whole job table: a third of the batch at 10k jobs); a claim whose job is held stays.
     SELECT j.id AS job_id
     FROM job AS j
-    WHERE j.id = ANY (ARRAY(SELECT e.job_id FROM expiring AS e))
+    WHERE j.id = ANY (ARRAY(SELECT e.job_id FROM expiring AS e LIMIT %(batch_size)s))
     FOR UPDATE OF j SKIP LOCKED
 ),
 deleted AS (
@@ -515,7 +525,8 @@ woken AS (
           GROUP BY f.job_agent_id) AS q
 )
 SELECT (SELECT count(*) FROM deleted) AS reaped,
-       (SELECT count(*) FROM expiring) AS considered,  -- a full batch: there may be more
+       (SELECT count(*) FROM expiring) > %(batch_size)s AS more,
+       (SELECT synchronous_commit FROM async_commit) AS synchronous_commit,
        (SELECT count(*) FROM attempts) AS closed,
        (SELECT count(*) FROM flipped WHERE status = 'queued') AS requeued,
        (SELECT count(*) FROM flipped WHERE status = 'failure') AS failed,

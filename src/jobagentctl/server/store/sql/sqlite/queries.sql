@@ -382,7 +382,6 @@ FROM (SELECT t.job_id,
       GROUP BY t.job_id) AS x
 WHERE job.id = x.job_id AND job.status = 'inProgress';
 SELECT COUNT(*) AS reaped,
-       COUNT(*) AS considered,  -- one writer: every claim of the batch is reaped
        COALESCE(SUM(j.updated_at = :now AND j.status = 'queued'), 0) AS requeued,
        COALESCE(SUM(j.updated_at = :now AND j.status = 'failure'), 0) AS failed,
        json_group_array(j.job_agent_id)
@@ -394,7 +393,11 @@ WHERE j.id IN (
 );
 DELETE FROM job_claim WHERE job_id IN (
 -- include: reap_batch
-)
+);
+-- Whether another batch waits: an expired claim is left after this one's are gone.
+SELECT EXISTS (SELECT 1 FROM job_claim AS c, (SELECT :now AS now) AS n
+-- include: reap_expired
+) AS more
 
 -- fragment: claim_marks
 -- The claims of inProgress jobs (list_claims, urgent_claims and claim_counts read them),
