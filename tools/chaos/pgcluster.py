@@ -6,6 +6,7 @@ on 5432: this one lives in a temp dir, listens on its own port and is removed at
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import pwd
@@ -15,8 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import psycopg
-from psycopg import sql as pgsql
+import asyncpg
 from tests.fixtures.live_server import free_port
 
 __all__ = ["PgCluster", "PgClusterUnavailable", "find_pg_bin"]
@@ -146,28 +146,41 @@ class PgCluster:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                with psycopg.connect(self.url, connect_timeout=3) as conn:
-                    conn.execute("SELECT 1")
+                _run(self.url, "SELECT 1", timeout=3)
                 return
-            except psycopg.OperationalError:
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
 
     def create_database(self, name: str) -> str:
         """A new empty database; its URL."""
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(name)))
+        _run(self.url, f"CREATE DATABASE {_identifier(name)}")
         return self.database_url(name)
 
     def drop_database(self, name: str) -> None:
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute(
-                pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name))
-            )
+        _run(self.url, f"DROP DATABASE IF EXISTS {_identifier(name)} WITH (FORCE)")
 
     def __enter__(self) -> PgCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _identifier(name: str) -> str:
+    """``name`` quoted as an SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _run(url: str, sql: str, timeout: float = _TIMEOUT) -> None:
+    """One statement on a connection of its own (these helpers are called from plain code)."""
+
+    async def run() -> None:
+        conn = await asyncpg.connect(url, timeout=timeout)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
