@@ -5,7 +5,7 @@ Usage: python -m benchmarks.profile_server [--jobs 6000] [--rate 250]
 
 Runs the ``ceilings`` API figure (one server, 8 agents, 2 load-generator processes) with py-spy
 sampling the server, then attributes every sample to the innermost frame that belongs to a
-known part (the PostgreSQL driver, our code, asyncio, the HTTP server, pydantic, JSON, metrics, …) and
+known part (asyncpg, our code, asyncio, the HTTP server, pydantic, JSON, metrics, …) and
 prints each part's share of the busy samples, plus the share spent under the store.
 """
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.fixtures.cli import clean_env, run_cli
 
-SERVER_STACK = ("fastapi", "starlette", "uvicorn", "psycopg", "psycopg_pool", "prometheus_client")
+SERVER_STACK = ("fastapi", "starlette", "uvicorn", "asyncpg", "prometheus_client")
 
 
 def _parse(stderr: str) -> set[str]:
