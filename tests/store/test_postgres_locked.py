@@ -11,11 +11,12 @@ from uuid import uuid4
 import asyncpg
 import pytest
 
+from jobagentctl.errors import ServerUnavailable
 from jobagentctl.models import JobStatus
 from jobagentctl.server.store import postgres
 from jobagentctl.server.store.postgres_sql import bind
 from tests.fixtures.waiting import await_until
-from tests.store.conftest import Env, set_status
+from tests.store.conftest import Env, opened, set_status
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -76,3 +77,36 @@ async def test_regression_a_claim_committed_between_the_two_locks_starts_the_pat
     assert change.status == JobStatus.SUCCESSFUL
     stored = await env.store.get_job(env.ws, job.id)
     assert stored is not None and stored.status == JobStatus.SUCCESSFUL
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+async def test_regression_the_locked_path_given_up_on_a_lock_hands_its_connection_back_idle(
+    env: Env,
+) -> None:
+    """A status change stuck behind another transaction's lock on the job is answered 503 at
+    the bound, and the one pooled connection, whose transaction began with the locks, serves
+    the next status change once the lock is gone (rolled back, not replaced)."""
+    job = await env.job()
+    name = f"locked-{uuid4().hex[:8]}"
+    url = f"{env.url}{'&' if '?' in env.url else '?'}application_name={name}"
+    sessions = "SELECT pid FROM pg_stat_activity WHERE application_name = $1"
+    options: dict[str, Any] = {"min_size": 1, "max_size": 1, "listen": False}
+    async with opened(url, statement_timeout=1.0, **options) as store:
+        connector = store.connector
+        assert isinstance(connector, postgres.PostgresConnector)
+        holder = await asyncpg.connect(env.url)
+        try:
+            before = [row["pid"] for row in await holder.fetch(sessions, name)]
+            assert len(before) == 1
+            await holder.execute("BEGIN")
+            await holder.execute("SELECT id FROM job WHERE id = $1 FOR UPDATE", job.id)
+            with pytest.raises(ServerUnavailable):
+                await set_status(store, env.ws, job.id, JobStatus.CANCELLED)
+            await holder.execute("ROLLBACK")
+            await await_until(lambda: connector.abandoned == 0, what="the cancellation")
+            change = await set_status(store, env.ws, job.id, JobStatus.CANCELLED)
+            assert change.status == JobStatus.CANCELLED
+            after = [row["pid"] for row in await holder.fetch(sessions, name)]
+            assert after == before  # the same connection, kept
+        finally:
+            await holder.close()

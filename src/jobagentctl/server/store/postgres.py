@@ -96,9 +96,9 @@ async def _init(conn: Conn) -> None:
 
 async def _reset(conn: Conn) -> None:
     # No session state outlives an operation (no LISTEN, cursor or session lock on pooled
-    # connections): only a transaction left open is rolled back, no reset query each time.
-    if conn.is_in_transaction():
-        await conn.execute("ROLLBACK")
+    # connections): no reset query (RESET ALL, UNLISTEN *, …) each time a connection goes
+    # back. A transaction left open is rolled back by asyncpg itself before this runs.
+    return
 
 
 class PostgresConnector:
@@ -391,8 +391,10 @@ class PostgresConnector:
                 # Nothing was written on the other paths: COMMIT just ends the lock.
                 await conn.execute("COMMIT")
             except BaseException:
-                # A refused value, a cancellation, a claim that appeared: hand the pooled
-                # connection back idle.
+                # A refused value, a claim that appeared: hand the pooled connection back
+                # idle. (Cancelled at the bound, the query is still being cancelled: asyncpg
+                # rolls back when the pool takes the connection back, and logs an error that
+                # it had to.)
                 with suppress(*DRIVER_ERRORS):
                     if conn.is_in_transaction():
                         await conn.execute("ROLLBACK")
