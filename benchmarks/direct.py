@@ -1,9 +1,9 @@
 """The database's ceiling for this design: the store's own statements, issued in-process.
 
-"Direct" runs exactly the SQL the server runs (the store's named queries through asyncpg or
-sqlite3) at the same concurrency, with no HTTP, no framework and no auth in between, so the
-ratio API / direct is what the server layer costs. The store's thin row → model conversion is
-included in both paths.
+"Direct" runs exactly the SQL the server runs (the store's named queries through its own
+PostgreSQL driver or sqlite3) at the same concurrency, with no HTTP, no framework and no auth in
+between, so the ratio API / direct is what the server layer costs. The store's thin row → model
+conversion is included in both paths.
 """
 
 from __future__ import annotations

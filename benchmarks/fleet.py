@@ -3,7 +3,7 @@ half running jobs that heartbeat, with enqueues arriving for the idle ones.
 
 Usage: python -m benchmarks.fleet [--db postgres sqlite] [--agents 1000 5000 10000 20000]
 [--seconds 60] [--wait 30] [--lease 60] [--every 20] [--rate 10] [--per-generator 2500]
-[--settle 10] [--json PATH]
+[--settle 10] [--json PATH] [--gc tuned|cpython] [--timeline]
 
 For each database and fleet size: a live ``jobagentctl server start`` (its connection cap raised
 past the fleet, its descriptor limit the machine's hard limit); AGENTS agents registered; half of
@@ -24,8 +24,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,6 +40,8 @@ from benchmarks.common import Server, database, percentile, proc_cpu_seconds
 from benchmarks.httpclient import Connection
 
 __all__ = ["FleetFigure", "main", "measure"]
+
+GC_PROBE = Path(__file__).resolve().parent / "gc_probe"
 
 HEADER = (
     "| db | agents (idle / busy) | server RSS MiB | server CPU % of a core | heartbeats | "
@@ -63,6 +67,9 @@ class FleetFigure:
     generator_cpu_percent: float
     listen_overflows: int = 0
     error_sample: str = ""
+    full_collections: int = 0  # the server's, in the window (gc_probe)
+    longest_collection_ms: float = 0.0  # its longest collection in the window, wall time
+    collection_cpu_s: float = 0.0  # CPU of its logged collections in the window
 
     def row(self) -> str:
         half = self.agents // 2
@@ -97,7 +104,7 @@ class _Generator:
     def __init__(self, plan: _Plan) -> None:
         self.plan = plan
         self.headers = {"X-API-Key": plan.key}
-        self.heartbeats: list[float] = []
+        self.heartbeats: list[tuple[float, float]] = []  # (wall time sent, seconds)
         self.pickups: list[tuple[str, float]] = []  # (job id, wall time claimed)
         self.errors: list[str] = []
 
@@ -151,7 +158,7 @@ class _Generator:
                 if status != 200:
                     self._error(f"heartbeat: {status} {raw[:120]!r}")
                 elif self.plan.start <= time.time() <= self.plan.end:
-                    self.heartbeats.append(took)
+                    self.heartbeats.append((time.time() - took, took))
             except (OSError, asyncio.IncompleteReadError) as exc:
                 self._error(f"heartbeat: {type(exc).__name__}")
             await asyncio.sleep(max(0.0, self.plan.every - (time.perf_counter() - t0)))
@@ -283,7 +290,36 @@ async def _enqueue_loop(
     return sent, errors
 
 
+def _timeline(timed: list[tuple[float, float]]) -> None:
+    """Print, per second of the window, how many heartbeats and pickups began in it and the
+    slowest of them: where the tail comes from (a burst, or spread)."""
+    seconds: dict[int, list[float]] = {}
+    for at, took in timed:
+        seconds.setdefault(int(at), []).append(took)
+    for second in sorted(seconds):
+        tooks = seconds[second]
+        print(f"# second {second}: {len(tooks)} requests, slowest {max(tooks) * 1000:.0f} ms")
+
+
+def _collections(log: Path, start: float, end: float) -> tuple[int, float, float]:
+    """From the server's gc_probe log: full collections in the window, the longest logged
+    collection's wall ms, and the logged collections' CPU seconds."""
+    rows = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+    inside = [(int(g), float(w), float(c)) for t, g, w, c in rows if start <= float(t) <= end]
+    return (
+        sum(1 for g, _, _ in inside if g == 2),
+        max((w for _, w, _ in inside), default=0.0),
+        sum(c for _, _, c in inside) / 1000,
+    )
+
+
 def measure(db: str, agents: int, args: argparse.Namespace) -> FleetFigure:
+    gc_log = Path(tempfile.mkdtemp(prefix="fleet-gc-"), "gc.log")
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if str(GC_PROBE) not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(GC_PROBE), *paths) if p)
+    os.environ["JOBAGENTCTL_BENCH_GC_LOG"] = str(gc_log)
+    os.environ["JOBAGENTCTL_BENCH_GC"] = args.gc
     settings = {
         "max_connections": str(agents * 2 + 1000),
         "max_wait_seconds": str(args.wait),
@@ -343,9 +379,20 @@ def measure(db: str, agents: int, args: argparse.Namespace) -> FleetFigure:
                     if proc.poll() is None:
                         proc.kill()
                         proc.wait()
-    heartbeats = [h for r in results for h in r["heartbeats"]]
+    timed = [(at - start, took) for r in results for at, took in r["heartbeats"]]
+    timed += [
+        (sent[job] - start, t - sent[job])
+        for r in results
+        for job, t in r["pickups"]
+        if job in sent
+    ]
+    if args.timeline:
+        _timeline(timed)
+    heartbeats = [took for r in results for _, took in r["heartbeats"]]
     pickups = [t - sent[job] for r in results for job, t in r["pickups"] if job in sent]
     errors += [e for r in results for e in r["errors"]]
+    full, longest, gc_cpu = _collections(gc_log, start, end)
+    shutil.rmtree(gc_log.parent, ignore_errors=True)
     return FleetFigure(
         db=db,
         agents=agents,
@@ -361,6 +408,9 @@ def measure(db: str, agents: int, args: argparse.Namespace) -> FleetFigure:
         generator_cpu_percent=gen_cpu,
         listen_overflows=overflows,
         error_sample=errors[0] if errors else "",
+        full_collections=full,
+        longest_collection_ms=longest,
+        collection_cpu_s=gc_cpu,
     )
 
 
@@ -377,6 +427,15 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--per-generator", type=int, default=2500)
     parser.add_argument("--settle", type=float, default=10.0, help="seconds before the window")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--gc",
+        choices=["tuned", "cpython"],
+        default="tuned",
+        help="the server's collector: as it sets it (heap.py), or CPython's defaults",
+    )
+    parser.add_argument(
+        "--timeline", action="store_true", help="per second: requests begun, the slowest"
+    )
     return parser
 
 
@@ -404,6 +463,12 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             figures.append(figure)
             print(figure.row(), flush=True)
+            print(
+                f"#   server GC in the window: {figure.full_collections} full collections, "
+                f"longest {figure.longest_collection_ms:.0f} ms, "
+                f"{figure.collection_cpu_s:.2f} s CPU (collector: {args.gc})",
+                flush=True,
+            )
             if figure.error_sample:
                 print(f"#   first error: {figure.error_sample}", flush=True)
     if args.json:

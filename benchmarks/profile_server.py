@@ -5,8 +5,9 @@ Usage: python -m benchmarks.profile_server [--jobs 6000] [--rate 250]
 
 Runs the ``ceilings`` API figure (one server, 8 agents, 2 load-generator processes) with py-spy
 sampling the server, then attributes every sample to the innermost frame that belongs to a
-known part (asyncpg, our code, asyncio, the HTTP server, pydantic, JSON, metrics, …) and
-prints each part's share of the busy samples, plus the share spent under the store.
+known part (the PostgreSQL driver, our code, asyncio, the HTTP server, pydantic, JSON,
+metrics, …) and prints each part's share of the busy samples, plus the share spent under the
+store.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from benchmarks.workers import Workers
 
 # First match from the innermost frame outwards wins.
 PARTS = [
-    ("asyncpg (Python side)", ("(asyncpg/",)),
+    ("PostgreSQL driver (Python side)", ("(psycopg/", "(psycopg_pool/", "(asyncpg/")),
     ("pydantic", ("(pydantic/", "(pydantic_core/")),
     ("JSON", ("(json/", "orjson", "(jobagentctl/server/encoding.py")),
     ("metrics", ("(prometheus_client/", "(jobagentctl/server/metrics.py")),

@@ -5,9 +5,10 @@ same concurrency:
 
 - ``project``: exactly the statements the server runs. They are not copied: the store's own
   ``claim_next`` and ``set_status(successful)`` (what the server calls) run once against a
-  scratch database with psycopg's cursor traced, and the recorded statements (read from the
-  store's queries.sql at that moment, in the order the store sends them, BEGIN/COMMIT
-  included) become the script.
+  scratch database with the store's connector recorded (each named query it is asked to run,
+  its parameters and first row, whatever the driver), and the recorded statements (read from
+  the store's queries.sql at that moment, in the order the store sends them, BEGIN/COMMIT
+  included for a locked transaction) become the script.
   When the store engineer changes the SQL, the benchmark follows.
 - ``seed``: the seed's minimal design (``seed.sql``): claim CTE with SKIP LOCKED; fenced
   ``DELETE job_claim … RETURNING`` → ``UPDATE job``.
@@ -26,12 +27,13 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import psql
+from jobagentctl.server.store.connector import Decide, Params, Row
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = {
@@ -50,7 +52,7 @@ _PREFIX = "\\set bn :bn + 1\n\\if :bn = 1\n" + _PROBE.format(phase="start") + "\
 _SUFFIX = "\\if :bn = :b_per\n" + _PROBE.format(phase="end") + "\n\\endif\n"
 
 
-# --- the project's statements, traced from the store ----------------------------------------------
+# --- the project's statements, recorded from the store ----------------------------------------
 
 
 @dataclass
@@ -61,68 +63,123 @@ class Traced:
     row: Sequence[Any] | None = None
     phase: str = ""
 
+    def saw(self, row: Mapping[str, Any] | None) -> None:
+        """Keep the statement's first row (its column names, its values)."""
+        if row is not None:  # keys() and values(): an asyncpg Record iterates over its values
+            self.columns, self.row = list(row.keys()), list(row.values())
 
-def _query_text(query: Any, conn: Any) -> str:
-    if isinstance(query, bytes):
-        return query.decode()
-    if isinstance(query, str):
-        return query
-    return str(query.as_string(conn))
+
+class _Recorder:
+    """The statements a store's connector runs, read at the ``Connector`` protocol (a query's
+    name and parameters, its rows) so that any driver behind it is recorded alike. Its query
+    methods are wrapped on the one instance; a call a wrapped method makes to another (psycopg's
+    ``each`` calls ``all``) is its own business and not recorded twice."""
+
+    def __init__(self, connector: Any) -> None:
+        from jobagentctl.server.store.queries import load_queries
+
+        self.log: list[Traced] = []
+        self.phase = ""
+        self._sql = load_queries("postgres")
+        self._connector = connector
+        self._depth = 0
+        self._originals = {
+            name: getattr(connector, name) for name in ("one", "all", "each", "locked")
+        }
+
+    def __enter__(self) -> _Recorder:
+        for name in self._originals:
+            setattr(self._connector, name, getattr(self, "_" + name))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name in self._originals:
+            delattr(self._connector, name)  # the class's method again
+
+    def _note(self, sql: str, params: Any) -> Traced:
+        traced = Traced(sql, params, phase=self.phase)
+        if self._depth == 0:
+            self.log.append(traced)
+        return traced
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        self._depth += 1
+        try:
+            return await self._originals[method](*args)
+        finally:
+            self._depth -= 1
+
+    async def _one(self, name: str, params: Params | None = None) -> Row | None:
+        traced = self._note(self._sql[name], params)
+        row: Row | None = await self._call("one", name, params)
+        traced.saw(row)
+        return row
+
+    async def _all(self, name: str, params: Params | None = None) -> list[Row]:
+        traced = self._note(self._sql[name], params)
+        rows: list[Row] = await self._call("all", name, params)
+        traced.saw(rows[0] if rows else None)
+        return rows
+
+    async def _each(self, name: str, params: Callable[[], Params], limit: int) -> list[Row]:
+        # PostgreSQL claims the batch in one statement with ``limit`` bound (Connector.each).
+        traced = self._note(self._sql[name], None)
+
+        def bound() -> Params:
+            given = params()
+            traced.params = {**given, "limit": limit}
+            return given
+
+        rows: list[Row] = await self._call("each", name, bound, limit)
+        traced.saw(rows[0] if rows else None)
+        return rows
+
+    async def _locked(self, read: str, params: Params, decide: Decide) -> Row | None:
+        # Recorded as the PostgreSQL connector runs it: one transaction taking the claim's lock,
+        # then the job's, reading, and writing what ``decide`` names (if anything).
+        outermost = self._depth == 0
+        reading = Traced(self._sql[read], params, phase=self.phase)
+        written: list[Traced] = []
+
+        def deciding(row: Row | None) -> tuple[str, Params] | None:
+            reading.saw(row)
+            write = decide(row)
+            written[:] = [] if write is None else [Traced(self._sql[write[0]], write[1])]
+            return write
+
+        row: Row | None = await self._call("locked", read, params, deciding)
+        if outermost:
+            if written:
+                written[0].saw(row)
+            locks = [
+                Traced(self._sql[name], params)
+                for name in ("lock_claim", "lock_job", "claim_appeared")
+            ]
+            statements = [Traced("BEGIN", None), *locks, reading, *written, Traced("COMMIT", None)]
+            for traced in statements:
+                traced.phase = self.phase
+            self.log += statements
+        return row
 
 
 async def _trace(url: str) -> tuple[list[Traced], dict[str, Any]]:
-    import psycopg
-
     from benchmarks.direct import complete, setup_store
     from jobagentctl.server.store import open_store
 
-    log: list[Traced] = []
-    by_cursor: dict[int, Traced] = {}
-    phase = [""]
-    orig_execute = psycopg.AsyncCursor.execute
-    orig_fetchone = psycopg.AsyncCursor.fetchone
-    orig_fetchall = psycopg.AsyncCursor.fetchall
-
-    async def execute(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
-        t = Traced(_query_text(query, self.connection), params, phase=phase[0])
-        log.append(t)
-        by_cursor[id(self)] = t
-        return await orig_execute(self, query, params, **kw)
-
-    async def fetchone(self: Any) -> Any:
-        row = await orig_fetchone(self)
-        t = by_cursor.get(id(self))
-        if t is not None and row is not None and self.description:
-            t.columns = [d.name for d in self.description]
-            t.row = list(row.values()) if isinstance(row, dict) else list(row)
-        return row
-
-    async def fetchall(self: Any) -> Any:
-        rows = await orig_fetchall(self)
-        t = by_cursor.get(id(self))
-        if t is not None and rows and self.description:
-            t.columns = [d.name for d in self.description]
-            t.row = list(rows[0].values()) if isinstance(rows[0], dict) else list(rows[0])
-        return rows
-
-    store = open_store(url, min_size=1, max_size=1)
+    # No listener: only the operations' own statements reach the connector.
+    store = open_store(url, min_size=1, max_size=1, listen=False)
     ws, agent = await setup_store(store, 1)
     try:
-        psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
-        psycopg.AsyncCursor.fetchone = fetchone  # type: ignore[method-assign]
-        psycopg.AsyncCursor.fetchall = fetchall  # type: ignore[method-assign]
-        phase[0] = "claim"
-        job = await store.claim_next(ws, agent, 60)
-        if job is None:
-            raise RuntimeError("trace: the store claimed nothing")
-        phase[0] = "complete"
-        await complete(store, ws, job)
+        with _Recorder(store.connector) as recorder:
+            recorder.phase = "claim"
+            job = await store.claim_next(ws, agent, 60)
+            if job is None:
+                raise RuntimeError("trace: the store claimed nothing")
+            recorder.phase = "complete"
+            await complete(store, ws, job)
     finally:
-        psycopg.AsyncCursor.execute = orig_execute  # type: ignore[method-assign]
-        psycopg.AsyncCursor.fetchone = orig_fetchone  # type: ignore[method-assign]
-        psycopg.AsyncCursor.fetchall = orig_fetchall  # type: ignore[method-assign]
         await store.close()
-    return log, {"ws": ws, "agent": agent, "job": job.id, "claim": job.claim_id}
+    return recorder.log, {"ws": ws, "agent": agent, "job": job.id, "claim": job.claim_id}
 
 
 def _literal(value: Any) -> str:
@@ -130,17 +187,20 @@ def _literal(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
-    if hasattr(value, "obj") and type(value).__name__ in ("Jsonb", "Json"):
+    if isinstance(value, dict | list):
         import json
 
-        value = json.dumps(value.obj)
+        value = json.dumps(value)
     return "'" + str(value) + "'"
 
 
-def _substitute(sql: str, params: Any, names: dict[str, str], defines: dict[str, str]) -> str:
-    """psycopg placeholders → pgbench variables: ids known to ``names`` (the agent, the
-    workspace, the claimed job's columns), every other non-NULL value as a constant variable
-    added to ``defines`` (bound as a parameter, as psycopg binds it); NULL stays a literal."""
+def _substitute(
+    sql: str, params: Params | None, names: dict[str, str], defines: dict[str, str]
+) -> str:
+    """queries.sql's ``%(name)s`` placeholders → pgbench variables: ids known to ``names``
+    (the agent, the workspace, the claimed job's columns), every other non-NULL value as a
+    constant variable added to ``defines`` (bound as a parameter, as the server binds it); NULL
+    stays a literal."""
 
     def value_sql(key: str, value: Any) -> str:
         if value is None:
@@ -152,18 +212,8 @@ def _substitute(sql: str, params: Any, names: dict[str, str], defines: dict[str,
         defines[var] = text.strip("'") if text.startswith("'") else text
         return ":" + var
 
-    if isinstance(params, dict):
-        out = re.sub(r"%\((\w+)\)[sbt]", lambda m: value_sql(m.group(1), params[m.group(1)]), sql)
-    elif params:
-        seq = iter(enumerate(params))
-
-        def positional(_: re.Match[str]) -> str:
-            i, value = next(seq)
-            return value_sql(str(i), value)
-
-        out = re.sub(r"%[sbt]", positional, sql)
-    else:
-        out = sql
+    given = params or {}
+    out = re.sub(r"%\((\w+)\)s", lambda m: value_sql(m.group(1), given[m.group(1)]), sql)
     return out.replace("%%", "%")
 
 
@@ -280,7 +330,8 @@ def run(
     defines: dict[str, str] | None = None,
 ) -> PgbenchResult:
     """Run ``script`` (one claim+complete cycle) ``per_client`` times on ``clients``
-    connections (prepared statements, as psycopg prepares the server's repeated statements)."""
+    connections (prepared statements, as the server's driver prepares its repeated
+    statements)."""
     with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as fh:
         fh.write(_PREFIX + script + "\n" + _SUFFIX)
         path = fh.name

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-import psycopg
-
 from jobagentctl.server.store import sqlite_path
+from tests.fixtures import pgsync
 
 __all__ = ["Raw", "Snapshot"]
 
@@ -37,13 +36,13 @@ class Raw:
     def __init__(self, database_url: str) -> None:
         self.sqlite = database_url.startswith("sqlite:")
         self._sqlite: sqlite3.Connection | None = None
-        self._pg: psycopg.Connection[Any] | None = None
+        self._pg: pgsync.SyncConnection | None = None
         if self.sqlite:
             self._sqlite = sqlite3.connect(
                 sqlite_path(database_url), timeout=30, isolation_level=None
             )
         else:
-            self._pg = psycopg.connect(database_url, autocommit=True)
+            self._pg = pgsync.connect(database_url)
 
     def close(self) -> None:
         if self._sqlite is not None:
@@ -52,12 +51,11 @@ class Raw:
             self._pg.close()
 
     def rows(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        """Run one statement; ``?`` placeholders (turned into ``%s`` on PostgreSQL)."""
+        """Run one statement; ``?`` placeholders (numbered ``$1``… on PostgreSQL)."""
         if self._sqlite is not None:
             return self._sqlite.execute(statement, params).fetchall()
         assert self._pg is not None
-        cur = self._pg.execute(statement.replace("?", "%s").encode(), params)
-        return cur.fetchall() if cur.description else []
+        return self._pg.fetch(pgsync.dollar_placeholders(statement, "?"), *params)
 
     @property
     def now(self) -> str:
@@ -75,7 +73,7 @@ class Raw:
         if self._sqlite is not None:
             return self._sqlite.execute(statement, (str(job_id),)).rowcount
         assert self._pg is not None
-        return self._pg.execute(statement.replace("?", "%s").encode(), (job_id,)).rowcount
+        return self._pg.execute(pgsync.dollar_placeholders(statement, "?"), job_id)
 
     def snapshot(self) -> Snapshot:
         def text(rows: list[tuple[Any, ...]]) -> tuple[tuple[Any, ...], ...]:

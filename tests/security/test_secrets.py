@@ -18,10 +18,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from jobagentctl.server.store import sqlite_path
+from tests.fixtures import pgsync
 from tests.fixtures.cli import run_cli
 from tests.fixtures.live_server import LiveServer, LiveServerFactory, free_port
 
@@ -53,16 +53,15 @@ def dump_database(database_url: str) -> str:
             parts.append(file.read_bytes().decode("latin-1"))
         assert tables, "no table found: the dump read nothing"
         return "\n".join(parts)
-    with psycopg.connect(database_url) as pg:
+    with pgsync.connect(database_url) as pg:
         tables = [
             r[0]
-            for r in pg.execute(
+            for r in pg.fetch(
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
             )
         ]
         for table in tables:
-            query = f'SELECT t::text FROM "{table}" AS t'.encode()
-            parts += [r[0] for r in pg.execute(query)]
+            parts += [r[0] for r in pg.fetch(f'SELECT t::text FROM "{table}" AS t')]
     assert tables, "no table found: the dump read nothing"
     return "\n".join(parts)
 

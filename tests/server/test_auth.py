@@ -158,18 +158,15 @@ async def dump_database(database_url: str) -> str:
             with open(name, "rb") as handle:
                 text.append(handle.read().decode("latin-1"))
         return "\n".join(text)
-    import psycopg
+    from tests.fixtures import pgsync
 
-    async with await psycopg.AsyncConnection.connect(database_url) as conn:
-        rows = await (
-            await conn.execute(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
-            )
-        ).fetchall()
+    with pgsync.connect(database_url) as conn:
+        rows = conn.fetch(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+        )
         text = []
         for (table,) in rows:
-            cursor = await conn.execute(f'SELECT t::text FROM "{table}" t')
-            text += [r[0] for r in await cursor.fetchall()]
+            text += [r[0] for r in conn.fetch(f'SELECT t::text FROM "{table}" t')]
         return "\n".join(text)
 
 

@@ -253,7 +253,7 @@ def test_server_commands_do_not_import_the_server_at_import_time() -> None:
 
     code = (
         "import sys, jobagentctl.cli.server; "
-        "heavy = [m for m in ('fastapi', 'uvicorn', 'asyncpg', 'prometheus_client', "
+        "heavy = [m for m in ('fastapi', 'uvicorn', 'psycopg', 'asyncpg', 'prometheus_client', "
         "'jobagentctl.server.app') if m in sys.modules]; print(heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -6,6 +6,7 @@ Each test starts ``python -m jobagentctl server start`` through the ``live_serve
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import threading
@@ -93,6 +94,11 @@ def test_restart_keeps_the_queue(live_server: LiveServer) -> None:
     assert f"jobagentctl server listening on {live_server.url}" in live_server.log()
     # The server extra installs uvloop, and `loop = auto` runs on it (the faster loop).
     assert "event loop: uvloop" in live_server.log()
+    # Its collector set for a heap of thousands of connections (heap.py): startup objects
+    # frozen, young collections rarer than CPython's default.
+    assert re.search(
+        r"heap: [1-9]\d* startup objects frozen, a young collection every 10000", live_server.log()
+    )
     agent = live_server.create_agent("a")
     job = live_server.enqueue(agent)
     live_server.restart()

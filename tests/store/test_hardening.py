@@ -225,12 +225,12 @@ def _write_lock_held(url: str) -> Iterator[None]:
         finally:
             holder.close()
         return
-    import psycopg
+    from tests.fixtures import pgsync
 
-    with psycopg.connect(url) as conn:
-        conn.execute("LOCK TABLE job IN ACCESS EXCLUSIVE MODE")
+    with pgsync.connect(url) as conn:
+        conn.script("BEGIN; LOCK TABLE job IN ACCESS EXCLUSIVE MODE")
         yield
-        conn.rollback()
+        conn.script("ROLLBACK")
 
 
 async def test_regression_a_write_stuck_on_a_lock_fails_fast(env: Env) -> None:

@@ -376,16 +376,17 @@ async def test_reap_goes_on_past_a_batch_whose_job_is_held(env: Env) -> None:
     """PostgreSQL skips an expired claim whose job a status change holds; the batch it was in
     was still full, so the pass goes on and reaps every other expired claim. (SQLite has one
     writer: no job is held while it reaps.)"""
-    import psycopg
+    from tests.fixtures import pgsync
 
     jobs = [await env.job() for _ in range(5)]
     for job in jobs:
         await env.store.claim_job(env.ws, env.agent, job.id, 30)
     expire_claims(env.url)
-    with psycopg.connect(env.url) as holder:  # a transaction holding the first job's row
-        holder.execute("SELECT 1 FROM job WHERE id = %s FOR UPDATE", [jobs[0].id])
+    with pgsync.connect(env.url) as holder:  # a transaction holding the first job's row
+        holder.script("BEGIN")
+        assert holder.fetch("SELECT 1 FROM job WHERE id = $1 FOR UPDATE", jobs[0].id) == [(1,)]
         result = await env.store.reap(2, 0)
-        holder.rollback()
+        holder.script("ROLLBACK")
     assert result.requeued == 4
     assert _claim_rows(env) == 1
     assert (await env.store.reap(2, 0)).requeued == 1

@@ -9,13 +9,13 @@ import sqlite3
 import uuid
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 
 from jobagentctl.errors import ServerUnavailable
 from jobagentctl.models import JobStatus
 from jobagentctl.server.store import open_store
 from jobagentctl.server.store.queries import migrations
+from tests.fixtures import pgsync
 from tests.fixtures.databases import (
     _create,
     _drop,
@@ -69,8 +69,8 @@ def _schema_at(url: str, version: int, rows: list[str]) -> None:
     ]
     for statement in script:
         if postgres:
-            with psycopg.connect(url, autocommit=True) as pg:
-                pg.execute(statement.encode())  # no parameters: the scripts hold "%"
+            with pgsync.connect(url) as pg:
+                pg.script(statement)  # no parameters: the scripts hold "%"
         else:
             conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
             try:

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from typing import Any
 from uuid import UUID, uuid4
 
-import psycopg
 import pytest
 
 from jobagentctl.errors import ClaimLost, ClaimMismatch, Conflict, NotFound, ValidationError
@@ -20,6 +19,7 @@ from jobagentctl.models import AttemptOutcome, ClaimState, JobStatus
 from jobagentctl.server.store import Store, sqlite_path
 from jobagentctl.server.store.queries import migrations
 from jobagentctl.server.store.validation import slugify
+from tests.fixtures import pgsync
 from tests.fixtures.databases import (
     _create,
     _drop,
@@ -201,8 +201,8 @@ def v1_url(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[str]:
     _create(name)
     try:
         url = with_database(postgres_url(), name)
-        with psycopg.connect(url, autocommit=True) as pg:
-            pg.execute(migrations("postgres")[0][1].encode())
+        with pgsync.connect(url) as pg:
+            pg.script(migrations("postgres")[0][1])
         yield url
     finally:
         _drop(name)

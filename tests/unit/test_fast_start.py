@@ -15,7 +15,16 @@ import pytest
 
 from tests.fixtures.cli import clean_env, run_cli
 
-SERVER_STACK = ("fastapi", "starlette", "uvicorn", "asyncpg", "prometheus_client")
+# Both PostgreSQL drivers: the server's may be either, and neither belongs to a client command.
+SERVER_STACK = (
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "psycopg",
+    "psycopg_pool",
+    "asyncpg",
+    "prometheus_client",
+)
 
 
 def _parse(stderr: str) -> set[str]:

@@ -6,7 +6,6 @@ on 5432: this one lives in a temp dir, listens on its own port and is removed at
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import pwd
@@ -16,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import asyncpg
+from tests.fixtures import pgsync
 from tests.fixtures.live_server import free_port
 
 __all__ = ["PgCluster", "PgClusterUnavailable", "find_pg_bin"]
@@ -146,41 +145,26 @@ class PgCluster:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                _run(self.url, "SELECT 1", timeout=3)
+                with pgsync.connect(self.url, timeout=3) as conn:
+                    conn.fetch("SELECT 1")
                 return
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
+            except pgsync.CONNECT_ERRORS:  # not up yet (refused, or "starting up")
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
 
     def create_database(self, name: str) -> str:
         """A new empty database; its URL."""
-        _run(self.url, f"CREATE DATABASE {_identifier(name)}")
+        with pgsync.connect(self.url) as conn:
+            conn.script(f"CREATE DATABASE {pgsync.quote_ident(name)}")
         return self.database_url(name)
 
     def drop_database(self, name: str) -> None:
-        _run(self.url, f"DROP DATABASE IF EXISTS {_identifier(name)} WITH (FORCE)")
+        with pgsync.connect(self.url) as conn:
+            conn.script(f"DROP DATABASE IF EXISTS {pgsync.quote_ident(name)} WITH (FORCE)")
 
     def __enter__(self) -> PgCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _identifier(name: str) -> str:
-    """``name`` quoted as an SQL identifier."""
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _run(url: str, sql: str, timeout: float = _TIMEOUT) -> None:
-    """One statement on a connection of its own (these helpers are called from plain code)."""
-
-    async def run() -> None:
-        conn = await asyncpg.connect(url, timeout=timeout)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    asyncio.run(run())

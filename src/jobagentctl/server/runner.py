@@ -27,6 +27,7 @@ from jobagentctl.server.connections import (
     listen_backlog,
     raise_fd_limit,
 )
+from jobagentctl.server.heap import YOUNG_THRESHOLD, settle_heap
 from jobagentctl.server.service import JobService
 from jobagentctl.server.settings import ServerSettings, redact_url
 from jobagentctl.server.store import Store
@@ -58,10 +59,13 @@ class _Server(uvicorn.Server):
     30 s wait does not hold shutdown), and a handled SIGTERM/SIGINT ends with exit status 0
     rather than being re-raised after the graceful shutdown."""
 
-    def __init__(self, config: uvicorn.Config, service: JobService, *, tls: bool) -> None:
+    def __init__(
+        self, config: uvicorn.Config, service: JobService, *, tls: bool, settle: bool
+    ) -> None:
         super().__init__(config)
         self._service = service
         self._tls = tls  # served by our TLS layer (connections.py), so uvicorn does not know
+        self._settle = settle  # the process is the server's own: tune its collector
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         super().handle_exit(sig, frame)
@@ -70,6 +74,13 @@ class _Server(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started:
+            if self._settle:
+                frozen = settle_heap()
+                logger.info(
+                    "heap: %d startup objects frozen, a young collection every %d allocations",
+                    frozen,
+                    YOUNG_THRESHOLD,
+                )
             host, port = self._bound_address()
             shown = f"[{host}]" if ":" in host else host
             scheme = "https" if self._tls else "http"
@@ -161,9 +172,12 @@ def _proxy_options(settings: ServerSettings) -> dict[str, Any]:
     return {"proxy_headers": True, "forwarded_allow_ips": settings.proxy_addresses}
 
 
-async def serve(settings: ServerSettings, store: Store | None = None) -> None:
+async def serve(
+    settings: ServerSettings, store: Store | None = None, *, settle: bool = False
+) -> None:
     """Serve until a signal asks to stop. The store (opened and migrated here when not given)
-    is closed by the app's lifespan."""
+    is closed by the app's lifespan. ``settle``: the process is the server's alone, so its
+    garbage collector is set for a large heap once started (``heap.settle_heap``)."""
     for warning in exposure_warnings(settings):
         logger.warning("%s", warning)
     tls = _tls_context(settings)
@@ -200,7 +214,7 @@ async def serve(settings: ServerSettings, store: Store | None = None) -> None:
         **_proxy_options(settings),
         **protocol,
     )
-    server = _Server(config, app.state.service, tls=tls is not None)
+    server = _Server(config, app.state.service, tls=tls is not None, settle=settle)
     if tls is not None:
         _reload_on_hangup(tls, settings)
     logger.info(
@@ -245,4 +259,4 @@ def run_server(settings: ServerSettings) -> None:
     factory = event_loop_factory(settings.loop)
     logger.info("event loop: %s", "uvloop" if factory is not None else "asyncio")
     with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(serve(settings))
+        runner.run(serve(settings, settle=True))

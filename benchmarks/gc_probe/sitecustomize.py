@@ -1,0 +1,45 @@
+"""The garbage collector of a ``jobagentctl server start`` process, seen from outside: with this
+directory on ``PYTHONPATH`` (``benchmarks.fleet`` puts it there), the server writes one line per
+full collection, and per young one that took over 20 ms, to ``$JOBAGENTCTL_BENCH_GC_LOG``:
+``<wall time> <generation> <wall ms> <cpu ms>``. With ``JOBAGENTCTL_BENCH_GC=cpython`` the
+server keeps CPython's collector settings (``heap.settle_heap`` does nothing): the A/B of
+``server/heap.py``. Any other process (the load generators) is left alone.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import time
+from typing import Any
+
+
+def _is_server() -> bool:
+    args = sys.argv[1:]
+    return any(args[i : i + 2] == ["server", "start"] for i in range(len(args)))
+
+
+def _log_collections(path: str) -> None:
+    out = open(path, "a", buffering=1)  # noqa: SIM115 (open for the process's life)
+    began: list[float] = [0.0, 0.0]
+
+    def callback(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            began[:] = [time.perf_counter(), time.thread_time()]
+            return
+        wall = (time.perf_counter() - began[0]) * 1000
+        cpu = (time.thread_time() - began[1]) * 1000
+        if info["generation"] == 2 or wall > 20:
+            out.write(f"{time.time():.3f} {info['generation']} {wall:.1f} {cpu:.1f}\n")
+
+    gc.callbacks.append(callback)
+
+
+if _is_server():
+    if os.environ.get("JOBAGENTCTL_BENCH_GC_LOG"):
+        _log_collections(os.environ["JOBAGENTCTL_BENCH_GC_LOG"])
+    if os.environ.get("JOBAGENTCTL_BENCH_GC") == "cpython":
+        from jobagentctl.server import heap
+
+        heap.settle_heap = lambda: 0  # CPython's thresholds, nothing frozen
