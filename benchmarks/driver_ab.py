@@ -1,6 +1,7 @@
 """The PostgreSQL driver A/B: the bare claim+complete cycle through the store (``direct.py``'s
-agent loop, the server's own store calls and SQL), over psycopg (the server's connector) and
-over asyncpg (``benchmarks.asyncpg_connector``), in interleaved rounds on one machine.
+agent loop, the server's own store calls and SQL), over asyncpg (the server's connector) and
+over psycopg (``benchmarks.psycopg_connector``, the server's connector before the swap), in
+interleaved rounds on one machine.
 
 Reported per driver: Python CPU per cycle (this process's CPU time / cycles: robust on a busy
 machine, where wall-clock rates move with the neighbours) and cycles/s; medians and ranges.
@@ -46,11 +47,11 @@ class Round:
 
 def make_store(driver: str, url: str, agents: int) -> SqlStore:
     """A store over ``driver``'s connector (not opened)."""
-    if driver == "psycopg":
+    if driver == "asyncpg":
         return open_store(url, max_size=agents + 2)
-    from benchmarks.asyncpg_connector import AsyncpgConnector
+    from benchmarks.psycopg_connector import PsycopgConnector
 
-    return SqlStore(AsyncpgConnector(url, max_size=agents + 2))
+    return SqlStore(PsycopgConnector(url, max_size=agents + 2))
 
 
 async def connector_loop(store: SqlStore, ws: uuid.UUID, agent: uuid.UUID) -> int:

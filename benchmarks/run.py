@@ -355,7 +355,8 @@ def section_heartbeats(mode: str) -> list[Row]:
 
 
 def section_driver(mode: str) -> list[Row]:
-    """The PostgreSQL driver A/B (``driver_ab``): psycopg, the server's, against asyncpg."""
+    """The PostgreSQL driver A/B (``driver_ab``): asyncpg, the server's, against psycopg (its
+    driver before issue 24)."""
     rounds, jobs = pick(mode, full=(5, 2000), quick=(3, 500), smoke=(1, 20))
     out = []
     for layer in ("store", "connector"):
@@ -364,9 +365,9 @@ def section_driver(mode: str) -> list[Row]:
         out.append(
             Row(
                 f"driver A/B, claim+complete through the {layer}, PostgreSQL, 4 agents: "
-                "Python CPU per cycle, psycopg (asyncpg)",
-                _fmt(psy.cpu_ms, " ms"),
-                f"asyncpg {_fmt(apg.cpu_ms, ' ms')}; cycles/s {_fmt(psy.rate)} ({_fmt(apg.rate)})",
+                "Python CPU per cycle, asyncpg (psycopg)",
+                _fmt(apg.cpu_ms, " ms"),
+                f"psycopg {_fmt(psy.cpu_ms, ' ms')}; cycles/s {_fmt(apg.rate)} ({_fmt(psy.rate)})",
                 f"{apg.cpu_ms / psy.cpu_ms:.2f}×",
                 "",
                 "—",

@@ -56,8 +56,7 @@ OWNERS: dict[str, set[str]] = {
     "httpx": {"jobagentctl.client."},
     "typer": {"jobagentctl.cli."},
     "click": set(),  # Typer vendors it: never import it (STYLE.md)
-    "psycopg": {"jobagentctl.server.store.postgres"},
-    "psycopg_pool": {"jobagentctl.server.store.postgres"},
+    "asyncpg": {"jobagentctl.server.store.postgres"},
     "sqlite3": {"jobagentctl.server.store.sqlite"},
     "fastapi": {"jobagentctl.server."},
     "starlette": {"jobagentctl.server."},

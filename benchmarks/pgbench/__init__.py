@@ -151,7 +151,10 @@ class _Recorder:
         if outermost:
             if written:
                 written[0].saw(row)
-            locks = [Traced(self._sql[name], params) for name in ("lock_claim", "lock_job")]
+            locks = [
+                Traced(self._sql[name], params)
+                for name in ("lock_claim", "lock_job", "claim_appeared")
+            ]
             statements = [Traced("BEGIN", None), *locks, reading, *written, Traced("COMMIT", None)]
             for traced in statements:
                 traced.phase = self.phase

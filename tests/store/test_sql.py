@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
-import psycopg
+import asyncpg
 import pytest
-from psycopg import errors as pg_errors
-from psycopg_pool import PoolTimeout
+from asyncpg.exceptions import _base as asyncpg_base
 
 from jobagentctl.errors import (
     ClaimLost,
@@ -32,14 +31,15 @@ from jobagentctl.server.store.fencing import (
     decide_status_change,
 )
 from jobagentctl.server.store.postgres import PostgresConnector, translate_error
+from jobagentctl.server.store.postgres_sql import inline
 from jobagentctl.server.store.queries import NOTIFY_CHANNEL, load_queries, migrations
 from jobagentctl.server.store.rows import dump_json, merge_metadata
 from jobagentctl.server.store.sqlite import SqliteConnector, _translated
 
-# LISTEN/ping exist only for the PostgreSQL listener connection, the statement timeout only on
-# PostgreSQL connections.
+# ping exists only for the PostgreSQL listener connection, the locked path's lock_claim and
+# claim_appeared and the migrations' unbounded only on PostgreSQL.
 SQLITE_ONLY: set[str] = set()
-POSTGRES_ONLY = {"listen", "lock_claim", "ping", "set_statement_timeout", "unbounded"}
+POSTGRES_ONLY = {"claim_appeared", "lock_claim", "ping", "unbounded"}
 
 
 def test_both_dialects_name_the_same_operations() -> None:
@@ -52,7 +52,6 @@ def test_both_dialects_name_the_same_operations() -> None:
 
 def test_postgres_notifies_on_the_listened_channel() -> None:
     queries = load_queries("postgres")
-    assert queries["listen"] == f"LISTEN {NOTIFY_CHANNEL}"
     for name in ("create_job", "apply_status", "reap"):
         assert f"pg_notify('{NOTIFY_CHANNEL}'" in queries[name], name
 
@@ -147,6 +146,22 @@ def test_postgres_urls(scheme: str) -> None:
     assert store.dialect == "postgres"
 
 
+def test_postgres_url_options_the_driver_knows_are_taken() -> None:
+    url = "postgresql://u:pw@h/db?sslmode=verify-full&sslrootcert=/ca.pem&application_name=x"
+    assert isinstance(open_store(url).connector, PostgresConnector)
+    with pytest.raises(ConfigError) as refused:
+        open_store("postgresql://u:secret@h/db?sslmode=require&connect_timout=3")
+    assert "connect_timout" in refused.value.message
+    assert "secret" not in refused.value.message
+
+
+def test_only_uuids_and_ints_are_written_into_postgres_sql() -> None:
+    job = uuid4()
+    assert f"j.id = '{job}'::uuid FOR UPDATE" in inline(("lock_job",), {"job_id": job})
+    with pytest.raises(TypeError):  # a string could end the literal
+        inline(("lock_job",), {"job_id": f"{job}'; DROP TABLE job; --"})
+
+
 def test_dump_json_refuses_nan_and_objects() -> None:
     assert dump_json({"a": [1, "x", None]}) == '{"a":[1,"x",null]}'
     with pytest.raises(ValidationError):
@@ -214,22 +229,25 @@ def test_attempt_outcomes() -> None:
 @pytest.mark.parametrize(
     ("error", "expected"),
     [
-        (pg_errors.OperationalError("connection refused to secret-host"), ServerUnavailable),
-        (pg_errors.AdminShutdown("terminating"), ServerUnavailable),
-        (pg_errors.DeadlockDetected("deadlock"), ServerUnavailable),
-        (PoolTimeout("couldn't get a connection"), ServerUnavailable),
-        (pg_errors.InterfaceError("the connection is closed"), ServerUnavailable),
-        (pg_errors.UndefinedTable('relation "job" does not exist'), ServerUnavailable),
-        (pg_errors.UntranslatableCharacter("\\u0000 cannot be converted"), ValidationError),
-        (pg_errors.InvalidTextRepresentation("invalid input syntax"), ValidationError),
-        (pg_errors.UniqueViolation("duplicate key value (prefix)=(x)"), Conflict),
-        (pg_errors.ForeignKeyViolation("Key (workspace_id)=(x) is not present"), NotFound),
-        (pg_errors.SyntaxError("syntax error at or near SELECT"), ServerError),
-        (pg_errors.InternalError_("something odd"), ServerError),
+        (asyncpg.PostgresConnectionError("connection refused to secret-host"), ServerUnavailable),
+        (ConnectionRefusedError("connection refused to secret-host"), ServerUnavailable),
+        (asyncpg.AdminShutdownError("terminating"), ServerUnavailable),
+        (asyncpg.DeadlockDetectedError("deadlock"), ServerUnavailable),
+        (asyncpg.QueryCanceledError("canceling statement due to timeout"), ServerUnavailable),
+        (TimeoutError("no connection in 5 s"), ServerUnavailable),  # the pool's wait
+        (asyncpg.InterfaceError("the connection is closed"), ServerUnavailable),
+        (asyncpg.UndefinedTableError('relation "job" does not exist'), ServerUnavailable),
+        (asyncpg.UntranslatableCharacterError("\\u0000 cannot be converted"), ValidationError),
+        (asyncpg.InvalidTextRepresentationError("invalid input syntax"), ValidationError),
+        (asyncpg_base.DataError("invalid input for query argument $1"), ValidationError),
+        (asyncpg.UniqueViolationError("duplicate key value (prefix)=(x)"), Conflict),
+        (asyncpg.ForeignKeyViolationError("Key (workspace_id)=(x) is not present"), NotFound),
+        (asyncpg.PostgresSyntaxError("syntax error at or near SELECT"), ServerError),
+        (asyncpg.InternalServerError("something odd"), ServerError),
     ],
 )
 def test_postgres_errors_are_translated_without_their_text(
-    error: psycopg.Error, expected: type[JobAgentError]
+    error: BaseException, expected: type[JobAgentError]
 ) -> None:
     translated = translate_error(error)
     assert type(translated) is expected
@@ -273,7 +291,7 @@ async def test_postgres_claim_retries_once_after_a_unique_violation(
         async def each(query: str, params: object, limit: int) -> object:
             calls.append(query)
             if len(calls) <= times:
-                violation = pg_errors.UniqueViolation("job_attempt_pkey")
+                violation = asyncpg.UniqueViolationError("job_attempt_pkey")
                 raise translate_error(violation) from violation
             return [{"claimed": True}]
 

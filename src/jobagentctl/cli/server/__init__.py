@@ -2,7 +2,7 @@
 
 As every command, these raise :mod:`jobagentctl.errors` exceptions (the root app maps them to
 exit codes), print through :mod:`jobagentctl.cli.output` under the global ``-o``/``--json``, and
-import the server package (FastAPI, uvicorn, psycopg) only inside the command that runs.
+import the server package (FastAPI, uvicorn, asyncpg) only inside the command that runs.
 """
 
 from __future__ import annotations

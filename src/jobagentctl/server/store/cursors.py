@@ -40,7 +40,9 @@ def decode_cursor(cursor: str, dialect: str) -> tuple[Any, Any]:
             if isinstance(at, bool) or not isinstance(at, int | float) or type(key) is not int:
                 raise ValueError(cursor)
             return float(at), key
-        datetime.fromisoformat(at)
-        return at, str(UUID(key))
+        after = datetime.fromisoformat(at)
+        if after.tzinfo is None:  # this server writes the offset: the token was made up
+            raise ValueError(cursor)
+        return after, UUID(key)
     except (ValueError, TypeError, AttributeError, binascii.Error) as exc:
         raise ValidationError(_BAD_CURSOR, details={"cursor": cursor}) from exc

@@ -1,29 +1,27 @@
 """The PostgreSQL connector: for production, shared by any number of server replicas.
 
-psycopg 3 async over a connection pool (UUIDs, lists and datetimes adapt natively). Each lease
-operation is one statement (claim, heartbeat, reap batch) or one pipelined transaction (status
-update); long-polls wake through LISTEN/NOTIFY, so a job queued on one replica wakes the agents
+asyncpg over a connection pool (UUIDs, lists and datetimes adapt natively; the named SQL's
+``%(name)s`` parameters become ``$n`` once: ``postgres_sql.py``). Each lease operation is one
+statement (claim, heartbeat, reap batch) or one short transaction (status update without the
+claim id); long-polls wake through LISTEN/NOTIFY, so a job queued on one replica wakes the agents
 waiting on another.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager, suppress
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar, cast
 from uuid import UUID
 
-import psycopg
-from psycopg import errors as pg_errors
-from psycopg.conninfo import conninfo_to_dict
-from psycopg.pq import TransactionStatus
-from psycopg.rows import DictRow, dict_row
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+import asyncpg
+from asyncpg.exceptions import _base as asyncpg_base
+from asyncpg.pool import PoolConnectionProxy
 
 from jobagentctl.errors import (
-    ConfigError,
     Conflict,
     JobAgentError,
     NotFound,
@@ -32,7 +30,9 @@ from jobagentctl.errors import (
     ValidationError,
 )
 from jobagentctl.server.store.connector import Decide, Params, Row
-from jobagentctl.server.store.queries import load_queries, migrations
+from jobagentctl.server.store.postgres_sql import bind, inline, statement
+from jobagentctl.server.store.postgres_url import url_options
+from jobagentctl.server.store.queries import NOTIFY_CHANNEL, migrations
 from jobagentctl.server.store.schema_window import compat_of
 from jobagentctl.server.store.waiters import Waiters
 
@@ -45,28 +45,60 @@ class _ClaimAppeared(Exception):
 
 log = logging.getLogger(__name__)
 
-Q = load_queries("postgres")
-Conn = psycopg.AsyncConnection[DictRow]
+# asyncpg's classes are generic in its stubs only: the aliases are strings.
+Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record]"
+Pooled: TypeAlias = "PoolConnectionProxy[asyncpg.Record]"
+Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
 T = TypeVar("T")
 
+# What the driver raises besides the server's errors: its own (a closed connection, an
+# argument it cannot encode), the socket's, and a pool's wait that timed out.
+DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+# SQLSTATE classes of a database that is unavailable for now rather than of a wrong statement
+# (connection, transaction rollback such as a deadlock, resources, operator intervention,
+# system, configuration file, foreign data): what psycopg called OperationalError.
+_UNAVAILABLE = ("08", "27", "28", "2F", "38", "39", "3B", "40", "53", "54", "55", "57", "58")
+_UNAVAILABLE_PREFIXES = ("F", "H")
+# set_status's locked path, sent at once (simple query protocol): BEGIN, the claim row's lock,
+# the job row's lock, then whether a claim row appeared between the two (its tag: SELECT 0|1).
+_LOCK_STATEMENTS = ("lock_claim", "lock_job", "claim_appeared")
 
-def translate_error(exc: psycopg.Error) -> JobAgentError:
-    """The one place psycopg's errors become the project's. Messages never carry SQL, values
+
+def translate_error(exc: BaseException) -> JobAgentError:
+    """The one place asyncpg's errors become the project's. Messages never carry SQL, values
     or the connection string (it may hold a password)."""
-    if isinstance(exc, PoolTimeout):
+    if isinstance(exc, TimeoutError):
         return ServerUnavailable("the database is busy: no connection available in time")
-    if isinstance(exc, pg_errors.UndefinedTable):
+    if isinstance(exc, asyncpg_base.DataError):  # an argument the driver cannot encode
+        return ValidationError("a value was refused by the database (invalid text or JSON)")
+    if isinstance(exc, asyncpg.InterfaceError | OSError):
+        return ServerUnavailable("the database is unavailable")
+    state = getattr(exc, "sqlstate", None) or ""
+    if state == "42P01":
         return ServerUnavailable("the database schema is not migrated (run: server migrate)")
-    if isinstance(exc, pg_errors.DataError):
+    if state.startswith("22"):
         # Values the models let through but PostgreSQL refuses (e.g. \u0000 in text or JSON).
         return ValidationError("a value was refused by the database (invalid text or JSON)")
-    if isinstance(exc, pg_errors.ForeignKeyViolation):
+    if state == "23503":
         return NotFound("a referenced workspace or job agent does not exist")
-    if isinstance(exc, pg_errors.UniqueViolation):
+    if state == "23505":
         return Conflict("the object already exists")
-    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+    if state[:2] in _UNAVAILABLE or state.startswith(_UNAVAILABLE_PREFIXES):
         return ServerUnavailable("the database is unavailable")
     return ServerError("unexpected database error")
+
+
+async def _init(conn: Conn) -> None:
+    # JSON read as Python values; parameters arrive already dumped (rows.dump_json).
+    for name in ("json", "jsonb"):
+        await conn.set_type_codec(name, encoder=str, decoder=json.loads, schema="pg_catalog")
+
+
+async def _reset(conn: Conn) -> None:
+    # No session state outlives an operation (no LISTEN, cursor or session lock on pooled
+    # connections): no reset query (RESET ALL, UNLISTEN *, …) each time a connection goes
+    # back. A transaction left open is rolled back by asyncpg itself before this runs.
+    return
 
 
 class PostgresConnector:
@@ -90,44 +122,45 @@ class PostgresConnector:
         for a pooled connection included: past it the caller gets ``ServerUnavailable`` (503)
         at once, even if the database has frozen; it is also the server-side
         ``statement_timeout``. ``pool_timeout`` (opening the pool, waiting for a connection)
-        defaults to it, or 10 s when unbounded. Migrations are never bounded."""
+        defaults to it, or 10 s when unbounded. Migrations are never bounded. An option of the
+        URL that the driver does not know is a ``ConfigError``."""
         self._url = url  # never logged: it may carry a password
         # Name our sessions in pg_stat_activity unless the operator's URL already does.
-        try:
-            named = "application_name" in conninfo_to_dict(url)
-        except psycopg.Error as exc:  # libpq's message may quote the URL, password included
-            raise ConfigError("the PostgreSQL database URL cannot be parsed") from exc
-        self._pool_kwargs: dict[str, Any] = {} if named else {"application_name": "jobagentctl"}
-        self._listener_kwargs: dict[str, Any] = (
+        named = "application_name" in url_options(url)
+        self._settings: dict[str, str] = {} if named else {"application_name": "jobagentctl"}
+        self._listener_settings: dict[str, str] = (
             {} if named else {"application_name": "jobagentctl-listener"}
         )
+        if statement_timeout is not None:
+            # The database gives up on a statement (a lock wait, say) when we do.
+            self._settings["statement_timeout"] = str(max(1, round(statement_timeout * 1000)))
         self._min_size = min_size
         self._max_size = max_size
         self._statement_timeout = statement_timeout
         self._pool_timeout = pool_timeout or statement_timeout or 10.0
-        # Operations given up on at the timeout, still unwinding (psycopg cancels the query,
+        # Operations given up on at the timeout, still unwinding (asyncpg cancels the query,
         # then may wait for the server): kept referenced until they finish.
         self._abandoned: set[asyncio.Task[Any]] = set()
         # While LISTEN is down, one poller re-checks the queue of every agent with waiters this
         # often (one query a tick for all of them, not one per waiter).
         self._poll_interval = poll_interval
         self._listen = listen
-        self.pool: AsyncConnectionPool[Conn] | None = None
+        self.pool: Pool | None = None
         self.waiters = Waiters()
         self._listener: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[Conn]:
+    async def _connection(self) -> AsyncIterator[Pooled]:
         pool = self.pool
         if pool is None:
             raise ServerUnavailable("the PostgreSQL store is not open")
         try:
-            async with pool.connection() as conn:
+            async with pool.acquire(timeout=self._pool_timeout) as conn:
                 yield conn
         except JobAgentError:
             raise
-        except psycopg.Error as exc:
+        except DRIVER_ERRORS as exc:
             raise translate_error(exc) from exc
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -136,37 +169,29 @@ class PostgresConnector:
         """Open the pool (waiting for its first connections), the listener and the poller."""
         if self.pool is not None:
             return
-        pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
-            self._url,
-            min_size=self._min_size,
-            max_size=self._max_size,
-            timeout=self._pool_timeout,
-            open=False,
-            name="jobagentctl",
-            connection_class=psycopg.AsyncConnection[DictRow],
-            kwargs={"autocommit": True, "row_factory": dict_row, **self._pool_kwargs},
-            configure=self._configure,
-        )
         try:
-            await pool.open(wait=True, timeout=self._pool_timeout)
-        except (psycopg.Error, PoolTimeout) as exc:
-            await pool.close()
+            pool = await asyncio.wait_for(
+                asyncpg.create_pool(
+                    self._url,
+                    min_size=self._min_size,
+                    max_size=self._max_size,
+                    init=_init,
+                    reset=_reset,
+                    server_settings=self._settings,
+                ),
+                self._pool_timeout,
+            )
+        except DRIVER_ERRORS as exc:
             raise ServerUnavailable("cannot connect to the PostgreSQL database") from exc
         self.pool = pool
         if self._listen:
             self._listener = asyncio.create_task(self._listen_forever(), name="jobagentctl-listen")
         self.waiters.start_poller(self._poll_interval, self._queued_counts)
 
-    async def _configure(self, conn: Conn) -> None:
-        # The database gives up on a statement (a lock wait, say) when we do.
-        if self._statement_timeout is not None:
-            ms = max(1, round(self._statement_timeout * 1000))
-            await conn.execute(Q["set_statement_timeout"], {"ms": str(ms)})
-
     async def _bounded(self, operation: Coroutine[Any, Any, T]) -> T:
         """``operation`` within ``statement_timeout``. On timeout the caller is answered at
-        once; the operation is cancelled in the background (psycopg's cancellation of a query
-        on a frozen server can take seconds more: nobody waits for it)."""
+        once; the operation is cancelled in the background (the cancellation of a query on a
+        frozen server can take seconds more: nobody waits for it)."""
         if self._statement_timeout is None:
             return await operation
         task = asyncio.ensure_future(operation)
@@ -194,7 +219,8 @@ class PostgresConnector:
             task.exception()  # retrieved: it was answered as a timeout already
 
     async def close(self) -> None:
-        """Stop the listener and the poller, close the pool."""
+        """Stop the listener and the poller, close the pool (its connections are cut if they
+        are not handed back in time: a frozen database)."""
         listener, pool = self._listener, self.pool
         self._listener = self.pool = None
         if listener is not None:
@@ -203,42 +229,56 @@ class PostgresConnector:
                 await listener
         await self.waiters.stop_poller()
         if pool is not None:
-            await pool.close()
+            try:
+                await asyncio.wait_for(pool.close(), self._pool_timeout)
+            except TimeoutError:
+                pool.terminate()
 
     async def _listen_forever(self) -> None:
         """One dedicated LISTEN connection (not from the pool), re-opened when it drops."""
         backoff = 0.2
         while True:
             try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self._url, autocommit=True, **self._listener_kwargs
-                )
-                async with conn:
-                    await conn.execute(Q["listen"])
-                    self._listening.set()
-                    # Anything queued since the poller's last look went unheard.
-                    await self._catch_up()
-                    backoff = 0.2
-                    while True:
-                        async for note in conn.notifies(timeout=30.0):
-                            # "<agent>" (one job) or "<agent>:<jobs>" (a reaper batch)
-                            agent, _, jobs = note.payload.partition(":")
-                            try:
-                                self.waiters.notify(UUID(agent), int(jobs or 1))
-                            except ValueError:
-                                continue
-                        # Quiet for a while: make sure the connection is still alive.
-                        await conn.execute(Q["ping"])
+                await self._listen_once()
             except asyncio.CancelledError:
                 self._listening.clear()
                 raise
             except Exception as exc:  # the listener must outlive any failure: log, retry
                 log.warning("LISTEN connection lost (%s); reconnecting", type(exc).__name__)
+                if self.listening:
+                    backoff = 0.2  # it was up: a new outage
             # Until it is back, the poller asks for the waiters (one query per tick, not one
             # per waiter, and no wake-up of every waiter: each would run a claim).
             self._listening.clear()
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
+
+    async def _listen_once(self) -> None:
+        """Listen on one connection until it is lost (raises)."""
+        lost = asyncio.Event()
+        conn: Conn = await asyncpg.connect(self._url, server_settings=self._listener_settings)
+        try:
+            # A dropped connection is seen by its termination callback; a silent one (a frozen
+            # server, a lost network) by the ping after 30 quiet seconds.
+            conn.add_termination_listener(lambda _conn: lost.set())
+            await conn.add_listener(NOTIFY_CHANNEL, self._heard)
+            self._listening.set()
+            # Anything queued since the poller's last look went unheard.
+            await self._catch_up()
+            while True:
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(lost.wait(), 30.0)
+                if lost.is_set():
+                    raise ConnectionError("LISTEN connection closed")
+                await conn.fetchval(statement("ping"), timeout=10.0)
+        finally:
+            conn.terminate()
+
+    def _heard(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        # "<agent>" (one job) or "<agent>:<jobs>" (a reaper batch)
+        agent, _, jobs = str(payload).partition(":")
+        with suppress(ValueError):
+            self.waiters.notify(UUID(agent), int(jobs or 1))
 
     async def _catch_up(self) -> None:
         """Wake as many waiters as jobs are queued for their agents; if the database cannot
@@ -272,21 +312,21 @@ class PostgresConnector:
         lock); never bounded by ``statement_timeout``."""
         applied_now: list[int] = []
         async with self._connection() as conn, conn.transaction():
-            await conn.execute(Q["unbounded"])  # a migration may rewrite big tables
-            await conn.execute(Q["migrate_lock"])
-            await conn.execute(Q["migrations_table"])
-            cur = await conn.execute(Q["compat_column"])
-            if not (await cur.fetchone() or {}).get("found"):
-                await conn.execute(Q["add_compat_column"])
-            cur = await conn.execute(Q["applied_versions"])
-            done = {row["version"] for row in await cur.fetchall()}
+            await conn.execute(statement("unbounded"))  # a migration may rewrite big tables
+            await conn.execute(statement("migrate_lock"))
+            await conn.execute(statement("migrations_table"))
+            if not await conn.fetchval(statement("compat_column")):
+                await conn.execute(statement("add_compat_column"))
+            applied = await conn.fetch(statement("applied_versions"))
+            done = {row["version"] for row in applied}
             for version, script in migrations(self.dialect):
                 if version not in done:
-                    # A multi-statement script without parameters: simple query protocol.
-                    await conn.execute(script.encode(), prepare=False)
+                    # A multi-statement script without arguments: simple query protocol.
+                    await conn.execute(script)
                     compat = compat_of(script)
                     record = {"version": version, "compat": compat and compat.value}
-                    await conn.execute(Q["record_migration"], record)
+                    sql, args = bind("record_migration", record)
+                    await conn.execute(sql, *args)
                     applied_now.append(version)
         return applied_now
 
@@ -297,26 +337,26 @@ class PostgresConnector:
         return await self._bounded(self._one(name, params))
 
     async def _one(self, name: str, params: Params | None) -> Row | None:
+        sql, args = bind(name, params)
         async with self._connection() as conn:
-            cur = await conn.execute(Q[name], params)
-            return await cur.fetchone() if cur.description else None
+            return cast(Row | None, await conn.fetchrow(sql, *args))
 
     async def all(self, name: str, params: Params | None = None) -> list[Row]:
         """Every row of statement ``name``, within ``statement_timeout``."""
         return await self._bounded(self._all(name, params))
 
     async def _all(self, name: str, params: Params | None) -> list[Row]:
+        sql, args = bind(name, params)
         async with self._connection() as conn:
-            cur = await conn.execute(Q[name], params)
-            return list(await cur.fetchall())
+            return cast(list[Row], await conn.fetch(sql, *args))
 
     async def each(self, name: str, params: Callable[[], Params], limit: int) -> list[Row]:
         """The rows of one statement that claims the whole batch (``limit`` bound)."""
         return await self.all(name, {**params(), "limit": limit})
 
     async def locked(self, read: str, params: Params, decide: Decide) -> Row | None:
-        """One pipelined transaction locking the claim row, then the job row (every writer's
-        order), within ``statement_timeout``."""
+        """One transaction locking the claim row, then the job row (every writer's order),
+        within ``statement_timeout``."""
         return await self._bounded(self._locked(read, params, decide))
 
     async def _locked(self, read: str, params: Params, decide: Decide) -> Row | None:
@@ -328,46 +368,37 @@ class PostgresConnector:
 
     async def _locked_once(self, read: str, params: Params, decide: Decide) -> Row | None:
         error: JobAgentError | None = None
-        written: psycopg.AsyncCursor[DictRow] | None = None
+        # One transaction in 4 round trips (3 when nothing is written): BEGIN, both locks and
+        # the check between them leave together; then the read, the write, COMMIT. The locks
+        # come in the order of every waiting writer: the claim row, then the job row
+        # (finish_claimed deletes the claim, then updates the job; the reaper skips locked
+        # rows), so no two of them deadlock. The job's lock is its own statement so that the
+        # statements after it (each a new snapshot) see the claim row as it is now.
+        locks = "BEGIN;\n" + inline(_LOCK_STATEMENTS, {"job_id": params["job_id"]})
         async with self._connection() as conn:
             try:
-                # One transaction in two round trips: BEGIN, the locks and the read leave
-                # together (the fetch flushes them); the write and COMMIT leave together when
-                # the pipeline ends. (psycopg's transaction() would wait on BEGIN and on COMMIT.)
-                # The locks come in the order of every waiting writer: the claim row, then the
-                # job row (finish_claimed deletes the claim, then updates the job; the reaper
-                # skips locked rows), so no two of them deadlock. The job's lock is its own
-                # statement so that the read (a new snapshot) sees the claim row as it is now.
-                async with conn.pipeline():
-                    await conn.execute(b"BEGIN")
-                    claim_lock = await conn.execute(Q["lock_claim"], params)
-                    await conn.execute(Q["lock_job"], params)
-                    cur = await conn.execute(Q[read], params)
-                    row = await cur.fetchone()
-                    if (
-                        await claim_lock.fetchone() is None
-                        and row is not None
-                        and row.get("current_claim_id") is not None
-                    ):
-                        # A claim committed between the two locks: its row is not locked by
-                        # us, and deleting it now would take the locks out of order.
-                        raise _ClaimAppeared
-                    try:
-                        write = decide(row)
-                    except JobAgentError as exc:
-                        error, write = exc, None
-                    if write is not None:
-                        written = await conn.execute(Q[write[0]], write[1])
-                    # Nothing was written on the other paths: COMMIT just ends the lock.
-                    await conn.execute(b"COMMIT")
+                if await conn.execute(locks) != "SELECT 0":
+                    # A claim committed between the two locks: its row is not locked by us,
+                    # and deleting it now would take the locks out of order.
+                    raise _ClaimAppeared
+                row = cast(Row | None, await conn.fetchrow(*_bound(read, params)))
+                try:
+                    write = decide(row)
+                except JobAgentError as exc:
+                    error, write = exc, None
+                if write is not None:
+                    row = cast(Row | None, await conn.fetchrow(*_bound(*write)))
+                # Nothing was written on the other paths: COMMIT just ends the lock.
+                await conn.execute("COMMIT")
             except BaseException:
-                # A refused value or a cancellation: hand the pooled connection back idle.
-                with suppress(psycopg.Error):
-                    if conn.info.transaction_status != TransactionStatus.IDLE:
-                        await conn.execute(b"ROLLBACK")
+                # A refused value, a claim that appeared: hand the pooled connection back
+                # idle. (Cancelled at the bound, the query is still being cancelled: asyncpg
+                # rolls back when the pool takes the connection back, and logs an error that
+                # it had to.)
+                with suppress(*DRIVER_ERRORS):
+                    if conn.is_in_transaction():
+                        await conn.execute("ROLLBACK")
                 raise
-            if written is not None:
-                row = await written.fetchone()
         if error is not None:
             raise error
         return row
@@ -380,3 +411,9 @@ class PostgresConnector:
     def notify(self, agent_id: UUID, jobs: int) -> None:
         """Nothing to do here: the statement that queued the jobs also ran pg_notify, which
         reaches this replica's listener and every other one at commit, in no extra round trip."""
+
+
+def _bound(name: str, params: Params | None) -> tuple[Any, ...]:
+    """``fetchrow``'s arguments for statement ``name``: its text, then its arguments."""
+    sql, args = bind(name, params)
+    return (sql, *args)

@@ -6,10 +6,6 @@
 -- Replicas starting together migrate one after the other; the lock ends with the transaction.
 SELECT pg_advisory_xact_lock(7236501981004)
 
--- name: set_statement_timeout
--- On each new pooled connection: the server-side bound of the store's statement_timeout.
-SELECT set_config('statement_timeout', %(ms)s, false)
-
 -- name: unbounded
 SET LOCAL statement_timeout = 0
 
@@ -41,9 +37,6 @@ ON CONFLICT (id) DO UPDATE SET pad = excluded.pad
 -- name: record_migration
 INSERT INTO schema_migrations (version, applied_at, compat)
 VALUES (%(version)s, now(), %(compat)s)
-
--- name: listen
-LISTEN jobagentctl_job_queued
 
 -- name: ping
 SELECT 1 AS ok
@@ -310,14 +303,23 @@ RETURNING c.job_id, c.claim_id, c.attempt, c.lease_seconds, c.claim_expires_at, 
 -- name: lock_claim
 -- The lock order of every writer that waits for locks: the claim row, then the job row
 -- (finish_claimed deletes the claim, then updates the job). set_status's locked path takes
--- the claim row's lock first in its own statement; the reaper takes both with SKIP LOCKED.
-SELECT c.job_id FROM job_claim AS c WHERE c.job_id = %(job_id)s FOR UPDATE
+-- the claim row's lock first in its own statement, and notes for the rest of the transaction
+-- whether there was one (claim_appeared reads it); the reaper takes both with SKIP LOCKED.
+WITH claim AS (SELECT c.job_id FROM job_claim AS c WHERE c.job_id = %(job_id)s FOR UPDATE)
+SELECT set_config('jobagentctl.claim_locked', count(*)::text, true) AS locked FROM claim
 
 -- name: lock_job
--- set_status locks the job row next, in its own statement, so that status_context (a new
--- snapshot) reads the claim row as it is now: a claim row that appeared after lock_claim (a
--- claim committed in between) is seen there, and the transaction starts again (postgres.py).
+-- set_status locks the job row next, in its own statement, so that the statements after it
+-- (each a new snapshot) read the claim row as it is now.
 SELECT j.id FROM job AS j WHERE j.id = %(job_id)s FOR UPDATE
+
+-- name: claim_appeared
+-- After both locks: a claim row that lock_claim did not find (a claim committed between the
+-- two locks). Its row is not locked by us and deleting it now would take the locks out of
+-- order: the transaction starts again (postgres.py). With the job's lock held, no claim row
+-- can appear or go any more.
+SELECT c.job_id FROM job_claim AS c
+WHERE c.job_id = %(job_id)s AND current_setting('jobagentctl.claim_locked') = '0'
 
 -- name: status_context
 SELECT j.*,
