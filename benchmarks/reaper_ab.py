@@ -26,8 +26,7 @@ from benchmarks.common import postgres_database, psql
 from benchmarks.direct import FILL_CLAIMS, job_id_sql, setup_store
 from benchmarks.growth import load_history
 from jobagentctl.models import HEARTBEAT_INTERVAL_MAX, HEARTBEAT_INTERVAL_MIN
-from jobagentctl.server.store import SqlStore, open_store
-from jobagentctl.server.store import postgres as pg_connector
+from jobagentctl.server.store import SqlStore, open_store, postgres_sql
 
 CLAIMS, EXPIRED = 10000, 1000
 
@@ -74,7 +73,7 @@ def sql_pass(sql: str, batch: int, *, lookahead: bool = False) -> Pass:
 
     async def run(store: SqlStore) -> int:
         db = store._db
-        pg_connector.Q["reap_variant"] = sql
+        postgres_sql._converted()["reap_variant"] = postgres_sql.to_dollar(sql)
         await db.one("reap_revoked")
         requeued = 0
         while True:
@@ -97,10 +96,7 @@ def _on_cpu(pid: int) -> float:
 
 async def _backend_pid(store: SqlStore) -> int:
     async with store._db._connection() as conn:
-        cur = await conn.execute("SELECT pg_backend_pid() AS pid")
-        row = await cur.fetchone()
-        assert row is not None
-        return int(row["pid"])
+        return int(await conn.fetchval("SELECT pg_backend_pid()"))
 
 
 async def _round(

@@ -400,6 +400,7 @@ async def test_reap_commits_without_waiting_for_the_wal_and_only_itself(env: Env
     """The reap statement's transaction alone commits with synchronous_commit off: the pooled
     connection that ran it commits every later statement durably again."""
     from jobagentctl.server.store import postgres
+    from jobagentctl.server.store.postgres_sql import bind
 
     job = await env.job()
     await env.store.claim_job(env.ws, env.agent, job.id, 30)
@@ -414,12 +415,12 @@ async def test_reap_commits_without_waiting_for_the_wal_and_only_itself(env: Env
         "heartbeat_min": 1.0,
         "heartbeat_max": 60.0,
     }
+    sql, args = bind("reap", params)
     async with connector._connection() as conn:
-        row = await (await conn.execute(postgres.Q["reap"], params)).fetchone()
+        row = await conn.fetchrow(sql, *args)
         assert row is not None and row["reaped"] == 1
         assert row["synchronous_commit"] == "off"
-        after = await (await conn.execute("SHOW synchronous_commit")).fetchone()
-        assert after is not None and after["synchronous_commit"] == "on"
+        assert await conn.fetchval("SHOW synchronous_commit") == "on"
 
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
