@@ -32,6 +32,7 @@ from jobagentctl.server.store.fencing import (
 )
 from jobagentctl.server.store.postgres import PostgresConnector, translate_error
 from jobagentctl.server.store.postgres_sql import inline
+from jobagentctl.server.store.postgres_url import driver_url
 from jobagentctl.server.store.queries import NOTIFY_CHANNEL, load_queries, migrations
 from jobagentctl.server.store.rows import dump_json, merge_metadata
 from jobagentctl.server.store.sqlite import SqliteConnector, _translated
@@ -153,6 +154,20 @@ def test_postgres_url_options_the_driver_knows_are_taken() -> None:
         open_store("postgresql://u:secret@h/db?sslmode=require&connect_timout=3")
     assert "connect_timout" in refused.value.message
     assert "secret" not in refused.value.message
+
+
+def test_libpq_connect_timeout_is_taken_as_asyncpgs_timeout() -> None:
+    """A URL that a psycopg release of the server ran with keeps working after the upgrade:
+    libpq's connect_timeout is taken out of it and becomes asyncpg's connect timeout."""
+    url = "postgresql://u:pw@h/db?sslmode=require&connect_timeout=7&application_name=x"
+    assert driver_url(url) == ("postgresql://u:pw@h/db?sslmode=require&application_name=x", 7.0)
+    connector = open_store(url).connector
+    assert isinstance(connector, PostgresConnector)
+    assert connector._connect == {"timeout": 7.0}
+    assert driver_url("postgresql://h/db") == ("postgresql://h/db", None)
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(ConfigError):
+            driver_url(f"postgresql://h/db?connect_timeout={bad}")
 
 
 def test_only_uuids_and_ints_are_written_into_postgres_sql() -> None:

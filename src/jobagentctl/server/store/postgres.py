@@ -31,7 +31,7 @@ from jobagentctl.errors import (
 )
 from jobagentctl.server.store.connector import Decide, Params, Row
 from jobagentctl.server.store.postgres_sql import bind, inline, statement
-from jobagentctl.server.store.postgres_url import url_options
+from jobagentctl.server.store.postgres_url import driver_url, url_options
 from jobagentctl.server.store.queries import NOTIFY_CHANNEL, migrations
 from jobagentctl.server.store.schema_window import compat_of
 from jobagentctl.server.store.waiters import Waiters
@@ -124,7 +124,11 @@ class PostgresConnector:
         ``statement_timeout``. ``pool_timeout`` (opening the pool, waiting for a connection)
         defaults to it, or 10 s when unbounded. Migrations are never bounded. An option of the
         URL that the driver does not know is a ``ConfigError``."""
-        self._url = url  # never logged: it may carry a password
+        # Never logged: it may carry a password. libpq's connect_timeout becomes asyncpg's.
+        self._url, connect_timeout = driver_url(url)
+        self._connect: dict[str, Any] = (
+            {} if connect_timeout is None else {"timeout": connect_timeout}
+        )
         # Name our sessions in pg_stat_activity unless the operator's URL already does.
         named = "application_name" in url_options(url)
         self._settings: dict[str, str] = {} if named else {"application_name": "jobagentctl"}
@@ -178,6 +182,7 @@ class PostgresConnector:
                     init=_init,
                     reset=_reset,
                     server_settings=self._settings,
+                    **self._connect,
                 ),
                 self._pool_timeout,
             )
@@ -256,7 +261,9 @@ class PostgresConnector:
     async def _listen_once(self) -> None:
         """Listen on one connection until it is lost (raises)."""
         lost = asyncio.Event()
-        conn: Conn = await asyncpg.connect(self._url, server_settings=self._listener_settings)
+        conn: Conn = await asyncpg.connect(
+            self._url, server_settings=self._listener_settings, **self._connect
+        )
         try:
             # A dropped connection is seen by its termination callback; a silent one (a frozen
             # server, a lost network) by the ping after 30 quiet seconds.
