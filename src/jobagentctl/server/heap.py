@@ -9,10 +9,10 @@ __all__ = ["YOUNG_THRESHOLD", "settle_heap"]
 # A young collection every this many allocations (CPython's default is 700). A server holding
 # thousands of agents allocates fast; at 700, every object living a few milliseconds (a request
 # waiting for the pool, a long-poll) survived two young collections and was promoted to the
-# oldest generation, which then filled a quarter past its size every few seconds and was
-# traversed whole: 0.2–0.6 s pauses with 5,000–10,000 agents, every 2–7 s, each one the tail
-# of every request in flight (docs/benchmarks.md, "Fleet"). At 10,000, few of those objects
-# outlive their young generation.
+# oldest generation, which then filled a quarter past its size and was traversed whole:
+# pauses of up to 0.8 s with 10,000 agents, each one the tail of every request in flight
+# (docs/benchmarks.md, "Fleet": `benchmarks.fleet --gc cpython`). At 10,000, few of those
+# objects outlive their young generation.
 YOUNG_THRESHOLD = 10_000
 
 
