@@ -170,7 +170,8 @@ LIMIT %(limit)s OFFSET %(offset)s
 -- name: job_claim_state
 -- The failure paths: does the job exist in scope, what is its status, who holds the claim.
 SELECT j.status, c.claim_id, c.attempt,
-       EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = j.id) AS revoked_held
+       EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = j.id) AS revoked_held,
+       (SELECT r.claim_id FROM job_revoked_claim AS r WHERE r.job_id = j.id) AS revoked_claim_id
 FROM job AS j
 LEFT JOIN job_claim AS c ON c.job_id = j.id
 WHERE j.id = %(job_id)s AND j.workspace_id = %(workspace_id)s
@@ -620,17 +621,36 @@ SELECT
 
 -- name: log_append
 -- Append a request's chunks to the log of the attempt that the claim %(claim_id)s holds (the
--- fence: no row back when it is not the job's current claim; nothing is written). The
--- attempt's row hands out seqs and offsets under its row lock, so concurrent appends to one
--- attempt get disjoint ranges and commit in seq order. The chunks' bytes come as one bytea
+-- fence: no row back when it is neither the job's current claim nor its revoked claim whose
+-- holder has not let go; nothing is written). The fence takes FOR KEY SHARE on that claim row:
+-- whatever ends the attempt or lets go of it deletes the row, so it waits for this append's
+-- commit, and an append that comes after it finds no row. So an ended attempt's log is
+-- complete once its end is visible. KEY SHARE does not conflict with a heartbeat's update.
+-- The attempt's row hands out seqs and offsets under its row lock, so concurrent appends to
+-- one attempt get disjoint ranges and commit in seq order. The chunks' bytes come as one bytea
 -- (%(data)s) and a JSON list of {i, stream, at, start, len, pos}: each chunk its slice of it.
-WITH fence AS (
+WITH live AS (
     SELECT c.job_id, c.attempt, j.workspace_id
     FROM job_claim AS c
     JOIN job AS j ON j.id = c.job_id
     WHERE c.job_id = %(job_id)s AND c.claim_id = %(claim_id)s::uuid
       AND j.workspace_id = %(workspace_id)s
       AND (%(agent_scope)s::uuid IS NULL OR c.job_agent_id = %(agent_scope)s::uuid)
+    FOR KEY SHARE OF c
+),
+revoked AS (
+    -- An operator's requeue or cancel revoked the claim: its holder's command may still print
+    -- (cleanup while it is stopped) until the holder reports, or its lease runs out.
+    SELECT r.job_id, r.attempt, j.workspace_id
+    FROM job_revoked_claim AS r
+    JOIN job AS j ON j.id = r.job_id
+    WHERE r.job_id = %(job_id)s AND r.claim_id = %(claim_id)s::uuid
+      AND j.workspace_id = %(workspace_id)s
+      AND (%(agent_scope)s::uuid IS NULL OR r.job_agent_id = %(agent_scope)s::uuid)
+    FOR KEY SHARE OF r
+),
+fence AS (
+    SELECT * FROM live UNION ALL SELECT * FROM revoked
 ),
 state AS (
     INSERT INTO job_log_attempt (job_id, attempt, workspace_id, next_seq, appended_bytes,
@@ -707,9 +727,12 @@ RETURNING s.stored_bytes, s.cut_bytes
 
 -- name: log_state
 -- A read's first question: the job in scope, its attempt (the latest when none is asked), how
--- that attempt ended (job_attempt) or that it runs (job_claim), and its log's state.
+-- that attempt ended (job_attempt) or that it runs (job_claim), whether the holder of its
+-- revoked claim may still append (holder_writing), and its log's state.
 SELECT j.status AS job_status, j.attempts AS attempts, a.n AS attempt,
-       t.ended_at, t.outcome, s.next_seq, s.expired_at
+       t.ended_at, t.outcome, s.next_seq, s.expired_at,
+       EXISTS (SELECT 1 FROM job_revoked_claim AS r
+               WHERE r.job_id = j.id AND r.attempt = a.n) AS holder_writing
 FROM job AS j
 CROSS JOIN LATERAL (SELECT COALESCE(%(attempt)s::integer, j.attempts) AS n) AS a
 LEFT JOIN job_attempt AS t ON t.job_id = j.id AND t.attempt = a.n

@@ -157,7 +157,8 @@ LIMIT :limit OFFSET :offset
 -- name: job_claim_state
 -- The failure paths: does the job exist in scope, what is its status, who holds the claim.
 SELECT j.status, c.claim_id, c.attempt,
-       EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = j.id) AS revoked_held
+       EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = j.id) AS revoked_held,
+       (SELECT r.claim_id FROM job_revoked_claim AS r WHERE r.job_id = j.id) AS revoked_claim_id
 FROM job AS j
 LEFT JOIN job_claim AS c ON c.job_id = j.id
 WHERE j.id = :job_id AND j.workspace_id = :workspace_id
@@ -488,15 +489,23 @@ SELECT
 
 -- name: log_append
 -- Append a request's chunks to the log of the attempt that the claim :claim_id holds (the
--- fence: the chain stops, writing nothing, when it is not the job's current claim). The
--- attempt's row hands out seqs and offsets; the chunks' bytes come as one BLOB (:data) and a
--- JSON list of {i, stream, at, start, len, pos}: each chunk its slice of it (substr on a BLOB
--- counts bytes).
+-- fence: the chain stops, writing nothing, when it is neither the job's current claim nor its
+-- revoked claim whose holder has not let go). The chain holds the database's write lock from
+-- its first statement, so whatever ends the attempt or lets go of it comes wholly before or
+-- after it. The attempt's row hands out seqs and offsets; the chunks' bytes come as one BLOB
+-- (:data) and a JSON list of {i, stream, at, start, len, pos}: each chunk its slice of it
+-- (substr on a BLOB counts bytes).
 SELECT c.attempt, j.workspace_id AS log_workspace_id
 FROM job_claim AS c
 JOIN job AS j ON j.id = c.job_id
 WHERE c.job_id = :job_id AND c.claim_id = :claim_id AND j.workspace_id = :workspace_id
-  AND (:agent_scope IS NULL OR c.job_agent_id = :agent_scope);
+  AND (:agent_scope IS NULL OR c.job_agent_id = :agent_scope)
+UNION ALL
+SELECT r.attempt, j.workspace_id AS log_workspace_id
+FROM job_revoked_claim AS r
+JOIN job AS j ON j.id = r.job_id
+WHERE r.job_id = :job_id AND r.claim_id = :claim_id AND j.workspace_id = :workspace_id
+  AND (:agent_scope IS NULL OR r.job_agent_id = :agent_scope);
 INSERT INTO job_log_attempt (job_id, attempt, workspace_id, next_seq, appended_bytes,
                              stored_bytes, created_at, last_at)
 VALUES (:job_id, :attempt, :log_workspace_id, 1 + :n, :size, :size,
@@ -544,9 +553,12 @@ RETURNING stored_bytes, cut_bytes
 
 -- name: log_state
 -- A read's first question: the job in scope, its attempt (the latest when none is asked), how
--- that attempt ended (job_attempt), and its log's state.
+-- that attempt ended (job_attempt), whether the holder of its revoked claim may still append
+-- (holder_writing), and its log's state.
 SELECT j.status AS job_status, j.attempts AS attempts, a.n AS attempt,
-       t.ended_at, t.outcome, s.next_seq, s.expired_at
+       t.ended_at, t.outcome, s.next_seq, s.expired_at,
+       EXISTS (SELECT 1 FROM job_revoked_claim AS r
+               WHERE r.job_id = j.id AND r.attempt = a.n) AS holder_writing
 FROM job AS j
 JOIN (SELECT COALESCE(:attempt, (SELECT attempts FROM job WHERE id = :job_id)) AS n) AS a
 LEFT JOIN job_attempt AS t ON t.job_id = j.id AND t.attempt = a.n
