@@ -654,16 +654,18 @@ fence AS (
 ),
 state AS (
     INSERT INTO job_log_attempt (job_id, attempt, workspace_id, next_seq, appended_bytes,
-                                 stored_bytes, created_at, last_at)
+                                 stored_bytes, stored_rows, created_at, last_at)
     SELECT f.job_id, f.attempt, f.workspace_id, 1 + %(n)s::integer, %(size)s::bigint,
-           %(size)s::bigint, now(), now()
+           %(size)s::bigint, %(n)s::integer, now(), now()
     FROM fence AS f
     ON CONFLICT (job_id, attempt) DO UPDATE
     SET next_seq = job_log_attempt.next_seq + %(n)s::integer,
         appended_bytes = job_log_attempt.appended_bytes + %(size)s::bigint,
         stored_bytes = job_log_attempt.stored_bytes + %(size)s::bigint,
+        stored_rows = job_log_attempt.stored_rows + %(n)s::integer,
         last_at = now()
-    RETURNING job_id, attempt, workspace_id, next_seq, appended_bytes, stored_bytes, cut_bytes
+    RETURNING job_id, attempt, workspace_id, next_seq, appended_bytes, stored_bytes, cut_bytes,
+              stored_rows
 ),
 chunks AS (
     SELECT * FROM json_to_recordset(%(chunks)s::json)
@@ -676,35 +678,48 @@ inserted AS (
            substring(%(data)s::bytea FROM x.start FOR x.len)
     FROM state AS s, chunks AS x
 )
-SELECT s.attempt, s.next_seq, s.stored_bytes, s.cut_bytes FROM state AS s
+SELECT s.attempt, s.next_seq, s.stored_bytes, s.cut_bytes, s.stored_rows FROM state AS s
 
 -- name: log_trim
--- The cap: when the attempt's stored bytes exceed %(max_bytes)s, cut the oldest chunks after
--- the head (those beginning before %(head_bytes)s stay) down to %(low_water)s bytes, so that
--- trimming runs once per several appends, not on each. The first chunk cut becomes the one
--- truncation marker (same seq, same offset: it sits between the head and the newest output);
--- later trims cut the chunks after it and rewrite its text with the new total.
+-- The cap: when the attempt's log costs more than %(max_bytes)s — each chunk its bytes plus
+-- %(row_cost)s for its row (header, key, index entry: what a tiny chunk costs on disk) — cut
+-- the oldest chunks after the head (those whose cost from the log's start is under
+-- %(head_bytes)s stay) down to %(low_water)s, so that trimming runs once per several appends,
+-- not on each. The first chunk cut becomes the one truncation marker (same seq, same offset:
+-- it sits between the head and the newest output); later trims cut the chunks after it and
+-- rewrite its text with the new total. The rows are counted here, not trusted from
+-- stored_rows (a release without the column leaves it off), and the count is written back.
 WITH st AS (
     SELECT s.job_id, s.attempt, s.stored_bytes, s.marker_seq, s.cut_bytes
     FROM job_log_attempt AS s
     WHERE s.job_id = %(job_id)s AND s.attempt = %(attempt)s
-      AND s.stored_bytes > %(max_bytes)s
+      AND s.stored_bytes + s.stored_rows * %(row_cost)s::bigint > %(max_bytes)s
     FOR UPDATE
 ),
+counted AS (
+    SELECT count(*) AS n
+    FROM job_log AS l
+    JOIN st ON l.job_id = st.job_id AND l.attempt = st.attempt
+),
 victims AS (
-    SELECT min(v.seq) AS first_cut, max(v.seq) AS last_cut, COALESCE(sum(v.len), 0) AS cut_now
-    FROM (SELECT l.seq, octet_length(l.data) AS len, st.stored_bytes,
-                 sum(octet_length(l.data)) OVER (ORDER BY l.seq) AS upto
+    SELECT min(v.seq) AS first_cut, max(v.seq) AS last_cut, COALESCE(sum(v.len), 0) AS cut_now,
+           count(v.seq) AS cut_rows
+    FROM (SELECT l.seq, octet_length(l.data) AS len,
+                 st.stored_bytes + c.n * %(row_cost)s::bigint AS stored_cost,
+                 sum(octet_length(l.data) + %(row_cost)s::bigint) OVER (ORDER BY l.seq) AS upto
           FROM job_log AS l
           JOIN st ON l.job_id = st.job_id AND l.attempt = st.attempt
-          WHERE l.byte_offset >= %(head_bytes)s AND l.seq IS DISTINCT FROM st.marker_seq) AS v
-    WHERE v.upto - v.len < v.stored_bytes - %(low_water)s
+          CROSS JOIN counted AS c
+          WHERE l.byte_offset + (l.seq - 1) * %(row_cost)s::bigint >= %(head_bytes)s
+            AND l.seq IS DISTINCT FROM st.marker_seq) AS v
+    WHERE v.upto - v.len - %(row_cost)s::bigint < v.stored_cost - %(low_water)s
 ),
 cut AS (
     DELETE FROM job_log AS l
     USING st, victims AS v
     WHERE l.job_id = st.job_id AND l.attempt = st.attempt
-      AND l.byte_offset >= %(head_bytes)s AND l.seq <= v.last_cut
+      AND l.byte_offset + (l.seq - 1) * %(row_cost)s::bigint >= %(head_bytes)s
+      AND l.seq <= v.last_cut
       AND l.seq <> COALESCE(st.marker_seq, v.first_cut)
 ),
 marked AS (
@@ -720,10 +735,13 @@ marked AS (
 UPDATE job_log_attempt AS s
 SET stored_bytes = s.stored_bytes - v.cut_now,
     cut_bytes = s.cut_bytes + v.cut_now,
-    marker_seq = COALESCE(s.marker_seq, v.first_cut)
-FROM st, victims AS v
+    marker_seq = COALESCE(s.marker_seq, v.first_cut),
+    -- The rows cut, but the first one cut stays, as the new marker.
+    stored_rows = c.n - v.cut_rows
+                  + CASE WHEN s.marker_seq IS NULL AND v.first_cut IS NOT NULL THEN 1 ELSE 0 END
+FROM st, victims AS v, counted AS c
 WHERE s.job_id = st.job_id AND s.attempt = st.attempt
-RETURNING s.stored_bytes, s.cut_bytes
+RETURNING s.stored_bytes, s.cut_bytes, s.stored_rows
 
 -- name: log_state
 -- A read's first question: the job in scope, its attempt (the latest when none is asked), how
@@ -769,7 +787,7 @@ gone AS (
 ),
 marked AS (
     UPDATE job_log_attempt AS s
-    SET expired_at = now(), stored_bytes = 0
+    SET expired_at = now(), stored_bytes = 0, stored_rows = 0
     FROM old AS o
     WHERE s.job_id = o.job_id AND s.attempt = o.attempt
     RETURNING 1

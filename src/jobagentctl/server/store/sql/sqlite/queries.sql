@@ -507,15 +507,16 @@ JOIN job AS j ON j.id = r.job_id
 WHERE r.job_id = :job_id AND r.claim_id = :claim_id AND j.workspace_id = :workspace_id
   AND (:agent_scope IS NULL OR r.job_agent_id = :agent_scope);
 INSERT INTO job_log_attempt (job_id, attempt, workspace_id, next_seq, appended_bytes,
-                             stored_bytes, created_at, last_at)
-VALUES (:job_id, :attempt, :log_workspace_id, 1 + :n, :size, :size,
+                             stored_bytes, stored_rows, created_at, last_at)
+VALUES (:job_id, :attempt, :log_workspace_id, 1 + :n, :size, :size, :n,
         (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
 ON CONFLICT (job_id, attempt) DO UPDATE
 SET next_seq = next_seq + :n,
     appended_bytes = appended_bytes + :size,
     stored_bytes = stored_bytes + :size,
+    stored_rows = stored_rows + :n,
     last_at = excluded.last_at
-RETURNING next_seq, appended_bytes, stored_bytes, cut_bytes;
+RETURNING next_seq, appended_bytes, stored_bytes, cut_bytes, stored_rows;
 INSERT INTO job_log (job_id, attempt, seq, workspace_id, byte_offset, stream, at, data)
 SELECT :job_id, :attempt, :next_seq - :n - 1 + json_extract(x.value, '$.i'), :log_workspace_id,
        :appended_bytes - :size + json_extract(x.value, '$.pos'),
@@ -524,19 +525,26 @@ SELECT :job_id, :attempt, :next_seq - :n - 1 + json_extract(x.value, '$.i'), :lo
 FROM json_each(:chunks) AS x
 
 -- name: log_trim
--- The cap (see the PostgreSQL block of this name): cut the oldest chunks after the head down
--- to :low_water bytes; the first chunk cut becomes the one truncation marker.
-SELECT stored_bytes, marker_seq, cut_bytes
+-- The cap (see the PostgreSQL block of this name): when the log costs more than :max_bytes
+-- (each chunk its bytes plus :row_cost), cut the oldest chunks after the head down to
+-- :low_water; the first chunk cut becomes the one truncation marker. The rows are counted
+-- here (rows_now) and the count written back.
+SELECT stored_bytes, marker_seq, cut_bytes,
+       (SELECT count(*) FROM job_log WHERE job_id = :job_id AND attempt = :attempt) AS rows_now
 FROM job_log_attempt
-WHERE job_id = :job_id AND attempt = :attempt AND stored_bytes > :max_bytes;
-SELECT min(v.seq) AS first_cut, max(v.seq) AS last_cut, COALESCE(sum(v.len), 0) AS cut_now
-FROM (SELECT seq, length(data) AS len, sum(length(data)) OVER (ORDER BY seq) AS upto
+WHERE job_id = :job_id AND attempt = :attempt
+  AND stored_bytes + stored_rows * :row_cost > :max_bytes;
+SELECT min(v.seq) AS first_cut, max(v.seq) AS last_cut, COALESCE(sum(v.len), 0) AS cut_now,
+       count(v.seq) AS cut_rows
+FROM (SELECT seq, length(data) AS len, sum(length(data) + :row_cost) OVER (ORDER BY seq) AS upto
       FROM job_log
-      WHERE job_id = :job_id AND attempt = :attempt AND byte_offset >= :head_bytes
+      WHERE job_id = :job_id AND attempt = :attempt
+        AND byte_offset + (seq - 1) * :row_cost >= :head_bytes
         AND seq IS NOT :marker_seq) AS v
-WHERE v.upto - v.len < :stored_bytes - :low_water;
+WHERE v.upto - v.len - :row_cost < :stored_bytes + :rows_now * :row_cost - :low_water;
 DELETE FROM job_log
-WHERE job_id = :job_id AND attempt = :attempt AND byte_offset >= :head_bytes
+WHERE job_id = :job_id AND attempt = :attempt
+  AND byte_offset + (seq - 1) * :row_cost >= :head_bytes
   AND seq <= :last_cut AND seq <> COALESCE(:marker_seq, :first_cut);
 UPDATE job_log
 SET stream = 'marker',
@@ -547,9 +555,11 @@ WHERE job_id = :job_id AND attempt = :attempt AND seq = COALESCE(:marker_seq, :f
 UPDATE job_log_attempt
 SET stored_bytes = stored_bytes - :cut_now,
     cut_bytes = cut_bytes + :cut_now,
+    stored_rows = :rows_now - :cut_rows
+                  + CASE WHEN :marker_seq IS NULL AND :first_cut IS NOT NULL THEN 1 ELSE 0 END,
     marker_seq = COALESCE(marker_seq, :first_cut)
 WHERE job_id = :job_id AND attempt = :attempt
-RETURNING stored_bytes, cut_bytes
+RETURNING stored_bytes, cut_bytes, stored_rows
 
 -- name: log_state
 -- A read's first question: the job in scope, its attempt (the latest when none is asked), how
@@ -594,7 +604,7 @@ WHERE (job_id, attempt) IN (
 -- include: expiring_logs
 );
 UPDATE job_log_attempt
-SET expired_at = (julianday('now') - 2440587.5) * 86400.0, stored_bytes = 0
+SET expired_at = (julianday('now') - 2440587.5) * 86400.0, stored_bytes = 0, stored_rows = 0
 WHERE (job_id, attempt) IN (
 -- include: expiring_logs
 )
