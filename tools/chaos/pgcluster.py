@@ -145,6 +145,15 @@ class PgCluster:
         self.restarts += 1
         self._pg_ctl("restart", mode)
 
+    def halt(self, mode: str = "fast") -> None:
+        """Stop the server, keeping its data (``resume`` starts it again): an outage."""
+        self._pg_ctl("stop", mode)
+
+    def resume(self) -> None:
+        """Start a halted server again; waits until it accepts connections."""
+        self._pg_ctl("start")
+        self.wait_ready()
+
     def stop(self, mode: str = "fast") -> None:
         """Stop and remove everything (idempotent)."""
         if (self.data / "postmaster.pid").exists():

@@ -171,6 +171,34 @@ def _server_message(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
+class _OneLine(logging.Filter):
+    """The driver's own records on one line, as ours are: asyncpg's pool logs a traceback each
+    time it fails to reopen a connection (every few seconds of a database outage); the
+    exception becomes the reason at the end of the line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            reason = why_not_connected(record.exc_info[1])
+            record.msg = f"{record.getMessage()}: {reason}"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+_ONE_LINE = _OneLine()
+# asyncpg's loggers (a filter on a logger sees only that logger's own records).
+_DRIVER_LOGGERS = ("asyncpg", "asyncpg.pool", "asyncpg.connection", "asyncpg.protocol")
+
+
+def one_line_driver_logs() -> None:
+    """Fold the driver's tracebacks into one line (idempotent)."""
+    for name in _DRIVER_LOGGERS:
+        driver_log = logging.getLogger(name)
+        if _ONE_LINE not in driver_log.filters:
+            driver_log.addFilter(_ONE_LINE)
+
+
 async def _init(conn: Conn) -> None:
     # JSON read as Python values; parameters arrive already dumped (rows.dump_json).
     for name in ("json", "jsonb"):
@@ -315,6 +343,7 @@ class PostgresConnector:
         """Open the pool (waiting for its first connections), the listener and the poller."""
         if self.pool is not None:
             return
+        one_line_driver_logs()
         try:
             pool = await asyncio.wait_for(
                 asyncpg.create_pool(
