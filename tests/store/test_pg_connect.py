@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from uuid import uuid4
@@ -177,6 +178,30 @@ async def test_a_refused_port_is_named() -> None:
     assert f"127.0.0.1:{port} (database 'db', user 'u')" in message
     assert "connection refused" in message
     assert "hidden-pw" not in message
+
+
+async def test_ssl_required_by_a_server_without_it_is_named(cluster: PgCluster) -> None:
+    message = await _open_error(f"{cluster.url}?sslmode=require")  # the cluster has no TLS
+    assert "SSL required by sslmode, but the server does not offer it" in message
+    assert SUPERUSER_PASSWORD not in message
+
+
+async def test_a_server_that_never_answers_is_a_named_timeout() -> None:
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepted by the kernel, never answered
+    try:
+        port = silent.getsockname()[1]
+        store = open_store(
+            f"postgresql://u@127.0.0.1:{port}/db", min_size=1, max_size=1, statement_timeout=1.0
+        )
+        with pytest.raises(ServerUnavailable) as failed:
+            await store.open()
+        await store.close()
+    finally:
+        silent.close()
+    assert f"cannot connect to PostgreSQL at 127.0.0.1:{port}" in failed.value.message
+    assert "(timeout)" in failed.value.message
 
 
 async def test_readiness_says_why_when_the_connection_is_refused_later(

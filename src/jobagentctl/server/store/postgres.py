@@ -107,9 +107,12 @@ def why_not_connected(exc: BaseException) -> str:
     elif isinstance(exc, TimeoutError):
         reason = "no answer in time (timeout)"
     elif isinstance(exc, OSError):
-        reason = exc.strerror or type(exc).__name__
-    else:  # asyncpg's own (e.g. "server does not support SSL, but SSL was required")
+        # asyncpg's own ConnectionError carries its text in args ("… rejected SSL upgrade").
+        reason = exc.strerror or str(exc) or type(exc).__name__
+    else:
         reason = str(exc) or type(exc).__name__
+    if "rejected SSL upgrade" in reason:  # asyncpg's words for a server without TLS
+        reason = f"SSL required by sslmode, but the server does not offer it ({reason})"
     return " ".join(reason.split())  # one line, whatever the server sent
 
 
@@ -317,13 +320,18 @@ class PostgresConnector:
                 # asyncpg has terminated it. The operation's own outcome stands.
                 log.debug("a pooled connection was discarded on release (%s)", type(exc).__name__)
 
-    def _unreachable(self, exc: BaseException) -> ServerUnavailable:
+    def _unreachable(self, exc: BaseException, *, opening: bool = False) -> ServerUnavailable:
         """A connection could not be had: where (never the password) and why, on one line."""
+        if isinstance(exc, TimeoutError) and opening:
+            return ServerUnavailable(
+                f"cannot connect to PostgreSQL at {self._where}: no answer within "
+                f"{self._pool_timeout:g} s (timeout)"
+            )
         if isinstance(exc, TimeoutError):
             # The pool's wait: every connection busy, or new ones not answering in time.
             return ServerUnavailable(
                 f"the database is busy: no connection to {self._where} available within "
-                f"{self._pool_timeout:g} s"
+                f"{self._pool_timeout:g} s (all in use, or the database not answering)"
             )
         if isinstance(exc, asyncpg.PostgresError) and not _is_connect_refusal(exc):
             return cast(ServerUnavailable, translate_error(exc))
@@ -358,7 +366,7 @@ class PostgresConnector:
                 self._pool_timeout,
             )
         except DRIVER_ERRORS as exc:
-            raise self._unreachable(exc) from exc
+            raise self._unreachable(exc, opening=True) from exc
         self.pool = pool
         if self._listen:
             self._listener = asyncio.create_task(self._listen_forever(), name="jobagentctl-listen")
