@@ -428,7 +428,7 @@ class PostgresConnector:
                 self._listening.clear()
                 raise
             except Exception as exc:  # the listener must outlive any failure: log, retry
-                log.warning("LISTEN connection lost (%s); reconnecting", type(exc).__name__)
+                log.warning("LISTEN connection lost (%s); reconnecting", why_not_connected(exc))
                 if self.listening:
                     backoff = 0.2  # it was up: a new outage
             # Until it is back, the poller asks for the waiters (one query per tick, not one
