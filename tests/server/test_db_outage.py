@@ -173,6 +173,11 @@ def test_a_database_outage_logs_one_line_per_event(
         status, body, retry = _call(live, "POST", f"job-agents/{agent}/jobs", {})
         assert status == 503 and retry == "1", (status, body)
         assert "\n" not in body["message"]
+        # /readyz's body says where and why (the load balancer's log shows it).
+        status, ready = live.request("GET", "/readyz", api_key=None)
+        assert status == 503, ready
+        assert f"cannot connect to PostgreSQL at 127.0.0.1:{cluster.port}" in ready["message"]
+        assert "connection refused" in ready["message"], ready
     finally:
         cluster.resume()
     wait_until(lambda: live.request("GET", "/readyz", api_key=None)[0] == 200, what="ready")
