@@ -173,6 +173,11 @@ def test_a_database_outage_logs_one_line_per_event(
         status, body, retry = _call(live, "POST", f"job-agents/{agent}/jobs", {})
         assert status == 503 and retry == "1", (status, body)
         assert "\n" not in body["message"]
+        # /readyz's body says where and why (the load balancer's log shows it).
+        status, ready = live.request("GET", "/readyz", api_key=None)
+        assert status == 503, ready
+        assert f"cannot connect to PostgreSQL at 127.0.0.1:{cluster.port}" in ready["message"]
+        assert "connection refused" in ready["message"], ready
     finally:
         cluster.resume()
     wait_until(lambda: live.request("GET", "/readyz", api_key=None)[0] == 200, what="ready")
@@ -182,3 +187,80 @@ def test_a_database_outage_logs_one_line_per_event(
     floor = [line for line in lines if "restore the pool connection floor" in line]
     # Each says why (refused, or "shutting down" while the cluster stopped).
     assert floor and all("retrying: " in line for line in floor), floor
+
+
+def test_backends_terminated_five_times_under_load_answer_no_500(
+    server: tuple[LiveServer, str], cluster: PgCluster
+) -> None:
+    """Four agents' worth of claim, heartbeat, log append and completion in a loop; every
+    server backend terminated five times, each once the loop has made progress since the
+    last: no answer is a 500, every failure a 503 with Retry-After, and work goes on."""
+    live, database = server
+    agent = live.create_agent("load")
+    chunk = {"stream": "stdout", "at": AT, "data": base64.b64encode(b"x" * 100).decode()}
+    stop = threading.Event()
+    lock = threading.Lock()
+    answers: list[tuple[str, int, str | None]] = []
+    completed = [0]
+
+    def record(kind: str, answer: tuple[int, Any, str | None]) -> int:
+        with lock:
+            answers.append((kind, answer[0], answer[2]))
+        return answer[0]
+
+    def worker() -> None:
+        while not stop.is_set():
+            record("enqueue", _call(live, "POST", f"job-agents/{agent}/jobs", {}))
+            status, job, retry = _call(
+                live, "POST", f"job-agents/{agent}/claim", {"leaseSeconds": 300}
+            )
+            record("claim", (status, job, retry))
+            if status != 200 or not job:
+                continue
+            claim = job["claimId"]
+            record(
+                "heartbeat", _call(live, "POST", f"jobs/{job['id']}/heartbeat", {"claimId": claim})
+            )
+            body = {"claimId": claim, "chunks": [chunk]}
+            record("logs", _call(live, "POST", f"jobs/{job['id']}/logs", body))
+            done = {"status": "successful", "claimId": claim}
+            if record("status", _call(live, "PUT", f"jobs/{job['id']}/status", done)) == 202:
+                with lock:
+                    completed[0] += 1
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    terminated = 0
+
+    def progress() -> str:
+        with lock:
+            return f"{completed[0]} completed; last answers {answers[-8:]}"
+
+    try:
+        with pgsync.connect(cluster.url) as admin:
+            for _ in range(5):
+                before = completed[0]
+                try:
+                    wait_until(lambda b=before: completed[0] >= b + 4, what="progress")
+                except AssertionError:
+                    raise AssertionError(progress()) from None
+                rows = admin.fetch(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = $1 AND application_name LIKE 'jobagentctl%'",
+                    database,
+                )
+                terminated += int(rows[0][0])
+            before = completed[0]
+            wait_until(lambda: completed[0] >= before + 4, what="recovery")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(120)
+    assert terminated >= 5
+    errors = [a for a in answers if a[1] >= 500]
+    assert not [a for a in errors if a[1] != 503 or a[2] != "1"], errors
+    print(
+        f"{len(answers)} answers, {completed[0]} jobs completed, {terminated} backends "
+        f"terminated, {len(errors)} answers of 503, 0 of 500"
+    )

@@ -30,7 +30,11 @@ from jobagentctl.server.store.fencing import (
     attempt_outcome_for,
     decide_status_change,
 )
-from jobagentctl.server.store.postgres import PostgresConnector, translate_error
+from jobagentctl.server.store.postgres import (
+    PostgresConnector,
+    _breaks_connection,
+    translate_error,
+)
 from jobagentctl.server.store.postgres_sql import inline
 from jobagentctl.server.store.postgres_url import driver_url, server_settings_of
 from jobagentctl.server.store.queries import NOTIFY_CHANNEL, load_queries, migrations
@@ -316,6 +320,26 @@ def test_postgres_errors_are_translated_without_their_text(
     translated = translate_error(error)
     assert type(translated) is expected
     assert str(error) not in translated.message
+
+
+@pytest.mark.parametrize(
+    ("error", "broken"),
+    [
+        (asyncpg.AdminShutdownError("terminating connection"), True),  # pg_terminate_backend
+        (asyncpg.ConnectionDoesNotExistError("closed in the middle of operation"), True),
+        (asyncpg_base.InternalClientError("cannot switch to state 15"), True),
+        (ConnectionResetError("reset by peer"), True),
+        (asyncpg.InterfaceError("connection is closed"), True),
+        (asyncpg.QueryCanceledError("canceling statement due to statement timeout"), False),
+        (asyncpg.UniqueViolationError("duplicate key"), False),
+        (asyncpg.LockNotAvailableError("could not obtain lock"), False),
+        (asyncpg_base.DataError("invalid input for query argument $1"), False),
+    ],
+)
+def test_a_connection_broken_mid_operation_is_discarded(error: Exception, broken: bool) -> None:
+    """Only what leaves the session unusable (or its protocol in an unknown state) costs the
+    connection; a statement the server refused on a live session does not."""
+    assert _breaks_connection(error) is broken
 
 
 def test_a_missing_privilege_is_named() -> None:

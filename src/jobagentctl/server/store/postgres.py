@@ -70,9 +70,10 @@ DRIVER_ERRORS = (
     OSError,
     TimeoutError,
 )
-# SQLSTATE classes after which the connection is gone: connection exception, operator
-# intervention (a terminated backend: 57P01, a shutdown).
-_CONNECTION_GONE = ("08", "57")
+# SQLSTATEs after which the connection is gone: class 08 (connection exception), and operator
+# intervention that ends the session (57P01 a terminated backend, 57P02 a crash, 57P03 …) —
+# not 57014, a statement cancelled by its timeout, which leaves the session usable.
+_CONNECTION_GONE = ("08", "57P")
 # SQLSTATE classes of a database that is unavailable for now rather than of a wrong statement
 # (connection, transaction rollback such as a deadlock, resources, operator intervention,
 # system, configuration file, foreign data): what psycopg called OperationalError.
@@ -123,7 +124,7 @@ def _breaks_connection(exc: BaseException) -> bool:
     if isinstance(exc, asyncpg.PostgresError) and not isinstance(
         exc, asyncpg.PostgresConnectionError
     ):
-        return str(exc.sqlstate or "")[:2] in _CONNECTION_GONE
+        return str(exc.sqlstate or "").startswith(_CONNECTION_GONE)
     return not isinstance(exc, asyncpg_base.DataError)  # an argument refused before sending
 
 
@@ -301,12 +302,9 @@ class PostgresConnector:
         except DRIVER_ERRORS as exc:
             broken = _breaks_connection(exc)
             raise translate_error(exc) from exc
-        except asyncio.CancelledError:
-            # Cancelled mid-operation (the bound, a client gone): the protocol may be in the
-            # middle of a query; asyncpg waits for its cancellation when the connection goes
-            # back (it is not answered from here).
-            raise
         finally:
+            # (Cancelled mid-operation, by the bound: asyncpg waits for the query's
+            # cancellation when the connection goes back, and terminates it if that fails.)
             if broken:
                 # Cut mid-operation (a terminated backend, a reset socket, a protocol in an
                 # unknown state): never handed to another request; the pool opens a new one.
@@ -320,7 +318,7 @@ class PostgresConnector:
                 # asyncpg has terminated it. The operation's own outcome stands.
                 log.debug("a pooled connection was discarded on release (%s)", type(exc).__name__)
 
-    def _unreachable(self, exc: BaseException, *, opening: bool = False) -> ServerUnavailable:
+    def _unreachable(self, exc: BaseException, *, opening: bool = False) -> JobAgentError:
         """A connection could not be had: where (never the password) and why, on one line."""
         if isinstance(exc, TimeoutError) and opening:
             return ServerUnavailable(
@@ -334,7 +332,7 @@ class PostgresConnector:
                 f"{self._pool_timeout:g} s (all in use, or the database not answering)"
             )
         if isinstance(exc, asyncpg.PostgresError) and not _is_connect_refusal(exc):
-            return cast(ServerUnavailable, translate_error(exc))
+            return translate_error(exc)
         return ServerUnavailable(
             self._scrub(f"cannot connect to PostgreSQL at {self._where}: {why_not_connected(exc)}")
         )
@@ -428,7 +426,7 @@ class PostgresConnector:
                 self._listening.clear()
                 raise
             except Exception as exc:  # the listener must outlive any failure: log, retry
-                log.warning("LISTEN connection lost (%s); reconnecting", type(exc).__name__)
+                log.warning("LISTEN connection lost (%s); reconnecting", why_not_connected(exc))
                 if self.listening:
                     backoff = 0.2  # it was up: a new outage
             # Until it is back, the poller asks for the waiters (one query per tick, not one

@@ -299,7 +299,10 @@ def passfile_password(url: str) -> Callable[[], str | None] | None:
     rotated password is picked up), to pass as asyncpg's ``password``. None when the password
     comes from elsewhere, or no line matches now (asyncpg then behaves as it would)."""
     option = url_options(url).get("passfile") or os.environ.get("PGPASSFILE")
-    passfile = Path(option) if option else Path.home() / ".pgpass"
+    try:
+        passfile = Path(option) if option else Path.home() / ".pgpass"
+    except (RuntimeError, KeyError):  # no home directory: no file to read
+        return None
     resolved = _resolved(url)
     if resolved is None:
         return None
