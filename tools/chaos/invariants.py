@@ -237,6 +237,7 @@ def check(ev: Evidence) -> CheckResult:
         "no overlap after an agent kill or stop (watchdog)": [],
         "no overlap after an operator's requeue": [],
         "records well formed": list(ev.bad_records),
+        "no answer of 500 (a fault is a 503, never an internal error)": [],
     }
     attempts_by_claim: dict[tuple[str, str], dict[str, Any]] = {}
     for owner_id, owner_rows in ev.attempts.items():
@@ -447,6 +448,14 @@ def check(ev: Evidence) -> CheckResult:
 
     v["every lease loss explained by a fault"] += _unexplained_losses(ev)
 
+    # A database or server fault is the service being unavailable (503 with Retry-After, or
+    # the proxy's own 502/504): a 500 is a defect whatever the fault.
+    internal = [ex for ex in ev.exchanges if ex.status is not None and ex.status == 500]
+    v["no answer of 500 (a fault is a 503, never an internal error)"] += [
+        f"{ex.method} {ex.path} answered 500 ({(ex.response or {}).get('message', '')!s:.120})"
+        for ex in internal
+    ]
+
     overlapping = 0
     for runs in executions_by_job.values():
         spans = sorted((e.started, e.ended or float("inf")) for e in runs)
@@ -492,6 +501,7 @@ def check(ev: Evidence) -> CheckResult:
         "successes (agent reports)": agent_successes,
         "lost jobs": lost,
         "double completions": double,
+        "answers of 500": len(internal),
         "worst detection (s)": round(worst[0], 2) if worst else None,
         "worst detection outside outages (s)": round(clean[0], 2) if clean else None,
         "detection bound lease+reap (s)": round(bound, 2),
