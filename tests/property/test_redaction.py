@@ -124,3 +124,42 @@ def test_chunks_of_whole_characters_come_out_as_whole_characters(
     for _, segment in released:
         segment.decode("utf-8")  # raises if a character was cut
     assert b"".join(chunk for _, chunk in released) == _one_shot(secrets, text.encode())
+
+
+@st.composite
+def many_secrets(draw: st.DrawFn) -> tuple[list[str], bytes, list[tuple[str, bytes]]]:
+    """Many secrets (more than are searched for one by one), some long, most sharing their
+    first bytes, and output of them cut into chunks shorter than the long ones."""
+    short = st.text("ab€", min_size=MIN_SECRET_CHARS, max_size=9).filter(_usable)
+    long = st.text("ab", min_size=20, max_size=80)
+    secrets = draw(st.lists(st.one_of(short, long), min_size=9, max_size=40, unique=True))
+    pieces = draw(
+        st.lists(st.one_of(st.sampled_from(secrets), st.text("ab€c", max_size=10)), max_size=20)
+    )
+    data = "".join(pieces).encode()
+    cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=30)))
+    bounds = [0, *cuts, len(data)]
+    chunks = [
+        (draw(st.sampled_from(("stdout", "stderr"))), data[lo:hi])
+        for lo, hi in itertools.pairwise(bounds)
+    ]
+    return secrets, data, chunks
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(many_secrets())
+def test_many_secrets_added_one_by_one_redact_as_one_pattern_would(
+    case: tuple[list[str], bytes, list[tuple[str, bytes]]],
+) -> None:
+    # Added one at a time, as `redact add` does: the redactor's searches are rebuilt in tiers,
+    # and a long secret cut across many chunks and both streams is still one marker.
+    secrets, data, chunks = case
+    redactor = Redactor()
+    for secret in secrets:
+        redactor.add(secret)
+    assert redactor.count == len(secrets)
+    released = [seg for stream, chunk in chunks for seg in redactor.feed(stream, chunk)]
+    assert redactor.held <= redactor.holdback
+    released += redactor.flush()
+    assert b"".join(chunk for _, chunk in released) == _one_shot(secrets, data)
+    assert redactor.redact(data) == _one_shot(secrets, data)

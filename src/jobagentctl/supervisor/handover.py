@@ -11,13 +11,16 @@ value, the end of the writing side, then one word back.
 from __future__ import annotations
 
 import os
-import select
+import selectors
 import shutil
 import socket
 import struct
 import tempfile
 import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from jobagentctl.supervisor.log import Log
 from jobagentctl.supervisor.redact import Redactor, redactable
@@ -29,8 +32,11 @@ MAX_VALUE_BYTES = 65536
 # The answers: the value is redacted from now on, or it is too short to be.
 ADDED = b"added"
 TOO_SHORT = b"short"
-# How long one connection may take to send its value (a stalled one must not hold up others).
+# How long one connection may take to send its value, from its start: a value is at most 64 KiB
+# over a local socket, so this is headroom for a busy machine, not for a slow peer.
 _CONNECTION_SECONDS = 5.0
+# Connections served at once (each holds at most MAX_VALUE_BYTES): more are refused.
+_MAX_CONNECTIONS = 64
 # The longest path a Unix socket address takes (108 bytes on Linux, with the final NUL).
 _MAX_SOCKET_PATH = 100
 
@@ -41,9 +47,12 @@ class HandoverSocket:
     Until :meth:`admit` names the command's session, every connection is refused.
     """
 
-    def __init__(self, redactor: Redactor, log: Log) -> None:
+    def __init__(
+        self, redactor: Redactor, log: Log, *, connection_seconds: float = _CONNECTION_SECONDS
+    ) -> None:
         self._redactor = redactor
         self._log = log
+        self._connection_seconds = connection_seconds
         self._session: int | None = None
         self.directory = Path(_private_directory())
         self.path = self.directory / "s"
@@ -75,40 +84,104 @@ class HandoverSocket:
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def _serve(self) -> None:
-        while True:
+        """Serve every connection at once, each within its own deadline: one that stalls (or
+        sends slowly) holds up nobody else and is dropped when its time is up."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            selector.register(self._server, selectors.EVENT_READ)
+            pending: dict[socket.socket, _Pending] = {}
             try:
-                ready = select.select([self._server.fileno(), self._wake_r], [], [])[0]
-            except (OSError, ValueError):
-                return  # closed while a slow connection held us (close() waits only so long)
-            if self._wake_r in ready:
-                return
-            try:
-                connection, _ = self._server.accept()
-            except BlockingIOError:
-                continue  # the peer gave up in between
-            except OSError:
-                return
-            connection.setblocking(True)
-            with connection:
-                try:
-                    self._answer(connection)
-                except OSError as exc:
-                    self._log.debug(f"redact add: connection failed: {exc}")
+                self._loop(selector, pending)
+            finally:
+                for connection in pending:
+                    connection.close()
 
-    def _answer(self, connection: socket.socket) -> None:
+    def _loop(
+        self, selector: selectors.BaseSelector, pending: dict[socket.socket, _Pending]
+    ) -> None:
+        while True:
+            now = time.monotonic()
+            for connection in [c for c, p in pending.items() if p.deadline <= now]:
+                self._log.debug("redact add: a connection sent nothing in time: dropped")
+                self._drop(selector, pending, connection)
+            timeout = min((p.deadline for p in pending.values()), default=None)
+            try:
+                events = selector.select(None if timeout is None else max(0.0, timeout - now))
+            except (OSError, ValueError):
+                return  # closed under us
+            for key, _ in events:
+                if key.fileobj == self._wake_r:
+                    return
+                if key.fileobj is self._server:
+                    self._accept(selector, pending)
+                else:
+                    connection = cast(socket.socket, key.fileobj)
+                    self._receive(selector, pending, connection)
+
+    def _accept(
+        self, selector: selectors.BaseSelector, pending: dict[socket.socket, _Pending]
+    ) -> None:
+        try:
+            connection, _ = self._server.accept()
+        except OSError:
+            return  # the peer gave up in between (or we are closing)
         if not self._from_the_job(connection):
             self._log.warn("redact add: refused a connection from outside the job")
+            connection.close()
             return
-        connection.settimeout(_CONNECTION_SECONDS)
-        value = _read_all(connection, MAX_VALUE_BYTES)
-        if value is None:
+        if len(pending) >= _MAX_CONNECTIONS:
+            self._log.warn("redact add: too many connections at once: one refused")
+            connection.close()
             return
-        if not redactable(value):
-            connection.sendall(TOO_SHORT)
+        connection.setblocking(False)
+        pending[connection] = _Pending(time.monotonic() + self._connection_seconds)
+        selector.register(connection, selectors.EVENT_READ)
+
+    def _receive(
+        self,
+        selector: selectors.BaseSelector,
+        pending: dict[socket.socket, _Pending],
+        connection: socket.socket,
+    ) -> None:
+        state = pending[connection]
+        try:
+            chunk = connection.recv(65536)
+        except BlockingIOError:
             return
-        self._redactor.add(value)
-        connection.sendall(ADDED)
-        self._log.debug("redact add: one more value is redacted from now on")
+        except OSError as exc:
+            self._log.debug(f"redact add: connection failed: {exc}")
+            self._drop(selector, pending, connection)
+            return
+        if chunk:
+            state.size += len(chunk)
+            if state.size > MAX_VALUE_BYTES:
+                self._drop(selector, pending, connection)  # unanswered: too long
+            else:
+                state.chunks.append(chunk)
+            return
+        value = b"".join(state.chunks)
+        state.chunks.clear()
+        try:
+            # The answer is a few bytes: the socket's buffer takes it at once.
+            if not redactable(value):
+                connection.send(TOO_SHORT)
+            else:
+                self._redactor.add(value)
+                connection.send(ADDED)
+                self._log.debug("redact add: one more value is redacted from now on")
+        except OSError as exc:
+            self._log.debug(f"redact add: connection failed: {exc}")
+        self._drop(selector, pending, connection)
+
+    @staticmethod
+    def _drop(
+        selector: selectors.BaseSelector,
+        pending: dict[socket.socket, _Pending],
+        connection: socket.socket,
+    ) -> None:
+        selector.unregister(connection)
+        del pending[connection]
+        connection.close()
 
     def _from_the_job(self, connection: socket.socket) -> bool:
         session = self._session
@@ -123,6 +196,15 @@ class HandoverSocket:
             return uid == os.getuid() and os.getsid(pid) == session
         except OSError:
             return False  # gone already
+
+
+@dataclass
+class _Pending:
+    """A connection being read: its deadline and what it sent so far."""
+
+    deadline: float
+    size: int = 0
+    chunks: list[bytes] = field(default_factory=list)
 
 
 def _private_directory() -> str:

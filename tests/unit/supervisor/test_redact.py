@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -17,7 +18,7 @@ from typer.testing import CliRunner, Result
 from jobagentctl.cli.app import app
 from jobagentctl.models import REDACT_SOCKET_ENV, ClaimedJob
 from jobagentctl.supervisor import Log
-from jobagentctl.supervisor.handover import HandoverSocket, hand_over
+from jobagentctl.supervisor.handover import ADDED, HandoverSocket, hand_over
 from jobagentctl.supervisor.redact import (
     DEFAULT_PATTERNS,
     Redactor,
@@ -212,6 +213,41 @@ def test_the_handover_socket_serves_only_the_command_s_session() -> None:
     finally:
         handover.close()
     assert not handover.directory.exists()
+
+
+def test_a_stalled_connection_does_not_hold_up_another_add() -> None:
+    # One of the job's processes connects and sends nothing: another add is served meanwhile,
+    # and the first is still served when it does send (within its deadline, long here so a
+    # busy machine cannot end it first). Served one at a time, the second add would wait for
+    # the first to time out, and the first would then get no answer.
+    redactor = Redactor()
+    handover = HandoverSocket(redactor, Log(), connection_seconds=120.0)
+    try:
+        handover.admit(os.getsid(0))
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stalled:
+            stalled.settimeout(30.0)
+            stalled.connect(str(handover.path))
+            assert hand_over(str(handover.path), b"second-value", timeout=30.0) is True
+            stalled.sendall(b"first-value")
+            stalled.shutdown(socket.SHUT_WR)
+            assert stalled.recv(64) == ADDED
+        assert redactor.redact(b"first-value second-value") == b"[REDACTED] [REDACTED]"
+    finally:
+        handover.close()
+
+
+def test_a_connection_past_its_deadline_is_dropped_unanswered() -> None:
+    redactor = Redactor()
+    handover = HandoverSocket(redactor, Log(), connection_seconds=0.0)
+    try:
+        handover.admit(os.getsid(0))
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as late:
+            late.settimeout(30.0)
+            late.connect(str(handover.path))
+            assert late.recv(64) == b""  # closed by the server, not by our timeout
+        assert redactor.count == 0
+    finally:
+        handover.close()
 
 
 def _redact_add(stdin: str, env: dict[str, str]) -> Result:
