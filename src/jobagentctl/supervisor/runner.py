@@ -21,7 +21,7 @@ from collections.abc import Callable
 from functools import partial
 
 from jobagentctl.durations import format_duration
-from jobagentctl.models import REDACT_SOCKET_ENV, ClaimedJob, ClaimNext, JobStatus
+from jobagentctl.models import REDACT_SOCKET_ENV, RUN_PID_ENV, ClaimedJob, ClaimNext, JobStatus
 from jobagentctl.supervisor.child import Child, SpawnError
 from jobagentctl.supervisor.claiming import Claim, Claimer
 from jobagentctl.supervisor.claimwatch import ClaimWatcher
@@ -344,8 +344,9 @@ class Supervisor:
         except OSError as exc:
             self._log.warn(f"cannot listen for `redact add` (it will fail in this job): {exc}")
             env.pop(REDACT_SOCKET_ENV, None)
+            env.pop(RUN_PID_ENV, None)
             return None
-        env[REDACT_SOCKET_ENV] = str(handover.path)
+        env.update(handover.environment())
         return handover
 
     def _start_and_watch(

@@ -4,11 +4,17 @@ whole `run` (real child, scripted client): the secret reaches the failure messag
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import shutil
 import socket
+import subprocess
 import sys
+import tempfile
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +22,10 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from jobagentctl.cli.app import app
-from jobagentctl.models import REDACT_SOCKET_ENV, ClaimedJob
+from jobagentctl.models import REDACT_SOCKET_ENV, RUN_PID_ENV, ClaimedJob
 from jobagentctl.supervisor import Log
 from jobagentctl.supervisor.handover import ADDED, HandoverSocket, hand_over
+from jobagentctl.supervisor.jobfiles import sweep_stale_job_files
 from jobagentctl.supervisor.redact import (
     DEFAULT_PATTERNS,
     Redactor,
@@ -202,13 +209,13 @@ def test_the_handover_socket_serves_only_the_command_s_session() -> None:
         assert handover.directory.stat().st_mode & 0o777 == 0o700
         # Before the command started, nobody is served.
         with pytest.raises(OSError):
-            hand_over(str(handover.path), b"early-value")
+            hand_over(str(handover.path), b"early-value", run_pid=os.getpid())
         handover.admit(os.getsid(0) + 1_000_000)  # a session we are not in
         with pytest.raises(OSError):
-            hand_over(str(handover.path), b"outside-value")
+            hand_over(str(handover.path), b"outside-value", run_pid=os.getpid())
         handover.admit(os.getsid(0))
-        assert hand_over(str(handover.path), b"short") is False
-        assert hand_over(str(handover.path), "inside-välue".encode()) is True
+        assert hand_over(str(handover.path), b"short", run_pid=os.getpid()) is False
+        assert hand_over(str(handover.path), "inside-välue".encode(), run_pid=os.getpid()) is True
         assert redactor.redact("inside-välue early-value".encode()) == b"[REDACTED] early-value"
     finally:
         handover.close()
@@ -227,7 +234,10 @@ def test_a_stalled_connection_does_not_hold_up_another_add() -> None:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stalled:
             stalled.settimeout(30.0)
             stalled.connect(str(handover.path))
-            assert hand_over(str(handover.path), b"second-value", timeout=30.0) is True
+            added = hand_over(
+                str(handover.path), b"second-value", run_pid=os.getpid(), timeout=30.0
+            )
+            assert added is True
             stalled.sendall(b"first-value")
             stalled.shutdown(socket.SHUT_WR)
             assert stalled.recv(64) == ADDED
@@ -250,6 +260,152 @@ def test_a_connection_past_its_deadline_is_dropped_unanswered() -> None:
         handover.close()
 
 
+# A same-user process in a session of its own: it listens at ``argv[1]`` and, for every
+# connection, appends what it was sent to ``argv[2]`` and answers as `run` would.
+_IMPOSTOR = """
+import os, socket, sys
+server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+server.bind(sys.argv[1])
+server.listen(8)
+print("listening", flush=True)
+while True:
+    connection, _ = server.accept()
+    data = b""
+    while chunk := connection.recv(65536):
+        data += chunk
+    with open(sys.argv[2], "ab") as got:
+        got.write(data + b"|")
+    if data:
+        connection.sendall(b"added")
+    connection.close()
+"""
+
+
+@contextlib.contextmanager
+def _impostor(socket_path: Path, got: Path) -> Iterator[None]:
+    got.touch()
+    process = subprocess.Popen(
+        [sys.executable, "-c", _IMPOSTOR, str(socket_path), str(got)],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "listening\n"
+        yield
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_redact_add_refuses_a_link_put_in_place_of_the_socket_directory(tmp_path: Path) -> None:
+    # The attack as found: another process of our user renames the socket's directory and puts
+    # a link to a directory with its own socket in its place. Before, the value went to it
+    # (exit 0) and then appeared unmasked in the job's log.
+    redactor = Redactor()
+    handover = HandoverSocket(redactor, Log())
+    attacker_dir = tmp_path / "attacker"
+    attacker_dir.mkdir(mode=0o700)
+    got = tmp_path / "got"
+    env = handover.environment()
+    assert env[RUN_PID_ENV] == str(os.getpid())
+    moved = handover.directory.with_name(handover.directory.name + "-moved")
+    try:
+        handover.admit(os.getsid(0))
+        with _impostor(attacker_dir / "s", got):
+            handover.directory.rename(moved)
+            handover.directory.symlink_to(attacker_dir)
+            result = _redact_add("stolen-value", env)
+            assert result.exit_code == 4, result.stderr
+            assert "refused to hand the value over" in result.stderr
+            assert "link" in result.stderr
+            assert "stolen-value" not in result.stdout + result.stderr
+            # A directory of ours, 0700, in its place (no link): the listener's pid tells.
+            handover.directory.unlink()
+            attacker_dir.rename(handover.directory)
+            result = _redact_add("stolen-value", env)
+            assert result.exit_code == 4, result.stderr
+            assert f"not this job's `jobagentctl run` (process {os.getpid()})" in result.stderr
+        assert b"stolen-value" not in got.read_bytes()
+        assert redactor.count == 0
+    finally:
+        handover.close()
+        shutil.rmtree(moved, ignore_errors=True)
+
+
+def test_redact_add_refuses_a_listener_that_is_not_the_run_named(tmp_path: Path) -> None:
+    # The socket is the real one, but the pid exported is another process's: refused (the
+    # listener is checked against the pid, not taken on trust).
+    redactor = Redactor()
+    handover = HandoverSocket(redactor, Log())
+    try:
+        handover.admit(os.getsid(0))
+        env = {**handover.environment(), RUN_PID_ENV: str(os.getppid())}
+        result = _redact_add("some-value", env)
+        assert result.exit_code == 4
+        assert f"the socket's listener is process {os.getpid()}" in result.stderr
+        assert redactor.count == 0
+        # Its own pid: handed over.
+        assert _redact_add("some-value", handover.environment()).exit_code == 0
+        assert redactor.count == 1
+    finally:
+        handover.close()
+
+
+def test_redact_add_refuses_a_directory_that_is_not_private() -> None:
+    redactor = Redactor()
+    handover = HandoverSocket(redactor, Log())
+    try:
+        handover.admit(os.getsid(0))
+        handover.directory.chmod(0o755)
+        result = _redact_add("some-value", handover.environment())
+        assert result.exit_code == 4 and "not private" in result.stderr
+        assert redactor.count == 0
+    finally:
+        handover.close()
+
+
+_LISTEN = """
+from jobagentctl.supervisor.jobfiles import sweep_stale_job_files
+from jobagentctl.supervisor.handover import HandoverSocket
+from jobagentctl.supervisor.log import Log
+from jobagentctl.supervisor.redact import Redactor
+handover = HandoverSocket(Redactor(), Log())
+print(handover.directory, flush=True)
+input()
+"""
+
+
+def test_a_killed_run_s_socket_directory_is_swept_by_a_later_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A `run` SIGKILLed while its job ran left its socket directory behind for good; a later
+    # run sweeps it (as job directories are), never a live run's.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    killed = subprocess.Popen(
+        [sys.executable, "-c", _LISTEN],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        text=True,
+    )
+    assert killed.stdout is not None
+    left = Path(killed.stdout.readline().strip())
+    killed.kill()
+    killed.wait()
+    live = HandoverSocket(Redactor(), Log())
+    try:
+        assert left.parent == live.directory.parent == tmp_path
+        old = time.time() - 3600
+        for path in (left, live.directory):
+            os.utime(path, (old, old))
+        assert sweep_stale_job_files() == 1
+        assert not left.exists()
+        assert live.directory.exists()  # its run holds the lock
+    finally:
+        live.close()
+
+
 def _redact_add(stdin: str, env: dict[str, str]) -> Result:
     return CliRunner().invoke(app, ["redact", "add"], input=stdin, env=env)
 
@@ -262,9 +418,13 @@ def test_redact_add_exit_codes(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "too short" in result.stderr
     result = _redact_add("long-enough\n", no_supervisor)
     assert result.exit_code == 3 and REDACT_SOCKET_ENV in result.stderr
-    result = _redact_add("long-enough", {REDACT_SOCKET_ENV: str(tmp_path / "nobody")})
+    gone = {REDACT_SOCKET_ENV: str(tmp_path / "gone" / "s"), RUN_PID_ENV: str(os.getpid())}
+    result = _redact_add("long-enough", gone)
     assert result.exit_code == 3 and "cannot reach" in result.stderr
     assert "long-enough" not in result.stdout + result.stderr
+    # A socket but no pid of `run` to check it against: refused, never sent.
+    result = _redact_add("long-enough", {REDACT_SOCKET_ENV: gone[REDACT_SOCKET_ENV]})
+    assert result.exit_code == 4 and RUN_PID_ENV in result.stderr
 
 
 def test_a_value_handed_over_by_the_command_is_redacted(
