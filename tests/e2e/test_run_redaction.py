@@ -111,3 +111,44 @@ def test_against_ctrlplane_the_failure_message_is_redacted(
     [line] = (tmp_path / "report.jsonl").read_text().splitlines()
     assert json.loads(line)["message"] == "exit code 3\n[REDACTED] [REDACTED] eu-west-1\n"
     assert proc.stdout == f"{SECRETS['DB_PASSWORD']} {CONTEXT_SECRET} eu-west-1\n"
+
+
+def test_every_part_of_a_composite_secret_is_redacted_on_its_own(harness: Harness) -> None:
+    # Each secret below is redacted whole already; what a command prints is often one part of
+    # it: the API key's secret after its prefix, a URL's password, a `user:password` pair's
+    # password, the password inside Basic credentials.
+    basic = base64.b64encode(b"deployer:ctx-basic-pw").decode()
+    job_id = harness.enqueue(
+        dispatch_context={
+            "resource": {"config": {"vars": [{"value": f"Basic {basic}", "sensitive": True}]}}
+        }
+    )
+    env = {
+        # Not named like a secret: the password in the URL is one all the same.
+        "DATABASE_URL": "postgres://app:url-pa%2Fss@db.internal:5432/app",
+        "REGISTRY_TOKEN": "robot:pair-secret-part",
+    }
+    script = (
+        'echo "key=${JOBAGENTCTL_API_KEY#*.}"; '
+        "echo \"url=$(printf '%s' \"$DATABASE_URL\" | sed 's|.*:\\(.*\\)@.*|\\1|')\" url-pa/ss; "
+        'echo "pair=${REGISTRY_TOKEN#*:}"; '
+        "echo basic=ctx-basic-pw; exit 3"
+    )
+    run = harness.start(["--pass-api-key"], ["sh", "-c", script], env=env)
+    assert run.wait() == 3, run.stderr()
+    secret_part = harness.server.api_key.partition(".")[2]
+    message = harness.job(job_id)["message"]
+    assert message == (
+        "exit code 3\nkey=[REDACTED]\nurl=[REDACTED] [REDACTED]\npair=[REDACTED]\n"
+        "basic=[REDACTED]\n"
+    )
+    [record] = run.report()
+    assert record["message"] == message
+    status, page = harness.server.request("GET", f"jobs/{job_id}/logs")
+    assert status == 200, page
+    shipped = b"".join(base64.b64decode(c["data"]) for c in page["chunks"]).decode()
+    assert shipped == message.removeprefix("exit code 3\n")
+    for part in (secret_part, "url-pa%2Fss", "url-pa/ss", "pair-secret-part", "ctx-basic-pw"):
+        assert part not in message + shipped
+    # Our own copy is the user's: unchanged.
+    assert f"key={secret_part}\n" in run.stdout()

@@ -6,10 +6,12 @@ streams taken as one text in arrival order; the helpers below find the values to
 
 from __future__ import annotations
 
+import base64
 import bisect
 import fnmatch
 import re
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 from typing import Any
@@ -19,10 +21,13 @@ __all__ = [
     "MIN_SECRET_CHARS",
     "REDACTED",
     "Redactor",
+    "api_key_secrets",
     "name_matches",
     "redactable",
+    "secret_parts",
     "secrets_from_context",
     "secrets_from_environment",
+    "url_credentials",
 ]
 
 # What replaces a secret.
@@ -62,6 +67,63 @@ def _as_bytes(secret: bytes | str) -> bytes | None:
 def redactable(secret: bytes | str) -> bool:
     """Whether ``secret`` is long enough to be redacted (:data:`MIN_SECRET_CHARS`)."""
     return _as_bytes(secret) is not None
+
+
+# ``scheme://user:password@`` anywhere in a value (a URL, a DSN, a command line).
+_URL_CREDENTIALS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^\s/?#@:]*):([^\s/?#@]*)@")
+# An HTTP ``Authorization`` value: the scheme, then the credentials.
+_AUTHORIZATION = re.compile(r"(?:Authorization:\s*)?(Basic|Bearer|Token)\s+(\S+)", re.IGNORECASE)
+# ``user:password`` alone (a registry login, curl's ``-u``, a Basic credential decoded).
+_USER_PASSWORD = re.compile(r"([^\s:/@]+):(\S+)")
+
+
+def secret_parts(secret: bytes | str) -> Iterator[str]:
+    """The parts of a composite secret that a command may print on their own, each a secret:
+
+    - of a URL with credentials (``scheme://user:password@host``): ``user:password`` and the
+      password, as written and percent-decoded;
+    - of an ``Authorization`` value (``Basic``, ``Bearer``, ``Token``): the credentials, and
+      for ``Basic`` the ``user:password`` they encode and its password;
+    - of a ``user:password`` pair: the password.
+
+    The API key's secret part is :func:`api_key_secrets`'s (only a key has that shape).
+    """
+    if isinstance(secret, bytes):
+        try:
+            secret = secret.decode("utf-8")
+        except UnicodeDecodeError:
+            return
+    yield from url_credentials(secret)
+    authorization = _AUTHORIZATION.fullmatch(secret.strip())
+    if authorization:
+        scheme, credentials = authorization.groups()
+        yield credentials
+        if scheme.lower() == "basic":
+            try:
+                decoded = base64.b64decode(credentials, validate=True).decode("utf-8")
+            except (ValueError, UnicodeDecodeError):
+                return
+            yield decoded
+            secret = decoded
+    pair = _USER_PASSWORD.fullmatch(secret)
+    if pair and not _URL_CREDENTIALS.search(secret):
+        yield pair.group(2)
+
+
+def url_credentials(text: str) -> Iterator[str]:
+    """``user:password`` and the password (as written and percent-decoded) of every URL with
+    credentials in ``text``: secrets, whatever the variable that holds them is called."""
+    for match in _URL_CREDENTIALS.finditer(text):
+        user, password = match.groups()
+        if password:
+            yield from (f"{user}:{password}", password, urllib.parse.unquote(password))
+
+
+def api_key_secrets(key: str) -> list[str]:
+    """The API key, and its secret part on its own: a key is ``<prefix>.<secret>``, and a
+    script that splits it may print the part that authenticates without the prefix."""
+    prefix, dot, rest = key.partition(".")
+    return [key, rest] if prefix and dot and rest else [key]
 
 
 class _Tier:
@@ -114,7 +176,9 @@ class _Secrets:
         self.longest = 0
 
     def add(self, values: Iterable[bytes | str]) -> None:
-        fresh = {data for value in values if (data := _as_bytes(value)) is not None}
+        whole = list(values)
+        parts = [part for value in whole for part in secret_parts(value)]
+        fresh = {data for value in (*whole, *parts) if (data := _as_bytes(value)) is not None}
         with self.lock:
             for value in fresh - self.values:
                 self._add(value)
@@ -326,11 +390,14 @@ def name_matches(name: str, patterns: Iterable[str]) -> bool:
 
 
 def secrets_from_environment(env: Mapping[str, str], patterns: Iterable[str]) -> Iterator[str]:
-    """The values of the variables of ``env`` whose names match ``patterns``."""
+    """The values of the variables of ``env`` whose names match ``patterns``, and the
+    credentials of URLs in any variable (``DATABASE_URL=postgres://app:pw@db/app``)."""
     kept = tuple(patterns)
     for name, value in env.items():
         if value and name_matches(name, kept):
             yield value
+        elif "://" in value:
+            yield from url_credentials(value)
 
 
 def secrets_from_context(
@@ -343,7 +410,8 @@ def secrets_from_context(
     - the ``value`` of any object flagged ``"sensitive": true`` or ``"isSensitive": true``
       (ctrlplane's resource and job variables, ``{key, value, sensitive}``);
     - variables (``variables``, ``release.variables``, ``resource.variables``) whose names
-      match ``patterns``.
+      match ``patterns``;
+    - the credentials of a URL in any string of the context (:func:`url_credentials`).
 
     A value that is not a string gives the text of each of its scalars.
     """
@@ -362,6 +430,9 @@ def secrets_from_context(
             if name in encrypted or name_matches(str(name), kept):
                 yield from _scalars(value)
     yield from _flagged(context)
+    for text in _scalars(context):
+        if "://" in text:
+            yield from url_credentials(text)
 
 
 def _mapping(value: object) -> Mapping[str, Any]:

@@ -11,7 +11,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ from jobagentctl.supervisor.redact import (
     DEFAULT_PATTERNS,
     Redactor,
     name_matches,
+    secret_parts,
     secrets_from_context,
     secrets_from_environment,
 )
@@ -138,8 +138,56 @@ def test_dispatch_context_sensitive_values() -> None:
         "jobAgentConfig": {"nested": {"isSensitive": True, "value": "agent-config-secret"}},
     }
     found = set(secrets_from_context(context, DEFAULT_PATTERNS))
-    assert found == {"postgres://u:p@db/app", "xoxb-12345678", "12345678", "agent-config-secret"}
+    # The URL's credentials come too (here too short to be redacted on their own).
+    secrets = {"postgres://u:p@db/app", "xoxb-12345678", "12345678", "agent-config-secret"}
+    assert found == {*secrets, "u:p", "p"}
     assert list(secrets_from_context(None, DEFAULT_PATTERNS)) == []
+
+
+def test_url_credentials_in_any_variable_are_secrets() -> None:
+    env = {
+        "DATABASE_URL": "postgresql://app:s3cr%40t-pw@db:5432/app?sslmode=require",
+        "MIRROR": "https://mirror.example/pub",  # no credentials: nothing
+        "PIP_INDEX": "pip install -i https://ci:index-token@pypi.internal/simple pkg",
+    }
+    found = list(secrets_from_environment(env, DEFAULT_PATTERNS))
+    assert found == [
+        "app:s3cr%40t-pw",
+        "s3cr%40t-pw",
+        "s3cr@t-pw",
+        "ci:index-token",
+        "index-token",
+        "index-token",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("secret", "parts"),
+    [
+        ("https://bot:tok-123456@git.example/r.git", {"bot:tok-123456", "tok-123456"}),
+        ("robot$ci:registry-pw", {"registry-pw"}),
+        ("Bearer eyJhbGciOi.payload.sig", {"eyJhbGciOi.payload.sig"}),
+        # Basic credentials: the encoded pair, the pair, and the password.
+        ("Basic ZGVwbG95OmJhc2ljLXB3", {"ZGVwbG95OmJhc2ljLXB3", "deploy:basic-pw", "basic-pw"}),
+        (
+            "Authorization: Basic ZGVwbG95OmJhc2ljLXB3",
+            {"ZGVwbG95OmJhc2ljLXB3", "deploy:basic-pw", "basic-pw"},
+        ),
+        ("Basic not-base64!", {"not-base64!"}),
+        ("plain-secret-value", set()),
+        ("two words: not a pair", set()),
+        (b"\xff\xfe:undecodable", set()),
+    ],
+)
+def test_the_parts_of_a_composite_secret(secret: str | bytes, parts: set[str]) -> None:
+    assert set(secret_parts(secret)) == parts
+
+
+def test_parts_are_redacted_with_the_whole_and_values_handed_over_too() -> None:
+    redactor = Redactor(["postgres://app:db-pa55@db/app"])
+    redactor.add(b"robot:handed-over-pw")  # as `redact add` gives it
+    text = b"postgres://app:db-pa55@db/app db-pa55 app:db-pa55 handed-over-pw"
+    assert redactor.redact(text) == b"[REDACTED] [REDACTED] [REDACTED] [REDACTED]"
 
 
 # --- each source through a whole run ----------------------------------------------------------
@@ -376,12 +424,10 @@ input()
 """
 
 
-def test_a_killed_run_s_socket_directory_is_swept_by_a_later_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_killed_run_s_socket_directory_is_swept_by_a_later_run(short_tempdir: Path) -> None:
     # A `run` SIGKILLed while its job ran left its socket directory behind for good; a later
     # run sweeps it (as job directories are), never a live run's.
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    tmp_path = short_tempdir
     killed = subprocess.Popen(
         [sys.executable, "-c", _LISTEN],
         stdin=subprocess.PIPE,
