@@ -69,8 +69,12 @@ def redactable(secret: bytes | str) -> bool:
     return _as_bytes(secret) is not None
 
 
-# ``scheme://user:password@`` anywhere in a value (a URL, a DSN, a command line).
-_URL_CREDENTIALS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^\s/?#@:]*):([^\s/?#@]*)@")
+# ``scheme://user:password@`` anywhere in a value (a URL, a DSN, a command line). The scheme
+# is bounded, and begins where a word does: tried at every offset of a long value, an unbounded
+# one would scan to its end each time (64 KiB of letters took seconds).
+_URL_CREDENTIALS = re.compile(
+    r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://([^\s/?#@:]*):([^\s/?#@]*)@"
+)
 # An HTTP ``Authorization`` value: the scheme, then the credentials.
 _AUTHORIZATION = re.compile(r"(?:Authorization:\s*)?(Basic|Bearer|Token)\s+(\S+)", re.IGNORECASE)
 # ``user:password`` alone (a registry login, curl's ``-u``, a Basic credential decoded).
