@@ -117,7 +117,7 @@ class HandoverSocket:
         while True:
             now = time.monotonic()
             for connection in [c for c, p in pending.items() if p.deadline <= now]:
-                self._log.debug("redact add: a connection sent nothing in time: dropped")
+                self._log.debug("redact add: a connection did not send its value in time: dropped")
                 self._drop(selector, pending, connection)
             timeout = min((p.deadline for p in pending.values()), default=None)
             try:
