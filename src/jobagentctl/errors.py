@@ -13,7 +13,8 @@ The tree::
     │   └── PayloadTooLarge          2   413 PAYLOAD_TOO_LARGE
     ├── ServerUnavailable            3   cannot connect, timeout, 502/503/504
     ├── TlsError                     3   the server's certificate is not trusted (not retried)
-    ├── AuthError                    4   401/403 UNAUTHORIZED, or no API key configured
+    ├── AuthError                    4   401/403 UNAUTHORIZED, or no API key configured;
+    │                                    redact add: the socket's listener is not the job's run
     ├── NotFound                     5   404 NOT_FOUND (also: outside the key's scope)
     │   ├── LogNotFound              5   404 LOG_NOT_FOUND: no such job or attempt (log routes)
     │   └── LogExpired               5   410 LOG_EXPIRED: the log was deleted by retention

@@ -34,6 +34,7 @@ __all__ = [
     "LEASE_SECONDS_ENV",
     "QUIET_MARK",
     "REDACT_SOCKET_ENV",
+    "RUN_PID_ENV",
     "SLUG_PATTERN",
     "STALE_MARK",
     "STOP_REASON_FILE_ENV",
@@ -169,6 +170,8 @@ JOB_FILE_ENV = f"{ENV_PREFIX}JOB_FILE"
 STOP_REASON_FILE_ENV = f"{ENV_PREFIX}STOP_REASON_FILE"
 # Where `jobagentctl redact add` inside a job hands `run` a value to redact.
 REDACT_SOCKET_ENV = f"{ENV_PREFIX}REDACT_SOCKET"
+# The pid of that `run`: `redact add` hands a value only to a socket this process listens on.
+RUN_PID_ENV = f"{ENV_PREFIX}RUN_PID"
 # Client settings `run` hands its child, so a `jobagentctl` inside the job reaches the same
 # server (the API key only with --pass-api-key).
 URL_ENV = f"{ENV_PREFIX}URL"

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from functools import partial
 
 from jobagentctl.durations import format_duration
-from jobagentctl.models import REDACT_SOCKET_ENV, ClaimedJob, ClaimNext, JobStatus
+from jobagentctl.models import REDACT_SOCKET_ENV, RUN_PID_ENV, ClaimedJob, ClaimNext, JobStatus
 from jobagentctl.supervisor.child import Child, SpawnError
 from jobagentctl.supervisor.claiming import Claim, Claimer
 from jobagentctl.supervisor.claimwatch import ClaimWatcher
@@ -35,7 +35,12 @@ from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.outcome import Outcome, StopReason, Verdict, exit_code
 from jobagentctl.supervisor.protocol import SupervisorClient
 from jobagentctl.supervisor.record import JobRecord, open_report, utc_now, write_record
-from jobagentctl.supervisor.redact import Redactor, secrets_from_context, secrets_from_environment
+from jobagentctl.supervisor.redact import (
+    Redactor,
+    api_key_secrets,
+    secrets_from_context,
+    secrets_from_environment,
+)
 from jobagentctl.supervisor.relay import LastOutput, Relay, relayed_stderr
 from jobagentctl.supervisor.reporting import Reporter
 from jobagentctl.supervisor.shipping import Shipper
@@ -72,10 +77,10 @@ class Supervisor:
         self._relays: dict[str, Relay] = {}
         # Ship output to the job's log (off for good once the server is found to have none).
         self._ship = options.ship_output and options.capture
-        # Redacted from whatever leaves the machine, in every job: the API key in use and the
-        # values of the variables whose names say they are secrets.
+        # Redacted from whatever leaves the machine, in every job: the API key in use (and its
+        # secret part alone) and the values of the variables whose names say they are secrets.
         self._secrets = [
-            *([options.api_key] if options.api_key else []),
+            *(api_key_secrets(options.api_key) if options.api_key else []),
             *secrets_from_environment(os.environ, options.redact_patterns),
         ]
 
@@ -344,8 +349,9 @@ class Supervisor:
         except OSError as exc:
             self._log.warn(f"cannot listen for `redact add` (it will fail in this job): {exc}")
             env.pop(REDACT_SOCKET_ENV, None)
+            env.pop(RUN_PID_ENV, None)
             return None
-        env[REDACT_SOCKET_ENV] = str(handover.path)
+        env.update(handover.environment())
         return handover
 
     def _start_and_watch(
