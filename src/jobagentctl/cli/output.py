@@ -500,6 +500,18 @@ class LogPrinter:
                 self._line_start = raw.endswith(b"\n")
         out.flush()
 
+    def marker(self, text: str, attempt: int) -> None:
+        """A line of our own between two attempts' logs (with ``-o json``, an object with
+        ``stream`` ``marker`` and the ``attempt`` that follows, without ``seq``)."""
+        out = sys.stdout.buffer
+        if self._json:
+            item = {"stream": LogStream.MARKER.value, "attempt": attempt, "data": text}
+            out.write(json.dumps(item).encode() + b"\n")
+        else:
+            out.write(("" if self._line_start else "\n").encode() + text.encode() + b"\n")
+            self._line_start = True
+        out.flush()
+
 
 def _log_chunk_json(chunk: LogChunk, raw: bytes) -> dict[str, Any]:
     sent = chunk.as_sent() or {}
