@@ -226,10 +226,13 @@ def test_operator_overrides(
     cli: Cli, mock_api: respx.MockRouter, command: str, status: str
 ) -> None:
     route = mock_api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted("updated"))
+    # No claim held afterwards (claimHeld absent): nothing more is said.
+    mock_api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job())
     result = cli(command, str(JOB), "-m", "operator")
     assert result.exit_code == 0
     assert body(route) == {"status": status, "message": "operator"}
     assert result.stdout == f"{JOB}\tupdated\n"
+    assert "not claimable" not in result.stderr
     tty = cli(command, str(JOB), tty=True)
     assert tty.stdout == ""
     assert f"job {JOB}: {status}" in tty.stderr
@@ -384,11 +387,16 @@ def test_jobs_list(cli: Cli, mock_api: respx.MockRouter) -> None:
 # --- env output only where it means something, misc -------------------------------------------
 
 
-def test_env_output_is_only_for_claim(cli: Cli, mock_api: respx.MockRouter) -> None:
-    mock_api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job())
-    result = cli("jobs", "get", str(JOB), "-o", "env")
+def test_env_output_is_for_one_object(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.get(f"{WS}/jobs").respond(200, json=wire.page([wire.job()]))
+    result = cli("jobs", "list", "-o", "env")
     assert result.exit_code == 2
     assert "not available" in result.stderr
+    mock_api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job())
+    got = cli("jobs", "get", str(JOB), "-o", "env")
+    assert got.exit_code == 0, got.stderr
+    assert f"export JOBAGENTCTL_JOB_ID={JOB}\n" in got.stdout
+    assert "export JOBAGENTCTL_JOB_CLAIM_HELD=false\n" in got.stdout
 
 
 def test_version_and_help_need_no_settings(cli: Cli, tmp_path: Path) -> None:

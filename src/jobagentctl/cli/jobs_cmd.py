@@ -10,11 +10,12 @@ from jobagentctl.cli.context import get_state
 from jobagentctl.cli.status import EVERY_STATUS, filter_choices
 
 if TYPE_CHECKING:
+    from datetime import datetime
     from uuid import UUID
 
     from jobagentctl.cli.context import AppState
     from jobagentctl.cli.output import LogPrinter
-    from jobagentctl.models import AttemptOutcome, JobStatus
+    from jobagentctl.models import AttemptOutcome, Job, JobStatus
 
 __all__ = ["jobs_app", "register"]
 
@@ -69,7 +70,8 @@ def get_job(
     ctx: typer.Context,
     job_id: str = typer.Argument(..., metavar="ID", help="The job."),
 ) -> None:
-    """Show one job, with its config, dispatch context and metadata.
+    """Show one job, with its config, dispatch context and metadata, and whether an agent
+    still holds a claim on it (claimHeld: a requeued job waits for it to be let go).
 
     \b
     Example:
@@ -82,7 +84,32 @@ def get_job(
     job = uuid_arg(job_id, "ID")
     with state.client() as client:
         found = client.get_job(job)
-    output.emit(state, "job", found)
+    # Absent means no claim is held (the server says it only when true): said in every format.
+    held = {"claimHeld": bool(found.claim_held)}
+    if state.output == "env":
+        output.emit_env(state, _job_env(found, held["claimHeld"]))
+    else:
+        output.emit(state, "job-detail", found, overrides=[held])
+
+
+def _job_env(job: Job, claim_held: bool) -> dict[str, object]:
+    """``jobs get -o env``: the job's fields as ``JOBAGENTCTL_JOB_*`` variables."""
+    from jobagentctl.cli.output import rfc3339
+
+    def when(value: datetime | None) -> str | None:
+        return rfc3339(value) if value is not None else None
+
+    return {
+        "JOBAGENTCTL_JOB_ID": job.id,
+        "JOBAGENTCTL_JOB_STATUS": job.status.value,
+        "JOBAGENTCTL_JOB_AGENT_ID": job.agent_id,
+        "JOBAGENTCTL_JOB_CREATED_AT": when(job.created_at),
+        "JOBAGENTCTL_JOB_STARTED_AT": when(job.started_at),
+        "JOBAGENTCTL_JOB_COMPLETED_AT": when(job.completed_at),
+        "JOBAGENTCTL_JOB_EXTERNAL_ID": job.external_id,
+        "JOBAGENTCTL_JOB_MESSAGE": job.message,
+        "JOBAGENTCTL_JOB_CLAIM_HELD": "true" if claim_held else "false",
+    }
 
 
 @jobs_app.command("enqueue")
