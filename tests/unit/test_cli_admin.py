@@ -218,6 +218,29 @@ def test_inspect_claims_v1_server(cli: Cli, mock_api: respx.MockRouter) -> None:
     assert "server has no lease support" in result.stderr
 
 
+def test_inspect_claims_state_an_older_server_does_not_know(
+    cli: Cli, mock_api: respx.MockRouter
+) -> None:
+    # What a 0.3 server answers to ?state=revoked (its framework's enum check, our 400 shape).
+    field = {
+        "field": "query.state",
+        "message": "Input should be 'active', 'expired', 'unleased' or 'all'",
+        "type": "enum",
+    }
+    body = {
+        "message": "invalid request: query.state",
+        "code": "VALIDATION_ERROR",
+        "details": {"errors": [field]},
+    }
+    mock_api.get(f"{WS}/job-claims").respond(400, json=body)
+    result = cli("inspect-claims", "--state", "revoked")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        "error: --state revoked: the server does not support this state (it is older than "
+        "this jobagentctl); use --state all, or one of: active, expired, unleased"
+    )
+
+
 # --- requeue, cancel --------------------------------------------------------------------------
 
 

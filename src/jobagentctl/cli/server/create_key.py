@@ -39,7 +39,16 @@ def create_key(
         # A key is bound to the agent's id (names may repeat): say where to find it.
         raise UsageError(f"{exc.message} (the agent's id: jobagentctl agents list)") from None
     settings = server_settings(database=database)
-    created = run_async(lambda: admin.create_key(settings.database, workspace_ref, agent_id))
+
+    async def checked_create() -> admin.CreatedKey:
+        # A schema past this release's window is refused here as by server start and migrate:
+        # a key written by a release that does not know the tables may not be what the newer
+        # servers read (exit 2, one line).
+        async with admin.opened_store(settings.database) as store:
+            (await store.schema_window()).check()
+        return await admin.create_key(settings.database, workspace_ref, agent_id)
+
+    created = run_async(checked_create)
     output.emit(
         state,
         "key-created",
