@@ -72,9 +72,27 @@ def test_inspect_claims_stale_after(cli: Cli, mock_api: respx.MockRouter) -> Non
     assert states == ["stale", "active"]
     stuck = cli("inspect-claims", "--stale-after", "2m", "--fail-if-stuck")
     assert stuck.exit_code == 6
-    assert "1 stuck claim" in stuck.stderr
+    assert "1 stuck claim:" in stuck.stderr
     # Without --stale-after the same claims are not stuck.
     assert cli("inspect-claims", "--fail-if-stuck").exit_code == 0
+
+
+def test_fail_if_stuck_counts_with_thousands_separators(
+    cli: Cli, mock_api: respx.MockRouter
+) -> None:
+    expired = [wire.claim_row("expired", claimExpiresAt=ago(60)) for _ in range(1_234)]
+    mock_api.get(f"{WS}/job-claims").mock(
+        side_effect=lambda request: respx.MockResponse(
+            200,
+            json=wire.page(
+                expired[int(request.url.params["offset"]) :][: int(request.url.params["limit"])],
+                total=len(expired),
+            ),
+        )
+    )
+    stuck = cli("inspect-claims", "--fail-if-stuck", "-q")
+    assert stuck.exit_code == 6
+    assert "1,234 stuck claims: expired, unleased, stale or quiet" in stuck.stderr
 
 
 def test_inspect_claims_quiet_after(cli: Cli, mock_api: respx.MockRouter) -> None:
@@ -90,7 +108,7 @@ def test_inspect_claims_quiet_after(cli: Cli, mock_api: respx.MockRouter) -> Non
     assert [c["quietSeconds"] // 10 for c in claims] == [90, 0, 100]
     stuck = cli("inspect-claims", "--quiet-after", "10m", "--fail-if-stuck")
     assert stuck.exit_code == 6
-    assert "2 stuck claim" in stuck.stderr
+    assert "2 stuck claims:" in stuck.stderr
     assert stuck.stdout.splitlines()[0].split("\t")[-1] == str(claims[0]["quietSeconds"])
     # Quiet for less than asked, or not asked: not stuck.
     assert cli("inspect-claims", "--quiet-after", "20m", "--fail-if-stuck").exit_code == 0

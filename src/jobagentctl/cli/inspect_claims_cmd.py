@@ -142,7 +142,8 @@ def inspect_claims(
             claims, overrides, stuck = snapshot()
             output.emit(state, "claim", claims, overrides=overrides, title=title)
     if fail_if_stuck and stuck:
-        raise StuckClaims(f"{stuck} stuck claim(s): expired, unleased, stale or quiet")
+        what = "stuck claim" if stuck == 1 else "stuck claims"
+        raise StuckClaims(f"{stuck:,} {what}: expired, unleased, stale or quiet")
 
 
 @contextlib.contextmanager
