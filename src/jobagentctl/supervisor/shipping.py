@@ -33,13 +33,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 from uuid import UUID
 
-from jobagentctl.errors import (
-    ClaimLost,
-    ClaimMismatch,
-    LeaseUnsupported,
-    NotFound,
-    PayloadTooLarge,
-)
+from jobagentctl.errors import Conflict, LeaseUnsupported, NotFound, PayloadTooLarge
 from jobagentctl.models import LOG_CHUNK_MAX_BYTES, LogChunkIn, LogStream
 from jobagentctl.supervisor import retry
 from jobagentctl.supervisor.log import Log
@@ -293,9 +287,10 @@ class Shipper:
             self.unsupported = True
             self.on_unsupported(describe_error(exc))
             return "stop"
-        except (ClaimLost, ClaimMismatch, NotFound) as exc:
-            # Not ours to write any more (the claim let go or taken over, the job deleted):
-            # the lease machinery acts on that; here, what is not shipped is counted.
+        except (Conflict, NotFound) as exc:
+            # Not ours to write any more (409: the claim let go, taken over, the job ended;
+            # 404/410: the job deleted): the lease machinery acts on that; here, what is not
+            # shipped is counted.
             self.log.debug(f"log append refused ({describe_error(exc)}): shipping stopped")
             self._stop(describe_error(exc), size, marker)
             return "stop"
