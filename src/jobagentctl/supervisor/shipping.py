@@ -333,6 +333,7 @@ class Shipper:
         if isinstance(stored, int) and stored > 0:
             with self._cond:
                 self._bound = max(self.append_bytes, min(self.buffer_bytes, stored // 2))
+                self._drop_oldest(self._pending - self._bound, PAST_CAP)
 
     def _chunks(self, pieces: list[_Piece], marker: int) -> list[LogChunkIn]:
         """The append's chunks: the marker first, then the pieces, neighbours of one stream
