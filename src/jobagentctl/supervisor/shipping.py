@@ -325,14 +325,15 @@ class Shipper:
         return "ok"
 
     def _learn_cap(self, result: object) -> None:
-        """Once the server's cap cuts the log, it keeps the head it has and about half its
-        cap of the newest: more than that waiting here would be sent only to be cut."""
+        """Once the server's cap cuts the log, it keeps the head it has and, of the newest,
+        about three sevenths of what it holds: more than that waiting here would be sent only
+        to be cut. A quarter waits, so that the marker before it stays in the newest part."""
         if not getattr(result, "truncated", False):
             return
         stored = getattr(result, "stored_bytes", 0)
         if isinstance(stored, int) and stored > 0:
             with self._cond:
-                self._bound = max(self.append_bytes, min(self.buffer_bytes, stored // 2))
+                self._bound = max(self.append_bytes, min(self.buffer_bytes, stored // 4))
                 self._drop_oldest(self._pending - self._bound, PAST_CAP)
 
     def _chunks(self, pieces: list[_Piece], marker: int) -> list[LogChunkIn]:
@@ -341,6 +342,10 @@ class Shipper:
         chunks: list[LogChunkIn] = []
         if marker:
             text = f"[jobagentctl: {marker} bytes dropped: {self._why}]\n"
+            if self._why == PAST_CAP:
+                # The cap cuts the middle, our earlier markers with it: this one counts every
+                # byte dropped here so far, so the last one left tells the whole story.
+                text = f"[jobagentctl: {self.dropped} bytes dropped in all: {self._why}]\n"
             chunks.append(LogChunkIn.of(LogStream.MARKER, _utc(time.time()), text.encode()))
         merged: list[_Piece] = []
         for piece in pieces:
