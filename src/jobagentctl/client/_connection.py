@@ -174,15 +174,20 @@ class Connection:
         if wait_seconds is not None:
             read = wait_seconds + self.timeout + LONG_POLL_MARGIN
             timeout = httpx.Timeout(self.timeout, read=read)
+        headers = {API_KEY_HEADER: key}
+        content = None
+        if body is not None:
+            # Encoded by pydantic (compiled) rather than httpx's stdlib json: a log append of
+            # 512 KiB took 29 ms in json.dumps alone, on the shipper's thread.
+            content = body.model_dump_json(by_alias=True, exclude_none=True).encode()
+            headers["Content-Type"] = "application/json"
         try:
             response = self._http.request(
                 method,
                 path,
-                json=None
-                if body is None
-                else body.model_dump(mode="json", by_alias=True, exclude_none=True),
+                content=content,
                 params={k: v for k, v in (params or {}).items() if v is not None},
-                headers={API_KEY_HEADER: key},
+                headers=headers,
                 timeout=timeout,
             )
             response.raise_for_status()

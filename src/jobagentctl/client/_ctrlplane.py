@@ -277,6 +277,10 @@ class V1Fallback:
 
     # --- job logs -------------------------------------------------------------------------------
 
+    def forget_no_logs(self) -> None:
+        """The next log call asks the server again, whatever this process learned."""
+        self._facts.no_logs = False
+
     @contextmanager
     def logs_route(self, method: str) -> Iterator[None]:
         """Around ``…/jobs/{jobId}/logs``: :class:`LogsUnsupported` when the server has no such

@@ -68,6 +68,10 @@ class SupervisorClient(Protocol):
         ``LeaseUnsupported``) on a server without the log endpoint."""
         ...
 
+    def recheck_logs(self) -> None:
+        """Forget that the server was found without logs: the next append asks it again."""
+        ...
+
     def close(self) -> None:
         """Free the connections."""
         ...

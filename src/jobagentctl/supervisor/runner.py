@@ -75,8 +75,11 @@ class Supervisor:
         self.outcome: Outcome | None = None
         self._lease: JobLease | None = None
         self._relays: dict[str, Relay] = {}
-        # Ship output to the job's log (off for good once the server is found to have none).
+        # Ship output to the job's log (``--no-ship-output``, ``--no-capture``: never).
         self._ship = options.ship_output and options.capture
+        # The last job found the server without logs (said once): the next asks it again, as
+        # the server may have been upgraded meanwhile.
+        self._no_logs = False
         # Redacted from whatever leaves the machine, in every job: the API key in use (and its
         # secret part alone) and the values of the variables whose names say they are secrets.
         self._secrets = [
@@ -396,12 +399,15 @@ class Supervisor:
             if shipper is not None:
                 # The last output reaches the log before the result is reported (bounded).
                 shipper.close()
+                if shipper.appends and self._no_logs:
+                    self._no_logs = False
+                    log.info("the server keeps job logs now: output is shipped again")
 
     def _shipper(self, job: ClaimedJob) -> Shipper | None:
         """A started :class:`Shipper` for the job's output, on a client of its own (a slow
         append never holds up a heartbeat); None when output is not shipped: ``--no-capture``,
-        ``--no-ship-output``, an unleased claim (no claim id to fence the log with: said
-        once), or a server that was found to keep no logs."""
+        ``--no-ship-output``, or an unleased claim (no claim id to fence the log with: said
+        once). A server found without logs is asked again at each job."""
         if not self._ship:
             return None
         if job.claim_id is None:
@@ -411,18 +417,24 @@ class Supervisor:
                 "to fence it with"
             )
             return None
+        client = self._factory()
+        if self._no_logs:
+            client.recheck_logs()
         shipper = Shipper(
-            self._factory(), job.id, job.claim_id,
+            client, job.id, job.claim_id,
             log=self._log, on_unsupported=self._logs_unsupported, rng=self._rng,
         )  # fmt: skip
         shipper.start()
         return shipper
 
     def _logs_unsupported(self, why: str) -> None:
-        """From a shipper's thread: the server has no log endpoint. Said once per run."""
-        if self._ship:
-            self._ship = False
-            self._log.warn(
-                f"the server keeps no job logs ({why}): output is not shipped "
-                "(the failure report still carries its tail)"
-            )
+        """From a shipper's thread: the server has no log endpoint. Said once until a job
+        finds it has one again."""
+        if self._no_logs:
+            self._log.debug(f"still no job logs on the server: {why}")
+            return
+        self._no_logs = True
+        self._log.warn(
+            f"{why}; each job asks the server again, and the failure report still carries "
+            "the output's tail"
+        )

@@ -66,6 +66,8 @@ class FakeClient:
     on_wait: Callable[[int], JobWait] | None = None
     # Log appends: by default accepted (and recorded); a hook may raise or stall.
     on_append: Callable[[int], None] | None = None
+    # What an accepted append answers (by default a bare acknowledgement).
+    append_answer: Callable[[int], object] | None = None
     # A server whose status update claims the next jobs when asked (claimNext);
     # by default it ignores the request, as ctrlplane and older servers do.
     claims_next: bool = False
@@ -162,7 +164,12 @@ class FakeClient:
             self.on_append(n)
         with self._lock:
             self.appended.append(list(chunks))
+        if self.append_answer is not None:
+            return self.append_answer(n)
         return {"jobId": str(job_id)}
+
+    def recheck_logs(self) -> None:
+        self._record("recheck_logs")
 
     def shipped(self) -> list[tuple[str, bytes]]:
         """Every chunk the fake server took so far, in order: ``(stream, raw bytes)``."""
