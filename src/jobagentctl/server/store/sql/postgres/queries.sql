@@ -817,9 +817,11 @@ SELECT a.*,
 WHERE a.id = %(id)s AND a.workspace_id = %(workspace_id)s
 
 -- name: touch_agent
--- The agent was seen now (a request made for it); the server throttles these writes.
+-- The agent was seen now (a request made for it); the server throttles these writes. Only an
+-- agent of the request's workspace: another workspace's key naming it writes nothing.
 INSERT INTO job_agent_presence (job_agent_id, last_seen_at)
-SELECT a.id, now() FROM job_agent AS a WHERE a.id = %(agent_id)s
+SELECT a.id, now() FROM job_agent AS a
+WHERE a.id = %(agent_id)s AND a.workspace_id = %(workspace_id)s
 ON CONFLICT (job_agent_id) DO UPDATE SET last_seen_at = excluded.last_seen_at
 RETURNING job_agent_id
 

@@ -636,9 +636,11 @@ SELECT a.*,
 WHERE a.id = :id AND a.workspace_id = :workspace_id
 
 -- name: touch_agent
--- The agent was seen now (a request made for it); the server throttles these writes.
+-- The agent was seen now (a request made for it); the server throttles these writes. Only an
+-- agent of the request's workspace: another workspace's key naming it writes nothing.
 INSERT INTO job_agent_presence (job_agent_id, last_seen_at)
-SELECT a.id, (julianday('now') - 2440587.5) * 86400.0 FROM job_agent AS a WHERE a.id = :agent_id
+SELECT a.id, (julianday('now') - 2440587.5) * 86400.0 FROM job_agent AS a
+WHERE a.id = :agent_id AND a.workspace_id = :workspace_id
 ON CONFLICT (job_agent_id) DO UPDATE SET last_seen_at = excluded.last_seen_at
 RETURNING job_agent_id
 
