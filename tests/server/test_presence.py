@@ -94,8 +94,10 @@ async def test_the_throttle_is_per_agent_and_per_interval() -> None:
     assert store.touched == [a, b, a, a]
 
 
-def _states(page: dict[str, Any]) -> dict[str, tuple[str, bool]]:
-    return {a["name"]: (a["state"], a["lastSeenAt"] is not None) for a in page["items"]}
+def _states(page: dict[str, Any]) -> dict[str, tuple[str, bool, int]]:
+    return {
+        a["name"]: (a["state"], a["lastSeenAt"] is not None, a["heldClaims"]) for a in page["items"]
+    }
 
 
 async def test_agents_list_shows_and_filters_states(api: Api) -> None:
@@ -105,9 +107,9 @@ async def test_agents_list_shows_and_filters_states(api: Api) -> None:
     assert (await api.claim_next(idle, {"waitSeconds": 0})).status_code == 204
     page = (await api.call("GET", "job-agents")).json()
     assert _states(page) == {
-        "busy": ("busy", True),
-        "idle": ("idle", True),
-        "off": ("offline", False),
+        "busy": ("busy", True, 1),
+        "idle": ("idle", True, 0),
+        "off": ("offline", False, 0),
     }
     only_idle = (await api.call("GET", "job-agents", params={"state": "idle"})).json()
     assert [a["id"] for a in only_idle["items"]] == [idle] and only_idle["total"] == 1
@@ -119,13 +121,27 @@ async def test_agents_list_shows_and_filters_states(api: Api) -> None:
     ago = "- 3600" if api.database_url.startswith("sqlite:") else "- interval '1 hour'"
     sql(api.database_url, f"UPDATE job_agent_presence SET last_seen_at = last_seen_at {ago}")
     page = (await api.call("GET", "job-agents")).json()
-    assert _states(page)["idle"] == ("offline", True)
-    assert _states(page)["busy"] == ("busy", True)  # its job is still running
+    assert _states(page)["idle"] == ("offline", True, 0)
+    # Its lease still holds, but an agent not seen within the window is dead to the operator:
+    # offline, with what it holds beside the state.
+    assert _states(page)["busy"] == ("offline", True, 1)
+    got = (await api.call("GET", f"job-agents/{busy}")).json()
+    assert (got["state"], got["heldClaims"]) == ("offline", 1)
+    only_busy = (await api.call("GET", "job-agents", params={"state": "busy"})).json()
+    assert only_busy["items"] == []
 
     metrics = (await api.client.get("/metrics")).text
-    assert 'jobagentctl_agents{state="busy"} 1.0' in metrics
+    assert 'jobagentctl_agents{state="busy"} 0.0' in metrics
     assert 'jobagentctl_agents{state="idle"} 0.0' in metrics
-    assert 'jobagentctl_agents{state="offline"} 2.0' in metrics
+    assert 'jobagentctl_agents{state="offline"} 3.0' in metrics
+
+    # Seen again (its heartbeat; no throttle now, its last write was moments ago): busy again.
+    api.app.state.service.presence.interval = 0
+    claimed = (await api.claims())[0]
+    beat = await api.heartbeat(claimed["jobId"], {"claimId": claimed["claimId"]})
+    assert beat.status_code == 200, beat.text
+    page = (await api.call("GET", "job-agents")).json()
+    assert _states(page)["busy"] == ("busy", True, 1)
 
 
 def _seen_at(database_url: str, agent: str) -> Any:
