@@ -284,8 +284,8 @@ def test_operator_overrides(
 
 def test_agents_list(cli: Cli, mock_api: respx.MockRouter) -> None:
     mock_api.get(f"{WS}/job-agents").respond(200, json=wire.page([wire.agent()]))
-    # No presence from this server (as ctrlplane): empty STATE and LAST SEEN, "-" on a TTY.
-    assert cli("agents", "list").stdout == f"{AGENT}\tbuilder\tshell\t\t\n"
+    # No presence from this server (as ctrlplane): empty STATE, LAST SEEN, HELD, "-" on a TTY.
+    assert cli("agents", "list").stdout == f"{AGENT}\tbuilder\tshell\t\t\t\n"
     assert json.loads(cli("agents", "list", "--json").stdout)[0]["name"] == "builder"
     tty = cli("agents", "list", tty=True).stdout
     assert "builder" in tty and "LAST SEEN" in tty
@@ -295,7 +295,7 @@ def test_agents_list_state_and_the_state_filter(cli: Cli, mock_api: respx.MockRo
     seen = {"state": "idle", "lastSeenAt": wire.T0}
     route = mock_api.get(f"{WS}/job-agents").respond(200, json=wire.page([wire.agent(**seen)]))
     out = cli("agents", "list", "--state", "idle").stdout
-    assert out == f"{AGENT}\tbuilder\tshell\tidle\t{wire.T0}\n"
+    assert out == f"{AGENT}\tbuilder\tshell\tidle\t{wire.T0}\t\n"
     assert route.calls.last.request.url.params["state"] == "idle"
     assert cli("agents", "list", "--state", "asleep").exit_code == 2
     # A server that ignores the filter and knows no presence: nothing matches, and it says so.
@@ -303,6 +303,17 @@ def test_agents_list_state_and_the_state_filter(cli: Cli, mock_api: respx.MockRo
     result = cli("agents", "list", "--state", "busy")
     assert result.exit_code == 0 and result.stdout == ""
     assert "does not report agent presence" in result.stderr
+
+
+def test_agents_list_shows_what_an_agent_holds_beside_its_state(
+    cli: Cli, mock_api: respx.MockRouter
+) -> None:
+    dead = {"state": "offline", "lastSeenAt": wire.T0, "heldClaims": 2}
+    mock_api.get(f"{WS}/job-agents").respond(200, json=wire.page([wire.agent(**dead)]))
+    assert cli("agents", "list").stdout == f"{AGENT}\tbuilder\tshell\toffline\t{wire.T0}\t2\n"
+    tty = cli("agents", "list", tty=True).stdout
+    assert "HELD" in tty and "offline" in tty
+    assert json.loads(cli("agents", "list", "--json").stdout)[0]["heldClaims"] == 2
 
 
 def test_agents_get_defaults_to_the_configured_agent(cli: Cli, mock_api: respx.MockRouter) -> None:

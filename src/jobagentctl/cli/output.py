@@ -200,6 +200,7 @@ VIEWS: dict[str, View] = {
             Column("type", "TYPE"),
             Column("state", "STATE"),  # presence: last, older scripts cut the first three
             Column("lastSeenAt", "LAST SEEN", "age"),
+            Column("heldClaims", "HELD"),  # beside the state: what an offline agent still holds
         )
     ),
     # `server …` results: printed once, the API key among them.
