@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from benchmarks import ceilings, direct, driver_ab, growth
+from benchmarks import ceilings, direct, growth
 from benchmarks.ceilings import Figure
 from benchmarks.common import PG_URL, percentile, psql
 from benchmarks.figures import (
@@ -354,28 +354,6 @@ def section_heartbeats(mode: str) -> list[Row]:
     ]
 
 
-def section_driver(mode: str) -> list[Row]:
-    """The PostgreSQL driver A/B (``driver_ab``): asyncpg, the server's, against psycopg (its
-    driver before issue 24)."""
-    rounds, jobs = pick(mode, full=(5, 2000), quick=(3, 500), smoke=(1, 20))
-    out = []
-    for layer in ("store", "connector"):
-        got = driver_ab.medians(driver_ab.measure(rounds, 4, jobs, layer))
-        psy, apg = got["psycopg"], got["asyncpg"]
-        out.append(
-            Row(
-                f"driver A/B, claim+complete through the {layer}, PostgreSQL, 4 agents: "
-                "Python CPU per cycle, asyncpg (psycopg)",
-                _fmt(apg.cpu_ms, " ms"),
-                f"psycopg {_fmt(psy.cpu_ms, ' ms')}; cycles/s {_fmt(apg.rate)} ({_fmt(psy.rate)})",
-                f"{apg.cpu_ms / psy.cpu_ms:.2f}×",
-                "",
-                "—",
-            )
-        )
-    return out
-
-
 def section_reaper(mode: str) -> list[Row]:
     claims, expired = pick(mode, full=(10000, 1000), quick=(2000, 200), smoke=(200, 20))
     busy, empty = direct.reaper_pass("postgres", claims, expired)
@@ -645,7 +623,6 @@ SECTIONS: dict[str, Callable[[str], list[Row]]] = {
     "cycles": section_cycles,
     "heartbeats": section_heartbeats,
     "reaper": section_reaper,
-    "driver": section_driver,
     "pickup": section_pickup,
     "recovery": section_recovery,
     "cli": section_cli,

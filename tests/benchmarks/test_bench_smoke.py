@@ -29,7 +29,6 @@ ROWS = {
     "cycles": 5,  # sqlite × 3 concurrencies, postgres × 2
     "heartbeats": 2,
     "reaper": 1,
-    "driver": 2,  # the PostgreSQL driver A/B: through the store, through the connector
     "pickup": 2,
     "recovery": 2,
     "cli": 7,  # --version, heartbeat, complete, claim -o env, list, heartbeat over https, Tab
@@ -42,7 +41,6 @@ GROUPS = [
     ("ceilings",),
     ("scaleout", "growth"),
     ("cycles", "heartbeats", "reaper"),
-    ("driver",),
     ("pickup", "recovery", "supervision"),
     ("shipping",),
     ("cli", "logs"),
