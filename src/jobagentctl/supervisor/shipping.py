@@ -24,7 +24,13 @@ from datetime import UTC, datetime
 from typing import Protocol
 from uuid import UUID
 
-from jobagentctl.errors import ClaimLost, ClaimMismatch, LeaseUnsupported, NotFound
+from jobagentctl.errors import (
+    ClaimLost,
+    ClaimMismatch,
+    LeaseUnsupported,
+    LogsUnsupported,
+    NotFound,
+)
 from jobagentctl.models import LOG_CHUNK_MAX_BYTES, LogChunkIn, LogStream
 from jobagentctl.supervisor import retry
 from jobagentctl.supervisor.log import Log
@@ -241,7 +247,7 @@ class Shipper:
         chunks = self._chunks(pieces, marker)
         try:
             self.client.append_logs(self.job_id, self.claim_id, chunks)
-        except LeaseUnsupported as exc:
+        except (LeaseUnsupported, LogsUnsupported) as exc:
             self._stop()
             self.on_unsupported(describe_error(exc))
             return "stop"
