@@ -272,6 +272,32 @@ def _index(ev: Evidence) -> _Index:
         for owner_row in owner_rows:
             if owner_row.get("claimId"):
                 attempts_by_claim[(owner_id, str(owner_row["claimId"]))] = owner_row
+    executions_by_job: dict[str, list[Execution]] = defaultdict(list)
+    for exe in ev.executions:
+        executions_by_job[exe.job_id].append(exe)
+    accepted_success, first_success_at, renewals, rejected = _proxy_view(ev, attempts_by_claim)
+    return _Index(
+        attempts_by_claim=attempts_by_claim,
+        executions_by_job=executions_by_job,
+        accepted_success=accepted_success,
+        first_success_at=first_success_at,
+        renewals=renewals,
+        rejected=rejected,
+        jobs=[
+            _job(ev, job_id, job, accepted_success, executions_by_job)
+            for job_id, job in ev.jobs.items()
+        ],
+        caused=_overlap_causes(ev, executions_by_job),
+    )
+
+
+def _proxy_view(
+    ev: Evidence, attempts_by_claim: dict[tuple[str, str], dict[str, Any]]
+) -> tuple[
+    dict[str, set[str]], dict[tuple[str, str], float], dict[tuple[str, str], float], Counter[str]
+]:
+    """What the proxy saw: the claims whose successful report was accepted (and when first),
+    each claim's last renewal (its grant or a heartbeat), and the stale writes refused."""
     accepted_success: dict[str, set[str]] = defaultdict(set)
     first_success_at: dict[tuple[str, str], float] = {}
     renewals: dict[tuple[str, str], float] = {}
@@ -299,45 +325,38 @@ def _index(ev: Evidence) -> _Index:
             first_success_at.setdefault((job_id, claim_id), ex.t_fwd)
         if kind == "heartbeat":
             renewals[(job_id, claim_id)] = max(renewals.get((job_id, claim_id), 0.0), ex.t_fwd)
-    executions_by_job: dict[str, list[Execution]] = defaultdict(list)
-    for exe in ev.executions:
-        executions_by_job[exe.job_id].append(exe)
-    jobs = []
-    for job_id, job in ev.jobs.items():
-        rows = sorted(ev.attempts.get(job_id, []), key=lambda r: int(r["attempt"]))
-        # An operator's requeue that lands just after the job completed (the harness picks a
-        # running job, which may finish before the request arrives) runs it again by request:
-        # each completed attempt an operator requeue followed is one more expected success.
-        rerun_by_operator = {
-            str(r["attempt"])
-            for r in rows[:-1]
-            if r.get("outcome") == "completed"
-            and (done := _ts(r.get("endedAt"))) is not None
-            and any(j == job_id and at >= done - TIME_SLACK - 5.0 for j, at in ev.requeues)
-        }
-        runs = executions_by_job.get(job_id, [])
-        jobs.append(
-            _Job(
-                job_id=job_id,
-                status=job.get("status"),
-                rows=rows,
-                completed=[r for r in rows if r.get("outcome") == "completed"],
-                successes=accepted_success.get(job_id, set()),
-                rerun_by_operator=rerun_by_operator,
-                expected=1 + len(rerun_by_operator),
-                runs=runs,
-                seen=Counter(exe.claim_id for exe in runs),
-            )
-        )
-    return _Index(
-        attempts_by_claim=attempts_by_claim,
-        executions_by_job=executions_by_job,
-        accepted_success=accepted_success,
-        first_success_at=first_success_at,
-        renewals=renewals,
-        rejected=rejected,
-        jobs=jobs,
-        caused=_overlap_causes(ev, executions_by_job),
+    return accepted_success, first_success_at, renewals, rejected
+
+
+def _job(
+    ev: Evidence,
+    job_id: str,
+    job: dict[str, Any],
+    accepted_success: dict[str, set[str]],
+    executions_by_job: dict[str, list[Execution]],
+) -> _Job:
+    rows = sorted(ev.attempts.get(job_id, []), key=lambda r: int(r["attempt"]))
+    # An operator's requeue that lands just after the job completed (the harness picks a
+    # running job, which may finish before the request arrives) runs it again by request:
+    # each completed attempt an operator requeue followed is one more expected success.
+    rerun_by_operator = {
+        str(r["attempt"])
+        for r in rows[:-1]
+        if r.get("outcome") == "completed"
+        and (done := _ts(r.get("endedAt"))) is not None
+        and any(j == job_id and at >= done - TIME_SLACK - 5.0 for j, at in ev.requeues)
+    }
+    runs = executions_by_job.get(job_id, [])
+    return _Job(
+        job_id=job_id,
+        status=job.get("status"),
+        rows=rows,
+        completed=[r for r in rows if r.get("outcome") == "completed"],
+        successes=accepted_success.get(job_id, set()),
+        rerun_by_operator=rerun_by_operator,
+        expected=1 + len(rerun_by_operator),
+        runs=runs,
+        seen=Counter(exe.claim_id for exe in runs),
     )
 
 
@@ -638,32 +657,7 @@ def _unexplained_losses(ev: Evidence) -> list[str]:
         finished = _ts(line.get("finishedAt")) or 0.0
         if claim is None or claim.t_resp is None:
             continue  # the claim's answer never came through the proxy: a fault by itself
-        begin = claim.t_recv
-        if claim.fault:
-            continue
-        # An outage while the claim was still waiting (a long-poll) does not touch the lease:
-        # it starts when the server answered; only an outage since then explains a loss.
-        since = claim.t_resp - ev.lease_seconds
-        if any(lo < finished and hi > since for lo, hi in ev.downs):
-            continue
-        if any(s == slot and lo < finished and hi > begin for s, lo, hi in ev.pauses):
-            continue
-        if any(j == job_id and begin < at <= finished for j, at in ev.requeues):
-            continue  # an operator took the job back
-        mine = [e for e in by_slot.get(slot, []) if begin < e.t_recv <= finished]
-        if any(e.fault for e in mine):
-            continue
-        if any(
-            e.status is None or e.status >= 500 or (e.t_resp or finished) - e.t_recv > 0.5
-            for e in mine
-        ):
-            continue
-        # Starvation: the job was in hand, yet no heartbeat left the agent within a lease.
-        sends = [claim.t_resp] + [
-            e.t_recv for e in mine if _classify(e)[0] == "heartbeat" and e.claim_id == claim_id
-        ]
-        gaps = [b - a for a, b in itertools.pairwise([*sorted(sends), finished])]
-        if max(gaps) >= 0.8 * ev.lease_seconds and finished - claim.t_resp > 1.0:
+        if _loss_explained(ev, slot, job_id, claim_id, claim, finished, by_slot):
             continue
         out.append(
             f"agent {slot} gave up job {job_id} (claim {claim_id}) "
@@ -672,3 +666,41 @@ def _unexplained_losses(ev: Evidence) -> list[str]:
             f"had been waiting {claim.t_resp - claim.t_recv:.2f}s"
         )
     return out
+
+
+def _loss_explained(
+    ev: Evidence,
+    slot: int,
+    job_id: str,
+    claim_id: str,
+    claim: Exchange,
+    finished: float,
+    by_slot: dict[int, list[Exchange]],
+) -> bool:
+    """Whether a fault, an outage, a pause, a requeue or starvation explains the loss."""
+    assert claim.t_resp is not None
+    begin = claim.t_recv
+    if claim.fault:
+        return True
+    # An outage while the claim was still waiting (a long-poll) does not touch the lease:
+    # it starts when the server answered; only an outage since then explains a loss.
+    since = claim.t_resp - ev.lease_seconds
+    if any(lo < finished and hi > since for lo, hi in ev.downs):
+        return True
+    if any(s == slot and lo < finished and hi > begin for s, lo, hi in ev.pauses):
+        return True
+    if any(j == job_id and begin < at <= finished for j, at in ev.requeues):
+        return True  # an operator took the job back
+    mine = [e for e in by_slot.get(slot, []) if begin < e.t_recv <= finished]
+    if any(e.fault for e in mine):
+        return True
+    if any(
+        e.status is None or e.status >= 500 or (e.t_resp or finished) - e.t_recv > 0.5 for e in mine
+    ):
+        return True
+    # Starvation: the job was in hand, yet no heartbeat left the agent within a lease.
+    sends = [claim.t_resp] + [
+        e.t_recv for e in mine if _classify(e)[0] == "heartbeat" and e.claim_id == claim_id
+    ]
+    gaps = [b - a for a, b in itertools.pairwise([*sorted(sends), finished])]
+    return max(gaps) >= 0.8 * ev.lease_seconds and finished - claim.t_resp > 1.0
