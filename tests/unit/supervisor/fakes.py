@@ -20,6 +20,7 @@ from jobagentctl.models import (
     JobWait,
     LogChunkIn,
 )
+from jobagentctl.supervisor.protocol import SupervisorClient
 
 __all__ = ["Call", "FakeClient", "claimed_job"]
 
@@ -50,8 +51,12 @@ class Call:
 
 
 @dataclass
-class FakeClient:
+class FakeClient(SupervisorClient):
     """Queued jobs are handed out by ``claim_next``; other answers come from hooks.
+
+    It subclasses the Protocol the supervisor is typed against, so that mypy (``make
+    typecheck`` covers tests/) fails when the two drift apart: a method missing or of
+    another signature.
 
     A hook (``on_heartbeat``, ``on_update_status``, …) returns a value or raises; by default
     heartbeats and status updates succeed.
