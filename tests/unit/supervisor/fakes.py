@@ -70,7 +70,7 @@ class FakeClient(SupervisorClient):
     # The claim long-poll: by default the server has none (as an older server).
     on_wait: Callable[[int], JobWait] | None = None
     # Log appends: by default accepted (and recorded); a hook may raise or stall.
-    on_append: Callable[[int], None] | None = None
+    on_append: Callable[[int], object] | None = None
     # What an accepted append answers (by default a bare acknowledgement).
     append_answer: Callable[[int], object] | None = None
     # A server whose status update claims the next jobs when asked (claimNext);
