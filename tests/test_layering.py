@@ -56,7 +56,7 @@ OWNERS: dict[str, set[str]] = {
     "httpx": {"jobagentctl.client."},
     "typer": {"jobagentctl.cli."},
     "click": set(),  # Typer vendors it: never import it (STYLE.md)
-    "asyncpg": {"jobagentctl.server.store.postgres"},
+    "asyncpg": {"jobagentctl.server.store.postgres", "jobagentctl.server.store.postgres_url"},
     "sqlite3": {"jobagentctl.server.store.sqlite"},
     "fastapi": {"jobagentctl.server."},
     "starlette": {"jobagentctl.server."},
