@@ -197,6 +197,8 @@ async def serve(
     for warning in exposure_warnings(settings):
         logger.warning("%s", warning)
     tls = _tls_context(settings)
+    # From the start: a reload sent while the database is opened and migrated must not kill.
+    _reload_on_hangup(tls, settings)
     protocol = _protocol_options(settings, tls)  # refused before anything is opened
     if store is None:
         from jobagentctl.server.store import open_store
@@ -231,7 +233,6 @@ async def serve(
         **protocol,
     )
     server = _Server(config, app.state.service, tls=tls is not None, settle=settle)
-    _reload_on_hangup(tls, settings)
     logger.info(
         "starting: database %s (%s), lease %ss in [%s, %s], reap every %ss",
         redact_url(settings.database),
