@@ -122,6 +122,19 @@ def test_a_clean_history_passes_with_its_figures() -> None:
     assert result.figures["detections over bound (outside outages)"] == 1
 
 
+def test_an_answer_of_500_is_a_violation() -> None:
+    """A fault (a backend terminated mid-operation) must answer 503, never 500: the suite
+    counts 500s and fails on any."""
+    ev = clean()
+    assert check(ev).figures["answers of 500"] == 0
+    ev.exchanges.append(write("heartbeat", 1.5, C1, 500, code="INTERNAL_ERROR"))
+    result = check(ev)
+    assert result.figures["answers of 500"] == 1
+    assert not result.ok
+    named = result.violations["no answer of 500 (a fault is a 503, never an internal error)"]
+    assert len(named) == 1 and "heartbeat" in named[0]
+
+
 def test_two_accepted_successes_are_a_double_completion() -> None:
     ev = clean()
     ev.exchanges.append(write("status", 2.0, C1, 202, body={"status": "successful"}))

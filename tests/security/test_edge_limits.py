@@ -289,3 +289,42 @@ def test_without_httptools_the_server_refuses_to_start(monkeypatch: pytest.Monke
     monkeypatch.setitem(sys.modules, "httptools", None)  # import httptools → ImportError
     with pytest.raises(ConfigError, match="httptools is not installed"):
         _protocol_options(ServerSettings(database="sqlite:///unused.db"))
+
+
+# Requests the HTTP parser cannot read: a malformed Transfer-Encoding (what schemathesis once
+# sent), smuggling-shaped framing, a bad chunk size, a bad header name, a garbage request line.
+UNPARSABLE = {
+    "transfer-encoding not chunked last": b"POST /api/v1/workspaces HTTP/1.1\r\nHost: x\r\n"
+    b"Transfer-Encoding: chunked, identity\r\n\r\n",
+    "content-length and chunked": b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    "bad chunk size": b"POST /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"zz\r\n",
+    "bad header name": b"GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header: 1\r\n\r\n",
+    "garbage request line": b"\x00\x01\x02 what\r\n\r\n",
+}
+
+
+def test_an_unparsable_request_gets_the_json_error_shape(servers: LiveServerFactory) -> None:
+    """uvicorn answered these 400 text/plain "Invalid HTTP request received.", outside the
+    documented error shape: now 400 with the JSON error body, and the connection closed."""
+    server = servers()
+    for name, raw in UNPARSABLE.items():
+        sock = _connect(server)
+        sock.sendall(raw)
+        received = _closed_within(sock, 30)
+        sock.close()
+        assert received is not None, f"{name}: still open"
+        head, _, body = received.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        assert lines[0] == "HTTP/1.1 400 Bad Request", (name, received)
+        headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        assert headers["content-type"] == "application/json", (name, headers)
+        assert headers["connection"] == "close"
+        assert int(headers["content-length"]) == len(body)
+        assert json.loads(body) == {
+            "message": "malformed HTTP request",
+            "code": "VALIDATION_ERROR",
+            "details": None,
+        }, name
+    assert _healthz(server) == 200

@@ -16,6 +16,7 @@ import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,7 +38,7 @@ def servers(tmp_path: Path, tls: TlsFiles) -> Iterator[LiveServerFactory]:
         yield factory
 
 
-def _start(servers: LiveServerFactory, tls: TlsFiles, **settings: object) -> LiveServer:
+def _start(servers: LiveServerFactory, tls: TlsFiles, **settings: Any) -> LiveServer:
     return servers(ca_bundle=tls.ca, **tls.settings(), **settings)
 
 

@@ -90,6 +90,27 @@ async def test_a_stale_claim_writes_nothing(api: Api) -> None:
     assert second["chunks"] == [] and second["nextSeq"] == 1
 
 
+async def test_a_cancelled_holder_ships_its_last_lines_until_it_lets_go(api: Api) -> None:
+    """An operator cancels a running job: the holder's command prints while it is stopped, and
+    those lines reach its attempt's log (a follower waits for them: not ``ended``) until the
+    holder reports; then appends are refused and the log has ended."""
+    job = await _claimed(api)
+    assert (await _append(api, job, _chunk(b"working\n"))).status_code == 200
+    assert (await api.status(job["id"], {"status": "cancelled"})).status_code == 202
+    follow = asyncio.ensure_future(_read(api, job["id"], after=1, waitSeconds=30))
+    r = await _append(api, job, _chunk(b"rolled back X\n"))
+    assert r.status_code == 200, r.text
+    page = (await asyncio.wait_for(follow, 30)).json()
+    assert [base64.b64decode(c["data"]) for c in page["chunks"]] == [b"rolled back X\n"]
+    assert (page["ended"], page["outcome"], page["jobStatus"]) == (False, "cancelled", "cancelled")
+    report = {"status": "cancelled", "claimId": job["claimId"]}
+    assert (await api.status(job["id"], report)).status_code == 202  # it lets go
+    r = await _append(api, job, _chunk(b"late\n"))
+    assert r.status_code == 409 and r.json()["code"] == "CLAIM_LOST", r.text
+    page = (await _read(api, job["id"])).json()
+    assert page["ended"] is True and len(page["chunks"]) == 2
+
+
 async def test_bad_input(api_each_path: Api) -> None:
     api = api_each_path
     job = await _claimed(api)
@@ -193,7 +214,7 @@ def test_log_settings_take_durations() -> None:
 
     from jobagentctl.server.settings import ServerSettings
 
-    base = {"database": "sqlite:///unused.db"}
+    base: dict[str, Any] = {"database": "sqlite:///unused.db"}
     assert ServerSettings(**base).log_retention == 30 * 86400
     assert ServerSettings(**base, log_retention="12h").log_retention == 12 * 3600
     assert ServerSettings(**base, log_retention="inf").log_retention == float("inf")

@@ -52,7 +52,7 @@ def test_two_replicas_serve_claims_and_long_polls_together(
     jobs = {a.enqueue(agent)["id"] for _ in range(20)}
 
     def claim(server: LiveServer) -> list[str]:
-        got = []
+        got: list[str] = []
         while True:
             status, body = server.request("POST", f"job-agents/{agent}/claim", {"leaseSeconds": 30})
             if status == 204:
@@ -140,7 +140,8 @@ def test_logs_follow_on_one_replica_shows_appends_through_the_other(
             printed = time.monotonic()
             status, answer = a.request("POST", f"jobs/{job['id']}/logs", body)
             assert status == 200, answer
-            wait_until(lambda i=i: len(shown) > i, what=f"line {i} on replica b", timeout=30)
+            # wait_until calls the check only before it returns, so ``i`` is this round's.
+            wait_until(lambda: len(shown) > i, what=f"line {i} on replica b", timeout=30)  # noqa: B023
             assert shown[i][0] == line
             latencies.append(shown[i][1] - printed)
         done = {"status": "successful", "claimId": job["claimId"]}

@@ -372,7 +372,7 @@ async def test_the_outage_grace_is_one_heartbeat_interval_within_its_bounds(
 
 
 @pytest.fixture
-def tiny_disk(tmp_path: Path) -> AsyncIterator[Path]:
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     """A 4 MiB tmpfs (root only: skipped, saying why, where mounting is not allowed)."""
     mount = tmp_path / "tiny"
     mount.mkdir()
@@ -426,3 +426,19 @@ async def test_regression_sqlite_files_are_created_owner_only(tmp_path: Path) ->
         assert os.umask(0o022) == 0o022  # the process umask is left as it was
     finally:
         os.umask(previous)
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"), [(b"not a database at all" * 100, "file is not a database")]
+)
+async def test_an_sqlite_file_that_cannot_be_opened_says_why(
+    tmp_path: Path, content: bytes, reason: str
+) -> None:
+    """Where and why, on one line: not only "cannot open"."""
+    path = tmp_path / "jobs.db"
+    path.write_bytes(content)
+    store = open_store(f"sqlite:///{path}")
+    with pytest.raises(ServerUnavailable) as failed:
+        await store.open()
+    await store.close()
+    assert failed.value.message == f"cannot open the SQLite database at {path}: {reason}"

@@ -30,9 +30,13 @@ from jobagentctl.server.store.fencing import (
     attempt_outcome_for,
     decide_status_change,
 )
-from jobagentctl.server.store.postgres import PostgresConnector, translate_error
+from jobagentctl.server.store.postgres import (
+    PostgresConnector,
+    _breaks_connection,
+    translate_error,
+)
 from jobagentctl.server.store.postgres_sql import inline
-from jobagentctl.server.store.postgres_url import driver_url
+from jobagentctl.server.store.postgres_url import driver_url, server_settings_of
 from jobagentctl.server.store.queries import NOTIFY_CHANNEL, load_queries, migrations
 from jobagentctl.server.store.rows import dump_json, merge_metadata
 from jobagentctl.server.store.sqlite import SqliteConnector, _translated
@@ -160,14 +164,58 @@ def test_libpq_connect_timeout_is_taken_as_asyncpgs_timeout() -> None:
     """A URL that a psycopg release of the server ran with keeps working after the upgrade:
     libpq's connect_timeout is taken out of it and becomes asyncpg's connect timeout."""
     url = "postgresql://u:pw@h/db?sslmode=require&connect_timeout=7&application_name=x"
-    assert driver_url(url) == ("postgresql://u:pw@h/db?sslmode=require&application_name=x", 7.0)
+    given = driver_url(url)
+    assert given.url == "postgresql://u:pw@h/db?sslmode=require&application_name=x"
+    assert given.timeout == 7.0
     connector = open_store(url).connector
     assert isinstance(connector, PostgresConnector)
     assert connector._connect == {"timeout": 7.0}
-    assert driver_url("postgresql://h/db") == ("postgresql://h/db", None)
-    for bad in ("0", "-1", "soon"):
-        with pytest.raises(ConfigError):
-            driver_url(f"postgresql://h/db?connect_timeout={bad}")
+    assert driver_url("postgresql://h/db")[:2] == ("postgresql://h/db", None)
+    # libpq's 0 (or less): no deadline of its own, as libpq; the server's bounds still apply.
+    for none in ("0", "-1"):
+        assert driver_url(f"postgresql://h/db?connect_timeout={none}")[:2] == (
+            "postgresql://h/db",
+            None,
+        )
+    with pytest.raises(ConfigError):
+        driver_url("postgresql://h/db?connect_timeout=soon")
+
+
+def test_libpq_options_are_mapped_ignored_or_refused() -> None:
+    """A psycopg user's URL: ``options=-c k=v`` become the session's settings; keepalives,
+    sslcompression, gssencmode=prefer, client_encoding=UTF8 are dropped (each said); what the
+    driver cannot honour is refused by name, never echoing a value."""
+    url = (
+        "postgresql://u:pw@h/db?options=-c%20statement_timeout%3D1500%20-cwork_mem%3D8MB"
+        "%20--lock-timeout%3D2s&keepalives=1&keepalives_idle=30&sslcompression=0"
+        "&gssencmode=prefer&client_encoding=UTF8&sslmode=require"
+    )
+    given = driver_url(url)
+    assert given.url == "postgresql://u:pw@h/db?sslmode=require"
+    assert given.settings == {
+        "statement_timeout": "1500",
+        "work_mem": "8MB",
+        "lock_timeout": "2s",
+    }
+    assert set(given.ignored) == {
+        "keepalives",
+        "keepalives_idle",
+        "sslcompression",
+        "gssencmode",
+        "client_encoding",
+    }
+    assert server_settings_of(r"-c search_path=a\ b") == {"search_path": "a b"}
+    for refused in (
+        "gssencmode=require",
+        "client_encoding=LATIN1",
+        "options=-e",
+        "options=-c%20secretvalue",
+        "keepalive=1",
+    ):
+        with pytest.raises(ConfigError) as error:
+            driver_url(f"postgresql://u:pw@h/db?{refused}")
+        assert "secretvalue" not in error.value.message
+        assert "pw" not in error.value.message.replace("password", "")
 
 
 def test_only_uuids_and_ints_are_written_into_postgres_sql() -> None:
@@ -207,7 +255,7 @@ def test_fencing_decisions() -> None:
     mine, other = uuid4(), uuid4()
     decide = decide_status_change
     done = JobStatus.SUCCESSFUL
-    kw = {"agent_scope": None, "require_claim_id": False}
+    kw: dict[str, Any] = {"agent_scope": None, "require_claim_id": False}
     assert decide(_ctx(JobStatus.IN_PROGRESS, mine, 1), done, claim_id=mine, **kw) == "apply"
     with pytest.raises(ClaimMismatch) as mismatch:
         decide(_ctx(JobStatus.IN_PROGRESS, other, 2), done, claim_id=mine, **kw)
@@ -259,6 +307,11 @@ def test_attempt_outcomes() -> None:
         (asyncpg.ForeignKeyViolationError("Key (workspace_id)=(x) is not present"), NotFound),
         (asyncpg.PostgresSyntaxError("syntax error at or near SELECT"), ServerError),
         (asyncpg.InternalServerError("something odd"), ServerError),
+        # A connection cut mid-operation leaves asyncpg's protocol in a state it refuses.
+        (
+            asyncpg_base.InternalClientError("cannot switch to state 15; another operation"),
+            ServerUnavailable,
+        ),
     ],
 )
 def test_postgres_errors_are_translated_without_their_text(
@@ -267,6 +320,36 @@ def test_postgres_errors_are_translated_without_their_text(
     translated = translate_error(error)
     assert type(translated) is expected
     assert str(error) not in translated.message
+
+
+@pytest.mark.parametrize(
+    ("error", "broken"),
+    [
+        (asyncpg.AdminShutdownError("terminating connection"), True),  # pg_terminate_backend
+        (asyncpg.ConnectionDoesNotExistError("closed in the middle of operation"), True),
+        (asyncpg_base.InternalClientError("cannot switch to state 15"), True),
+        (ConnectionResetError("reset by peer"), True),
+        (asyncpg.InterfaceError("connection is closed"), True),
+        (asyncpg.QueryCanceledError("canceling statement due to statement timeout"), False),
+        (asyncpg.UniqueViolationError("duplicate key"), False),
+        (asyncpg.LockNotAvailableError("could not obtain lock"), False),
+        (asyncpg_base.DataError("invalid input for query argument $1"), False),
+    ],
+)
+def test_a_connection_broken_mid_operation_is_discarded(error: Exception, broken: bool) -> None:
+    """Only what leaves the session unusable (or its protocol in an unknown state) costs the
+    connection; a statement the server refused on a live session does not."""
+    assert _breaks_connection(error) is broken
+
+
+def test_a_missing_privilege_is_named() -> None:
+    """Not "unexpected database error": the object the role may not use (the server's message
+    names it, and no value), as 503, with where to look."""
+    translated = translate_error(
+        asyncpg.InsufficientPrivilegeError("permission denied for table job")
+    )
+    assert isinstance(translated, ServerUnavailable)
+    assert "lacks a privilege: permission denied for table job" in translated.message
 
 
 def test_sqlite_errors_are_translated_without_their_text() -> None:

@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from tests.fixtures import pgsync
 from tests.fixtures.live_server import free_port
@@ -50,8 +51,11 @@ class PgCluster:
     acknowledged commit that vanishes would be a fault of our making, not of the code under test).
     """
 
-    def __init__(self, base_dir: Path | None = None) -> None:
+    def __init__(self, base_dir: Path | None = None, *, password: str | None = None) -> None:
+        """``password``: the cluster asks for passwords (``scram-sha-256``, TCP and socket)
+        and this is the superuser's; None: trust."""
         self.bin = find_pg_bin()
+        self.password = password
         self.root = Path(tempfile.mkdtemp(prefix="jobagentctl-pg-", dir=base_dir))
         self.data = self.root / "data"
         self.log_path = self.root / "postgres.log"
@@ -74,10 +78,11 @@ class PgCluster:
 
     @property
     def url(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        return self.database_url("postgres")
 
     def database_url(self, name: str) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
+        auth = "postgres" if self.password is None else f"postgres:{quote(self.password, safe='')}"
+        return f"postgresql://{auth}@127.0.0.1:{self.port}/{name}"
 
     def _run(self, *args: str, timeout: float = _TIMEOUT) -> None:
         proc = subprocess.run(
@@ -103,12 +108,18 @@ class PgCluster:
     def start(self) -> PgCluster:
         """initdb (first time) and start; waits until it accepts connections."""
         if not (self.data / "PG_VERSION").exists():
+            auth = ["-A", "trust"]
+            if self.password is not None:
+                pwfile = self.root / "pwfile"
+                pwfile.write_text(self.password + "\n")
+                if self._as_user:
+                    shutil.chown(pwfile, user=_RUN_AS)
+                auth = ["-A", "scram-sha-256", f"--pwfile={pwfile}"]
             self._run(
                 str(self.bin / "initdb"),
                 "-D",
                 str(self.data),
-                "-A",
-                "trust",
+                *auth,
                 "-U",
                 "postgres",
                 "-E",
@@ -133,6 +144,15 @@ class PgCluster:
         start). Both cut every connection of every server replica."""
         self.restarts += 1
         self._pg_ctl("restart", mode)
+
+    def halt(self, mode: str = "fast") -> None:
+        """Stop the server, keeping its data (``resume`` starts it again): an outage."""
+        self._pg_ctl("stop", mode)
+
+    def resume(self) -> None:
+        """Start a halted server again; waits until it accepts connections."""
+        self._pg_ctl("start")
+        self.wait_ready()
 
     def stop(self, mode: str = "fast") -> None:
         """Stop and remove everything (idempotent)."""

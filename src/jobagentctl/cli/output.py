@@ -160,20 +160,23 @@ class View:
 _LEASE = (Column("claimId", "CLAIM"), Column("attempt", "ATTEMPT"), Column("leaseSeconds", "LEASE"))
 _EXPIRES = Column("claimExpiresAt", "EXPIRES", "until")
 
+_JOB_COLUMNS = (
+    Column("id", "JOB"),
+    Column("status", "STATUS"),
+    Column("jobAgentId", "AGENT"),
+    Column("createdAt", "CREATED", "age"),
+    Column("startedAt", "STARTED", "age"),
+    Column("completedAt", "COMPLETED", "age"),
+    Column("externalId", "EXTERNAL ID"),
+    Column("message", "MESSAGE"),
+)
+
 VIEWS: dict[str, View] = {
-    "job": View(
-        (
-            Column("id", "JOB"),
-            Column("status", "STATUS"),
-            Column("jobAgentId", "AGENT"),
-            Column("createdAt", "CREATED", "age"),
-            Column("startedAt", "STARTED", "age"),
-            Column("completedAt", "COMPLETED", "age"),
-            Column("externalId", "EXTERNAL ID"),
-            Column("message", "MESSAGE"),
-        )
-    ),
+    "job": View(_JOB_COLUMNS),
     "claimed": View((Column("id", "JOB"), *_LEASE, _EXPIRES, Column("status", "STATUS"))),
+    # `jobs get`: the job's columns, then whether an agent still holds a claim on it (a
+    # queued job is not claimable meanwhile); last, so tsv readers of `jobs list` cut alike.
+    "job-detail": View((*_JOB_COLUMNS, Column("claimHeld", "CLAIM HELD"))),
     "heartbeat": View((Column("jobId", "JOB"), *_LEASE, _EXPIRES)),
     "accepted": View((Column("id", "ID"), Column("message", "MESSAGE"))),
     "claim": View(
@@ -197,6 +200,7 @@ VIEWS: dict[str, View] = {
             Column("type", "TYPE"),
             Column("state", "STATE"),  # presence: last, older scripts cut the first three
             Column("lastSeenAt", "LAST SEEN", "age"),
+            Column("heldClaims", "HELD"),  # beside the state: what an offline agent still holds
         )
     ),
     # `server …` results: printed once, the API key among them.
@@ -244,6 +248,8 @@ VIEWS: dict[str, View] = {
 def _tsv_cell(value: Any) -> str:
     if value is None:
         return ""
+    if isinstance(value, bool):  # as JSON spells it, for `[ "$x" = true ]`
+        return "true" if value else "false"
     if isinstance(value, dict | list):
         value = json.dumps(value, separators=(",", ":"))
     return tsv_text(str(value))
@@ -252,6 +258,8 @@ def _tsv_cell(value: Any) -> str:
 def _table_cell(column: Column, value: Any, now: datetime, *, detail: bool = False) -> str:
     if value is None:
         return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if column.kind in ("age", "until", "time") and isinstance(value, str):
         when = datetime.fromisoformat(value.replace("Z", "+00:00"))
         return relative(when, now)
@@ -498,6 +506,18 @@ class LogPrinter:
                 else:
                     out.write(raw)
                 self._line_start = raw.endswith(b"\n")
+        out.flush()
+
+    def marker(self, text: str, attempt: int) -> None:
+        """A line of our own between two attempts' logs (with ``-o json``, an object with
+        ``stream`` ``marker`` and the ``attempt`` that follows, without ``seq``)."""
+        out = sys.stdout.buffer
+        if self._json:
+            item = {"stream": LogStream.MARKER.value, "attempt": attempt, "data": text}
+            out.write(json.dumps(item).encode() + b"\n")
+        else:
+            out.write(("" if self._line_start else "\n").encode() + text.encode() + b"\n")
+            self._line_start = True
         out.flush()
 
 

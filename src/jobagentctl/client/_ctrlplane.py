@@ -62,7 +62,8 @@ _NO_LEASE_BY_ID = (
 )
 # What ctrlplane's job handlers answer (404) for a job they cannot find.
 _CTRLPLANE_NO_JOB = "Job not found"
-_NO_LOGS = "the server has no log support ({why}): job output is not stored there"
+# No parentheses of its own: `run` quotes it inside its own notice's parentheses.
+_NO_LOGS = "the server has no log support, {why}: job output is not stored there"
 _NO_WAIT = (
     "the server has no claim long-poll ({why}): a cancel reaches the command at its next heartbeat"
 )

@@ -4,19 +4,23 @@ and the log models."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Generic, Literal, Self, TypeVar
+from typing import Annotated, Any, Generic, Literal, Self, TypeVar
 from uuid import UUID
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
     field_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 __all__ = [
     "AGENT_ENV",
@@ -34,6 +38,7 @@ __all__ = [
     "LEASE_SECONDS_ENV",
     "QUIET_MARK",
     "REDACT_SOCKET_ENV",
+    "RUN_PID_ENV",
     "SLUG_PATTERN",
     "STALE_MARK",
     "STOP_REASON_FILE_ENV",
@@ -57,6 +62,7 @@ __all__ = [
     "Page",
     "UrgentClaims",
     "WireModel",
+    "WireTime",
     "Workspace",
     "heartbeat_interval",
     "keep_wire",
@@ -116,9 +122,10 @@ CLAIM_ROW_STATES: frozenset[ClaimState] = frozenset(
 
 
 class AgentState(StrEnum):
-    """An agent's presence, as ``agents list`` shows and ``--state`` filters it: ``BUSY`` (a job
-    of its is in progress, or a claim of its was revoked and not let go yet), ``IDLE`` (seen
-    within the server's presence window), ``OFFLINE`` (not seen for longer, or never)."""
+    """An agent's presence, as ``agents list`` shows and ``--state`` filters it: ``OFFLINE``
+    (not seen within the server's presence window, or never — whatever it holds: a dead agent
+    is not busy), ``BUSY`` (seen, and a job of its is in progress or a claim of its was revoked
+    and not let go yet), ``IDLE`` (seen, holding nothing)."""
 
     BUSY = "busy"
     IDLE = "idle"
@@ -169,6 +176,8 @@ JOB_FILE_ENV = f"{ENV_PREFIX}JOB_FILE"
 STOP_REASON_FILE_ENV = f"{ENV_PREFIX}STOP_REASON_FILE"
 # Where `jobagentctl redact add` inside a job hands `run` a value to redact.
 REDACT_SOCKET_ENV = f"{ENV_PREFIX}REDACT_SOCKET"
+# The pid of that `run`: `redact add` hands a value only to a socket this process listens on.
+RUN_PID_ENV = f"{ENV_PREFIX}RUN_PID"
 # Client settings `run` hands its child, so a `jobagentctl` inside the job reaches the same
 # server (the API key only with --pass-api-key).
 URL_ENV = f"{ENV_PREFIX}URL"
@@ -223,6 +232,43 @@ def keep_wire(value: WireT, data: Any) -> WireT:
         for item, sent in zip(value, data, strict=True):
             keep_wire(item, sent)
     return value
+
+
+# RFC 3339's date-time: a full date, a time, and an offset (``Z`` or ±hh:mm). Without the
+# offset a time means nothing definite; digits alone are not a time (pydantic would read them
+# as epoch seconds).
+_RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?"
+    r"([Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
+
+
+def _time_text(value: Any) -> Any:
+    # A datetime passes: the client builds requests from its own values.
+    if isinstance(value, datetime) or (isinstance(value, str) and _RFC3339.fullmatch(value)):
+        return value
+    raise PydanticCustomError(
+        "time_format",
+        "must be an RFC 3339 date-time string with an offset, e.g. 2026-01-02T03:04:05Z",
+    )
+
+
+def _in_utc_range(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise PydanticCustomError("time_format", "must have an offset (Z or +hh:mm)")
+    # 0001-01-01T00:00:00+14:00 is a valid text but year 0 in UTC: stored, it could not be read.
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise PydanticCustomError(
+            "time_range", "is out of range once converted to UTC (years 1 to 9999)"
+        ) from None
+
+
+# A time in a request body (a log chunk's ``at``, a heartbeat's ``lastOutputAt``): an RFC 3339
+# string with an offset, representable in UTC; held normalised to UTC. Every request model
+# takes its times as this type, so each endpoint refuses the same inputs with a 400.
+WireTime = Annotated[datetime, BeforeValidator(_time_text), AfterValidator(_in_utc_range)]
 
 
 class RequestModel(BaseModel):
@@ -293,6 +339,9 @@ class JobAgent(WireModel):
     # Ours (absent from ctrlplane): presence, judged by the server when it answers.
     state: AgentState | None = None
     last_seen_at: datetime | None = None
+    # Ours: its jobs in progress plus its revoked claims not let go yet, whatever its state
+    # (an offline agent holding leases until they expire shows them here).
+    held_claims: int | None = None
 
 
 class Job(WireModel):

@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from jobagentctl.errors import JobAgentError, PayloadTooLarge, ValidationError
 from jobagentctl.routes import V1_PREFIX
 from jobagentctl.server.auth import Authenticator, Principal
-from jobagentctl.server.encoding import Result
+from jobagentctl.server.encoding import RETRY_AFTER, Result
 from jobagentctl.server.failures import error_response, log_unexpected
 from jobagentctl.server.fastpath import FastPath, match
 from jobagentctl.server.metrics import Metrics
@@ -191,6 +191,8 @@ class Edge:
             headers = [(b"content-length", str(len(content)).encode())]
             if status != 204:
                 headers.append((b"content-type", b"application/json"))
+            if status == 503:
+                headers.append((b"retry-after", RETRY_AFTER.encode()))
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": content})
         finally:

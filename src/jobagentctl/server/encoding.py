@@ -17,6 +17,7 @@ from jobagentctl.models import AcceptedResponse, Job
 
 __all__ = [
     "JSON",
+    "RETRY_AFTER",
     "Result",
     "accepted_bytes",
     "claimed_jobs_bytes",
@@ -35,12 +36,18 @@ JSON = "application/json"
 Result = tuple[int, bytes]
 
 
+# A 503 (the database unavailable for now: a lost connection, a timeout) says when to try
+# again: soon; the agents back off on their own as well.
+RETRY_AFTER = "1"
+
+
 def json_response(result: Result) -> Response:
     """``result`` as the framework's ``Response`` (a 204 has no body and no content type)."""
     status, content = result
     if status == 204:
         return Response(status_code=204)
-    return Response(content=content, status_code=status, media_type=JSON)
+    headers = {"Retry-After": RETRY_AFTER} if status == 503 else None
+    return Response(content=content, status_code=status, media_type=JSON, headers=headers)
 
 
 def error_bytes(message: str, code: str, details: dict[str, Any] | None) -> bytes:

@@ -80,7 +80,9 @@ def add_operational_routes(app: FastAPI, service: JobService, metrics: Metrics) 
         try:
             problem = await asyncio.wait_for(service.store.readiness(), _READY_TIMEOUT)
         except (JobAgentError, TimeoutError):
-            problem = ServerUnavailable("database unreachable")
+            problem = ServerUnavailable(
+                f"database unreachable: no answer within {_READY_TIMEOUT:g} s"
+            )
         if problem is not None:
             raise problem  # its message says why; a load balancer takes the replica out
         return json_response((200, b'{"status":"ready"}'))

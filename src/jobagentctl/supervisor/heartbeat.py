@@ -65,7 +65,7 @@ class Heartbeater(ClaimThread):
         except ClaimLost as exc:
             if exc.job_status == JobStatus.CANCELLED:
                 return self._verdict(Beat.CANCELLED, "the job was cancelled")
-            status = f" (job is {exc.job_status})" if exc.job_status else ""
+            status = f" (job status {exc.job_status})" if exc.job_status else ""
             return self._verdict(Beat.LEASE_LOST, f"claim lost{status}: {exc.message}")
         except NotFound as exc:
             return self._verdict(Beat.JOB_GONE, f"the job is gone: {exc.message}")

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from functools import partial
 
 from jobagentctl.durations import format_duration
-from jobagentctl.models import REDACT_SOCKET_ENV, ClaimedJob, ClaimNext, JobStatus
+from jobagentctl.models import REDACT_SOCKET_ENV, RUN_PID_ENV, ClaimedJob, ClaimNext, JobStatus
 from jobagentctl.supervisor.child import Child, SpawnError
 from jobagentctl.supervisor.claiming import Claim, Claimer
 from jobagentctl.supervisor.claimwatch import ClaimWatcher
@@ -35,7 +35,12 @@ from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.outcome import Outcome, StopReason, Verdict, exit_code
 from jobagentctl.supervisor.protocol import SupervisorClient
 from jobagentctl.supervisor.record import JobRecord, open_report, utc_now, write_record
-from jobagentctl.supervisor.redact import Redactor, secrets_from_context, secrets_from_environment
+from jobagentctl.supervisor.redact import (
+    Redactor,
+    api_key_secrets,
+    secrets_from_context,
+    secrets_from_environment,
+)
 from jobagentctl.supervisor.relay import LastOutput, Relay, relayed_stderr
 from jobagentctl.supervisor.reporting import Reporter
 from jobagentctl.supervisor.shipping import Shipper
@@ -75,10 +80,10 @@ class Supervisor:
         # The last job found the server without logs (said once): the next asks it again, as
         # the server may have been upgraded meanwhile.
         self._no_logs = False
-        # Redacted from whatever leaves the machine, in every job: the API key in use and the
-        # values of the variables whose names say they are secrets.
+        # Redacted from whatever leaves the machine, in every job: the API key in use (and its
+        # secret part alone) and the values of the variables whose names say they are secrets.
         self._secrets = [
-            *([options.api_key] if options.api_key else []),
+            *(api_key_secrets(options.api_key) if options.api_key else []),
             *secrets_from_environment(os.environ, options.redact_patterns),
         ]
 
@@ -347,8 +352,9 @@ class Supervisor:
         except OSError as exc:
             self._log.warn(f"cannot listen for `redact add` (it will fail in this job): {exc}")
             env.pop(REDACT_SOCKET_ENV, None)
+            env.pop(RUN_PID_ENV, None)
             return None
-        env[REDACT_SOCKET_ENV] = str(handover.path)
+        env.update(handover.environment())
         return handover
 
     def _start_and_watch(

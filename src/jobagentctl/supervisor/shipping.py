@@ -33,7 +33,13 @@ from datetime import UTC, datetime
 from typing import Protocol
 from uuid import UUID
 
-from jobagentctl.errors import Conflict, LeaseUnsupported, NotFound, PayloadTooLarge
+from jobagentctl.errors import (
+    Conflict,
+    LeaseUnsupported,
+    LogsUnsupported,
+    NotFound,
+    PayloadTooLarge,
+)
 from jobagentctl.models import LOG_CHUNK_MAX_BYTES, LogChunkIn, LogStream
 from jobagentctl.supervisor import retry
 from jobagentctl.supervisor.log import Log
@@ -284,7 +290,7 @@ class Shipper:
         chunks = self._chunks(pieces, marker)
         try:
             result = self.client.append_logs(self.job_id, self.claim_id, chunks)
-        except LeaseUnsupported as exc:
+        except (LeaseUnsupported, LogsUnsupported) as exc:
             self._stop(None)
             self.unsupported = True
             self.on_unsupported(describe_error(exc))

@@ -76,7 +76,7 @@ def test_a_claim_ended_otherwise_is_confirmed_by_a_heartbeat_then_lease_lost(
     assert (tmp_path / "reason").read_text() == "lease_lost\n"
     assert len(client.named("heartbeat")) == 1  # the confirmation
     assert reports(client) == []
-    assert any("claim lost (job is queued)" in line for line in logs)
+    assert any("claim lost (job status queued)" in line for line in logs)
 
 
 def test_a_heartbeat_that_still_holds_the_claim_wins_over_the_long_poll(tmp_path: Path) -> None:

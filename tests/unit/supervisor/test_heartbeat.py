@@ -157,7 +157,7 @@ def test_the_thread_beats_until_stopped_then_stops_promptly() -> None:
             beaten.set()
 
     hb, _, _, _ = make(FakeClient(on_heartbeat=count))
-    hb.next_delay = lambda failures: 0.01  # type: ignore[method-assign]
+    hb.next_delay = lambda failures_in_a_row: 0.01  # type: ignore[method-assign]
     hb.start()
     assert beaten.wait(30)
     hb.stop(30)
@@ -181,8 +181,8 @@ def test_the_thread_retries_failures_then_reports_the_verdict() -> None:
     hb, verdicts, _, _ = make(client, posted=done)
     delays: list[int] = []
 
-    def fast(failures: int) -> float:
-        delays.append(failures)
+    def fast(failures_in_a_row: int) -> float:
+        delays.append(failures_in_a_row)
         return 0.01
 
     hb.next_delay = fast  # type: ignore[method-assign]

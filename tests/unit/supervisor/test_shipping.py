@@ -190,7 +190,11 @@ def test_a_down_server_costs_the_oldest_output_and_a_marker_says_how_much() -> N
 
 def test_the_flush_at_the_end_is_bounded() -> None:
     hang = threading.Event()
-    client = FakeClient(on_append=lambda n: hang.wait(30) and None)
+
+    def held(n: int) -> None:
+        hang.wait(30)
+
+    client = FakeClient(on_append=held)
     ship, said, _ = shipper(client, batch_seconds=0.01)
     ship.feed("stdout", b"first\n")
     ship.feed("stdout", b"second\n")

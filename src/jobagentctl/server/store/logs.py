@@ -1,6 +1,6 @@
 """The log operations of ``SqlStore``: append an attempt's output (fenced by its claim), read
 it by cursor, cap it, and expire it. The chunks live in ``job_log`` and ``job_log_attempt``,
-never in the hot ``job`` and ``job_claim`` rows (an append only reads the claim row)."""
+never in the hot ``job`` and ``job_claim`` rows (an append only locks the claim row)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from uuid import UUID
 
 from jobagentctl.errors import LogExpired, LogNotFound
 from jobagentctl.models import (
+    LOG_CHUNK_MAX_BYTES,
     AttemptOutcome,
     JobStatus,
     LogAppendResult,
@@ -19,10 +20,16 @@ from jobagentctl.models import (
     LogStream,
 )
 from jobagentctl.server.store import rows
-from jobagentctl.server.store.connector import Connector, Row
+from jobagentctl.server.store.connector import Connector, Params, Row
 from jobagentctl.server.store.fencing import heartbeat_failure
 
-__all__ = ["LogStore", "NewChunk"]
+__all__ = ["LOG_ROW_COST", "LogStore", "NewChunk"]
+
+# What the cap counts for each stored chunk beside its bytes: its row's fixed cost on disk
+# (tuple header, key, primary-key index entry), measured at about 260 bytes on PostgreSQL and
+# 170 on SQLite. Without it a log of tiny chunks kept the cap's worth of bytes in as many rows:
+# 1-byte chunks under a 64 KiB cap took 16 MB on SQLite and 28 MB on PostgreSQL.
+LOG_ROW_COST = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +58,14 @@ class LogStore:
         agent_scope: UUID | None = None,
     ) -> LogAppendResult:
         """Append ``chunks`` (in order, seqs from the attempt's next) to the log of the attempt
-        that ``claim_id`` holds, in one statement (SQLite: one transaction). ``claim_id`` not
-        the job's current claim → ``ClaimLost`` / ``ClaimMismatch`` as a heartbeat's, and
-        nothing is written; unknown job → ``LogNotFound``. Past ``max_bytes`` stored, the log is
+        that ``claim_id`` holds, in one statement (SQLite: one transaction). The claim is the
+        job's current one, or its revoked one whose holder has not let go (its command may
+        print while it is stopped); its row stays locked until the append commits, so the
+        attempt's end and this append are ordered. Any other ``claim_id`` → ``ClaimLost`` /
+        ``ClaimMismatch`` as a heartbeat's, and nothing is written; unknown job →
+        ``LogNotFound``. Past ``max_bytes`` stored, the log is
         cut (:meth:`_trim`): its first half-cap kept, then one marker, then the newest."""
+        chunks = _merged(chunks)
         listing = []
         position = 0
         for i, chunk in enumerate(chunks, start=1):
@@ -81,13 +92,9 @@ class LogStore:
         }
         row = await self._db.one("log_append", params)
         if row is None:
-            # Failure path only: one more read to say why, as a refused heartbeat does.
-            state = await self._db.one("job_claim_state", params)
-            if state is None:
-                raise LogNotFound("job not found", details={"jobId": str(job_id)})
-            raise heartbeat_failure(state)
+            row = await self._append_refused(params)
         attempt, stored, cut = int(row["attempt"]), int(row["stored_bytes"]), row["cut_bytes"]
-        if stored > max_bytes:
+        if stored + int(row["stored_rows"]) * LOG_ROW_COST > max_bytes:
             trimmed = await self._trim(job_id, attempt, max_bytes)
             if trimmed is not None:
                 stored, cut = int(trimmed["stored_bytes"]), trimmed["cut_bytes"]
@@ -99,6 +106,26 @@ class LogStore:
             truncated=bool(cut),
         )
 
+    async def _append_refused(self, params: Params) -> Row:
+        """After ``log_append`` wrote nothing: why (``LogNotFound``, or ``ClaimLost`` /
+        ``ClaimMismatch`` as a heartbeat's), read as a refused heartbeat's is. Or, when the
+        claim id still holds the claim (current or revoked), the append once more: it was
+        refused as the claim moved. An operator's requeue or cancel that commits while the
+        fence waits for the claim row's lock turns it into the revoked claim after the
+        statement's snapshot (PostgreSQL), which that statement cannot see; a new one does."""
+        state = await self._db.one("job_claim_state", params)
+        if state is not None and params["claim_id"] in (
+            _uuid(state["claim_id"]),
+            _uuid(state["revoked_claim_id"]),
+        ):
+            row = await self._db.one("log_append", params)
+            if row is not None:
+                return row
+            state = await self._db.one("job_claim_state", params)
+        if state is None:
+            raise LogNotFound("job not found", details={"jobId": str(params["job_id"])})
+        raise heartbeat_failure(state)
+
     async def _trim(self, job_id: UUID, attempt: int, max_bytes: int) -> Row | None:
         """Cut the log of an attempt over ``max_bytes`` down to seven eighths of it: the head
         (chunks beginning in the first half of the cap) stays, the oldest chunks after it go,
@@ -109,6 +136,7 @@ class LogStore:
             "job_id": job_id,
             "attempt": attempt,
             "max_bytes": max_bytes,
+            "row_cost": LOG_ROW_COST,
             "head_bytes": max_bytes // 2,
             "low_water": max_bytes - max_bytes // 8,
         }
@@ -125,9 +153,10 @@ class LogStore:
         agent_scope: UUID | None = None,
     ) -> LogPage:
         """Up to ``limit`` chunks of the attempt (None: the latest) with seq > ``after``, and
-        whether the attempt has ended (read before the chunks: an ended attempt's page holds
-        everything it appended after the cursor). Unknown job, or an attempt it does not have
-        → ``LogNotFound``; a log deleted by retention → ``LogExpired``."""
+        whether the attempt has ended and nobody may append to it any more (read before the
+        chunks: an ended attempt's page holds everything it appended after the cursor).
+        Unknown job, or an attempt it does not have → ``LogNotFound``; a log deleted by
+        retention → ``LogExpired``."""
         params = {
             "job_id": job_id,
             "workspace_id": workspace_id,
@@ -154,7 +183,9 @@ class LogStore:
             attempt=int(number),
             chunks=[rows.log_chunk_from_row(row) for row in found],
             next_seq=int(state["next_seq"] or 1),
-            ended=state["ended_at"] is not None,
+            # Ended, and nobody may append any more: the holder of a revoked claim may still
+            # ship its command's last output until it lets go.
+            ended=state["ended_at"] is not None and not state["holder_writing"],
             outcome=None if state["outcome"] is None else AttemptOutcome(state["outcome"]),
             job_status=JobStatus(state["job_status"]),
         )
@@ -166,3 +197,34 @@ class LogStore:
         params = {"retention_seconds": retention_seconds, "batch_size": batch_size}
         row = await self._db.one("log_expire", params)
         return 0 if row is None else int(row["expired_logs"])
+
+
+def _uuid(value: object) -> UUID | None:
+    """A claim id as read (PostgreSQL: a UUID; SQLite: its text), None as None."""
+    if value is None or isinstance(value, UUID):
+        return value
+    return UUID(str(value))
+
+
+def _merged(chunks: Sequence[NewChunk]) -> list[NewChunk]:
+    """The chunks as stored: neighbours of one output stream as one chunk (the time of the
+    first) of at most ``LOG_CHUNK_MAX_BYTES``, as ``run`` ships them; a marker stays a chunk
+    of its own. Each stored chunk is a row, whose cost the cap counts: a request of many tiny
+    chunks costs the rows of a few."""
+    merged: list[tuple[NewChunk, list[bytes], int]] = []
+    for chunk in chunks:
+        if merged:
+            first, parts, size = merged[-1]
+            if (
+                chunk.stream == first.stream
+                and chunk.stream != LogStream.MARKER
+                and size + len(chunk.data) <= LOG_CHUNK_MAX_BYTES
+            ):
+                parts.append(chunk.data)
+                merged[-1] = (first, parts, size + len(chunk.data))
+                continue
+        merged.append((chunk, [chunk.data], len(chunk.data)))
+    return [
+        first if len(parts) == 1 else NewChunk(first.stream, first.at, b"".join(parts))
+        for first, parts, _ in merged
+    ]

@@ -12,9 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
+import ssl
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeAlias, TypeVar, cast
+from urllib.parse import urlsplit
 from uuid import UUID
 
 import asyncpg
@@ -31,8 +34,14 @@ from jobagentctl.errors import (
 )
 from jobagentctl.server.store.connector import Decide, Params, Row
 from jobagentctl.server.store.postgres_sql import bind, inline, statement
-from jobagentctl.server.store.postgres_url import driver_url, url_options
+from jobagentctl.server.store.postgres_url import (
+    driver_url,
+    passfile_password,
+    target_of,
+    url_options,
+)
 from jobagentctl.server.store.queries import NOTIFY_CHANNEL, migrations
+from jobagentctl.server.store.rows import pg_timestamptz_in, pg_timestamptz_out
 from jobagentctl.server.store.schema_window import compat_of
 from jobagentctl.server.store.waiters import Waiters
 
@@ -52,8 +61,20 @@ Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
 T = TypeVar("T")
 
 # What the driver raises besides the server's errors: its own (a closed connection, an
-# argument it cannot encode), the socket's, and a pool's wait that timed out.
-DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+# argument it cannot encode, a protocol in a state it did not expect after the connection was
+# cut mid-operation: "cannot switch to state …; another operation is in progress"), the
+# socket's, and a pool's wait that timed out.
+DRIVER_ERRORS = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg_base.InternalClientError,
+    OSError,
+    TimeoutError,
+)
+# SQLSTATEs after which the connection is gone: class 08 (connection exception), and operator
+# intervention that ends the session (57P01 a terminated backend, 57P02 a crash, 57P03 …) —
+# not 57014, a statement cancelled by its timeout, which leaves the session usable.
+_CONNECTION_GONE = ("08", "57P")
 # SQLSTATE classes of a database that is unavailable for now rather than of a wrong statement
 # (connection, transaction rollback such as a deadlock, resources, operator intervention,
 # system, configuration file, foreign data): what psycopg called OperationalError.
@@ -64,6 +85,57 @@ _UNAVAILABLE_PREFIXES = ("F", "H")
 _LOCK_STATEMENTS = ("lock_claim", "lock_job", "claim_appeared")
 
 
+def why_not_connected(exc: BaseException) -> str:
+    """Why a connection could not be made, in a few words on one line: the server's own
+    message where it sent one (it names the role or database, never a password), else what
+    the socket or TLS said."""
+    if isinstance(exc, asyncpg.InvalidPasswordError):
+        reason = f"wrong password ({exc.args[0] if exc.args else 'authentication failed'})"
+    elif isinstance(exc, asyncpg.InvalidAuthorizationSpecificationError):
+        # An unknown role, or no pg_hba.conf line for it (e.g. SSL required there).
+        reason = f"refused by the server: {exc.args[0] if exc.args else exc.sqlstate}"
+    elif isinstance(exc, asyncpg.InvalidCatalogNameError):
+        reason = f"unknown database ({exc.args[0] if exc.args else 'does not exist'})"
+    elif isinstance(exc, asyncpg.PostgresError):
+        reason = f"{exc.args[0] if exc.args else type(exc).__name__} (SQLSTATE {exc.sqlstate})"
+    elif isinstance(exc, ssl.SSLCertVerificationError):
+        reason = f"the server's certificate cannot be verified ({exc.verify_message})"
+    elif isinstance(exc, ssl.SSLError):
+        reason = f"TLS failed ({exc.reason or exc})"
+    elif isinstance(exc, ConnectionRefusedError):
+        reason = "connection refused (is PostgreSQL running and listening on that port?)"
+    elif isinstance(exc, socket.gaierror):
+        reason = f"host name not found ({exc.strerror})"
+    elif isinstance(exc, TimeoutError):
+        reason = "no answer in time (timeout)"
+    elif isinstance(exc, OSError):
+        # asyncpg's own ConnectionError carries its text in args ("… rejected SSL upgrade").
+        reason = exc.strerror or str(exc) or type(exc).__name__
+    else:
+        reason = str(exc) or type(exc).__name__
+    if "rejected SSL upgrade" in reason:  # asyncpg's words for a server without TLS
+        reason = f"SSL required by sslmode, but the server does not offer it ({reason})"
+    return " ".join(reason.split())  # one line, whatever the server sent
+
+
+def _breaks_connection(exc: BaseException) -> bool:
+    """True when ``exc`` leaves its connection unusable or in an unknown state: everything but
+    an error the server answered on a live connection (a constraint, a bad value, a lock
+    timeout)."""
+    if isinstance(exc, asyncpg.PostgresError) and not isinstance(
+        exc, asyncpg.PostgresConnectionError
+    ):
+        return str(exc.sqlstate or "").startswith(_CONNECTION_GONE)
+    return not isinstance(exc, asyncpg_base.DataError)  # an argument refused before sending
+
+
+def _is_connect_refusal(exc: asyncpg.PostgresError) -> bool:
+    """An error the server sends instead of a session: authentication, an unknown database,
+    too many connections, starting up or shutting down, a connection error."""
+    state = str(exc.sqlstate or "")
+    return state[:2] in ("08", "28", "53", "57") or state == "3D000"
+
+
 def translate_error(exc: BaseException) -> JobAgentError:
     """The one place asyncpg's errors become the project's. Messages never carry SQL, values
     or the connection string (it may hold a password)."""
@@ -71,9 +143,17 @@ def translate_error(exc: BaseException) -> JobAgentError:
         return ServerUnavailable("the database is busy: no connection available in time")
     if isinstance(exc, asyncpg_base.DataError):  # an argument the driver cannot encode
         return ValidationError("a value was refused by the database (invalid text or JSON)")
-    if isinstance(exc, asyncpg.InterfaceError | OSError):
-        return ServerUnavailable("the database is unavailable")
+    if isinstance(exc, asyncpg.InterfaceError | OSError | asyncpg_base.InternalClientError):
+        # The connection was lost or cut mid-operation: the database is unavailable for now.
+        return ServerUnavailable(f"the database connection was lost ({type(exc).__name__})")
     state = getattr(exc, "sqlstate", None) or ""
+    if state == "42501":
+        # A missing GRANT: the server's message names the object ("permission denied for
+        # table job"), never a value.
+        return ServerUnavailable(
+            f"the database role lacks a privilege: {_server_message(exc)} (see "
+            "docs/operators.md, database set-up)"
+        )
     if state == "42P01":
         return ServerUnavailable("the database schema is not migrated (run: server migrate)")
     if state.startswith("22"):
@@ -84,14 +164,58 @@ def translate_error(exc: BaseException) -> JobAgentError:
     if state == "23505":
         return Conflict("the object already exists")
     if state[:2] in _UNAVAILABLE or state.startswith(_UNAVAILABLE_PREFIXES):
-        return ServerUnavailable("the database is unavailable")
-    return ServerError("unexpected database error")
+        # The class, not the server's text (it may quote a value).
+        return ServerUnavailable(f"the database is unavailable (SQLSTATE {state})")
+    return ServerError(f"unexpected database error (SQLSTATE {state or '?'})")
+
+
+def _server_message(exc: BaseException) -> str:
+    """The server's primary message on one line: PostgreSQL's messages name objects and
+    roles, not values (the detail line, which may carry a row's values, is left out)."""
+    text = exc.args[0] if exc.args and isinstance(exc.args[0], str) else type(exc).__name__
+    return " ".join(text.split())
+
+
+class _OneLine(logging.Filter):
+    """The driver's own records on one line, as ours are: asyncpg's pool logs a traceback each
+    time it fails to reopen a connection (every few seconds of a database outage); the
+    exception becomes the reason at the end of the line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            reason = why_not_connected(record.exc_info[1])
+            record.msg = f"{record.getMessage()}: {reason}"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+_ONE_LINE = _OneLine()
+# asyncpg's loggers (a filter on a logger sees only that logger's own records).
+_DRIVER_LOGGERS = ("asyncpg", "asyncpg.pool", "asyncpg.connection", "asyncpg.protocol")
+
+
+def one_line_driver_logs() -> None:
+    """Fold the driver's tracebacks into one line (idempotent)."""
+    for name in _DRIVER_LOGGERS:
+        driver_log = logging.getLogger(name)
+        if _ONE_LINE not in driver_log.filters:
+            driver_log.addFilter(_ONE_LINE)
 
 
 async def _init(conn: Conn) -> None:
     # JSON read as Python values; parameters arrive already dumped (rows.dump_json).
     for name in ("json", "jsonb"):
         await conn.set_type_codec(name, encoder=str, decoder=json.loads, schema="pg_catalog")
+    # Times clamped into datetime's range on read (rows.pg_timestamptz_in), not a failed read.
+    await conn.set_type_codec(
+        "timestamptz",
+        encoder=pg_timestamptz_out,
+        decoder=pg_timestamptz_in,
+        schema="pg_catalog",
+        format="tuple",
+    )
 
 
 async def _reset(conn: Conn) -> None:
@@ -124,13 +248,26 @@ class PostgresConnector:
         ``statement_timeout``. ``pool_timeout`` (opening the pool, waiting for a connection)
         defaults to it, or 10 s when unbounded. Migrations are never bounded. An option of the
         URL that the driver does not know is a ``ConfigError``."""
-        # Never logged: it may carry a password. libpq's connect_timeout becomes asyncpg's.
-        self._url, connect_timeout = driver_url(url)
-        self._connect: dict[str, Any] = (
-            {} if connect_timeout is None else {"timeout": connect_timeout}
-        )
+        # Never logged: it may carry a password. libpq's options with an equivalent become
+        # asyncpg's (connect_timeout, options=-c …); the harmless ones are dropped, said once.
+        given = driver_url(url)
+        self._url = given.url
+        for name, why in given.ignored.items():
+            log.warning("PostgreSQL URL option %s ignored: %s", name, why)
+        self._connect: dict[str, Any] = {} if given.timeout is None else {"timeout": given.timeout}
+        # A password from the password file, read as libpq reads it (asyncpg keeps escapes).
+        password = passfile_password(url)
+        if password is not None:
+            self._connect["password"] = password
+        self._where = target_of(url)
+        parts = urlsplit(url)
+        self._secrets = [
+            secret
+            for secret in (parts.password, url_options(url).get("password"))
+            if secret and len(secret) >= 3
+        ]
         # Name our sessions in pg_stat_activity unless the operator's URL already does.
-        named = "application_name" in url_options(url)
+        named = "application_name" in url_options(url) or "application_name" in given.settings
         self._settings: dict[str, str] = {} if named else {"application_name": "jobagentctl"}
         self._listener_settings: dict[str, str] = (
             {} if named else {"application_name": "jobagentctl-listener"}
@@ -138,6 +275,9 @@ class PostgresConnector:
         if statement_timeout is not None:
             # The database gives up on a statement (a lock wait, say) when we do.
             self._settings["statement_timeout"] = str(max(1, round(statement_timeout * 1000)))
+        # The URL's own -c settings (a psycopg user's options=…), as the operator gave them.
+        self._settings.update(given.settings)
+        self._listener_settings.update(given.settings)
         self._min_size = min_size
         self._max_size = max_size
         self._statement_timeout = statement_timeout
@@ -160,12 +300,57 @@ class PostgresConnector:
         if pool is None:
             raise ServerUnavailable("the PostgreSQL store is not open")
         try:
-            async with pool.acquire(timeout=self._pool_timeout) as conn:
-                yield conn
+            conn = await pool.acquire(timeout=self._pool_timeout)
+        except DRIVER_ERRORS as exc:
+            raise self._unreachable(exc) from exc
+        broken = False
+        try:
+            yield conn
         except JobAgentError:
             raise
         except DRIVER_ERRORS as exc:
+            broken = _breaks_connection(exc)
             raise translate_error(exc) from exc
+        finally:
+            # (Cancelled mid-operation, by the bound: asyncpg waits for the query's
+            # cancellation when the connection goes back, and terminates it if that fails.)
+            if broken:
+                # Cut mid-operation (a terminated backend, a reset socket, a protocol in an
+                # unknown state): never handed to another request; the pool opens a new one.
+                # (A connection asyncpg saw close is back in the pool already: nothing to do.)
+                with suppress(asyncpg.InterfaceError):
+                    conn.terminate()
+            try:
+                await pool.release(conn)
+            except DRIVER_ERRORS as exc:
+                # The reset on the way back failed (the connection was cut meanwhile):
+                # asyncpg has terminated it. The operation's own outcome stands.
+                log.debug("a pooled connection was discarded on release (%s)", type(exc).__name__)
+
+    def _unreachable(self, exc: BaseException, *, opening: bool = False) -> JobAgentError:
+        """A connection could not be had: where (never the password) and why, on one line."""
+        if isinstance(exc, TimeoutError) and opening:
+            return ServerUnavailable(
+                f"cannot connect to PostgreSQL at {self._where}: no answer within "
+                f"{self._pool_timeout:g} s (timeout)"
+            )
+        if isinstance(exc, TimeoutError):
+            # The pool's wait: every connection busy, or new ones not answering in time.
+            return ServerUnavailable(
+                f"the database is busy: no connection to {self._where} available within "
+                f"{self._pool_timeout:g} s (all in use, or the database not answering)"
+            )
+        if isinstance(exc, asyncpg.PostgresError) and not _is_connect_refusal(exc):
+            return translate_error(exc)
+        return ServerUnavailable(
+            self._scrub(f"cannot connect to PostgreSQL at {self._where}: {why_not_connected(exc)}")
+        )
+
+    def _scrub(self, text: str) -> str:
+        """``text`` without the URL's password, should a driver's message ever carry it."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -173,6 +358,7 @@ class PostgresConnector:
         """Open the pool (waiting for its first connections), the listener and the poller."""
         if self.pool is not None:
             return
+        one_line_driver_logs()
         try:
             pool = await asyncio.wait_for(
                 asyncpg.create_pool(
@@ -187,7 +373,7 @@ class PostgresConnector:
                 self._pool_timeout,
             )
         except DRIVER_ERRORS as exc:
-            raise ServerUnavailable("cannot connect to the PostgreSQL database") from exc
+            raise self._unreachable(exc, opening=True) from exc
         self.pool = pool
         if self._listen:
             self._listener = asyncio.create_task(self._listen_forever(), name="jobagentctl-listen")
@@ -249,7 +435,7 @@ class PostgresConnector:
                 self._listening.clear()
                 raise
             except Exception as exc:  # the listener must outlive any failure: log, retry
-                log.warning("LISTEN connection lost (%s); reconnecting", type(exc).__name__)
+                log.warning("LISTEN connection lost (%s); reconnecting", why_not_connected(exc))
                 if self.listening:
                     backoff = 0.2  # it was up: a new outage
             # Until it is back, the poller asks for the waiters (one query per tick, not one

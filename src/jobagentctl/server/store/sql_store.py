@@ -115,8 +115,10 @@ class SqlStore(Entities, LogStore):
             async with asyncio.timeout(timeout):
                 applied = await self._db.all("applied_versions")
                 writable = await self._db.writable()
-        except (JobAgentError, TimeoutError):
-            return ServerUnavailable("database unreachable")
+        except TimeoutError:
+            return ServerUnavailable("database unreachable: no answer in time")
+        except JobAgentError as exc:  # its message says where and why (never a password)
+            return ServerUnavailable(f"database unavailable: {exc.message}")
         done = {row["version"] for row in applied}
         pending = [version for version, _ in migrations(self.dialect) if version not in done]
         if pending:

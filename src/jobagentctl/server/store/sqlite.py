@@ -308,7 +308,12 @@ class SqliteConnector:
                     if path.exists():
                         path.chmod(0o600)
         except (sqlite3.Error, OSError) as exc:
-            raise ServerUnavailable(f"cannot open the SQLite database at {self.path}") from exc
+            # sqlite3's and the OS's messages name no value: "file is not a database",
+            # "unable to open database file", "Permission denied".
+            reason = " ".join(str(getattr(exc, "strerror", None) or exc).split())
+            raise ServerUnavailable(
+                f"cannot open the SQLite database at {self.path}: {reason}"
+            ) from exc
         finally:
             if old_umask is not None:
                 os.umask(old_umask)

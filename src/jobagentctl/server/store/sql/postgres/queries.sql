@@ -92,17 +92,23 @@ RETURNING *
 SELECT * FROM job_agent WHERE id = %(id)s AND workspace_id = %(workspace_id)s
 
 -- fragment: agent_presence
--- An agent's presence, after "SELECT a.*, …": when it was last seen, and its state — busy (a
--- job of its in progress, or a revoked claim of its not let go yet), idle (seen within
--- window seconds), offline.
+-- An agent's presence, after "SELECT a.*, …": when it was last seen, what it holds (its jobs in
+-- progress and its revoked claims not let go yet), and its state — offline (not seen within
+-- the window, or never: whatever it holds, a dead agent is not busy), busy (holding
+-- something), idle.
            p.last_seen_at,
-           CASE WHEN EXISTS (SELECT 1 FROM job AS j
+           (SELECT COUNT(*) FROM job AS j
+             WHERE j.job_agent_id = a.id AND j.status = 'inProgress')
+           + (SELECT COUNT(*) FROM job_revoked_claim AS r WHERE r.job_agent_id = a.id)
+               AS held_claims,
+           CASE WHEN p.last_seen_at IS NULL
+                     OR p.last_seen_at < now() - make_interval(secs => %(window)s::float8)
+                    THEN 'offline'
+                WHEN EXISTS (SELECT 1 FROM job AS j
                              WHERE j.job_agent_id = a.id AND j.status = 'inProgress')
                      OR EXISTS (SELECT 1 FROM job_revoked_claim AS r
                                 WHERE r.job_agent_id = a.id) THEN 'busy'
-                WHEN p.last_seen_at >= now() - make_interval(secs => %(window)s::float8)
-                    THEN 'idle'
-                ELSE 'offline' END AS state
+                ELSE 'idle' END AS state
     FROM job_agent AS a
     LEFT JOIN job_agent_presence AS p ON p.job_agent_id = a.id
 
@@ -170,7 +176,8 @@ LIMIT %(limit)s OFFSET %(offset)s
 -- name: job_claim_state
 -- The failure paths: does the job exist in scope, what is its status, who holds the claim.
 SELECT j.status, c.claim_id, c.attempt,
-       EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = j.id) AS revoked_held
+       EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = j.id) AS revoked_held,
+       (SELECT r.claim_id FROM job_revoked_claim AS r WHERE r.job_id = j.id) AS revoked_claim_id
 FROM job AS j
 LEFT JOIN job_claim AS c ON c.job_id = j.id
 WHERE j.id = %(job_id)s AND j.workspace_id = %(workspace_id)s
@@ -620,30 +627,51 @@ SELECT
 
 -- name: log_append
 -- Append a request's chunks to the log of the attempt that the claim %(claim_id)s holds (the
--- fence: no row back when it is not the job's current claim; nothing is written). The
--- attempt's row hands out seqs and offsets under its row lock, so concurrent appends to one
--- attempt get disjoint ranges and commit in seq order. The chunks' bytes come as one bytea
+-- fence: no row back when it is neither the job's current claim nor its revoked claim whose
+-- holder has not let go; nothing is written). The fence takes FOR KEY SHARE on that claim row:
+-- whatever ends the attempt or lets go of it deletes the row, so it waits for this append's
+-- commit, and an append that comes after it finds no row. So an ended attempt's log is
+-- complete once its end is visible. KEY SHARE does not conflict with a heartbeat's update.
+-- The attempt's row hands out seqs and offsets under its row lock, so concurrent appends to
+-- one attempt get disjoint ranges and commit in seq order. The chunks' bytes come as one bytea
 -- (%(data)s) and a JSON list of {i, stream, at, start, len, pos}: each chunk its slice of it.
-WITH fence AS (
+WITH live AS (
     SELECT c.job_id, c.attempt, j.workspace_id
     FROM job_claim AS c
     JOIN job AS j ON j.id = c.job_id
     WHERE c.job_id = %(job_id)s AND c.claim_id = %(claim_id)s::uuid
       AND j.workspace_id = %(workspace_id)s
       AND (%(agent_scope)s::uuid IS NULL OR c.job_agent_id = %(agent_scope)s::uuid)
+    FOR KEY SHARE OF c
+),
+revoked AS (
+    -- An operator's requeue or cancel revoked the claim: its holder's command may still print
+    -- (cleanup while it is stopped) until the holder reports, or its lease runs out.
+    SELECT r.job_id, r.attempt, j.workspace_id
+    FROM job_revoked_claim AS r
+    JOIN job AS j ON j.id = r.job_id
+    WHERE r.job_id = %(job_id)s AND r.claim_id = %(claim_id)s::uuid
+      AND j.workspace_id = %(workspace_id)s
+      AND (%(agent_scope)s::uuid IS NULL OR r.job_agent_id = %(agent_scope)s::uuid)
+    FOR KEY SHARE OF r
+),
+fence AS (
+    SELECT * FROM live UNION ALL SELECT * FROM revoked
 ),
 state AS (
     INSERT INTO job_log_attempt (job_id, attempt, workspace_id, next_seq, appended_bytes,
-                                 stored_bytes, created_at, last_at)
+                                 stored_bytes, stored_rows, created_at, last_at)
     SELECT f.job_id, f.attempt, f.workspace_id, 1 + %(n)s::integer, %(size)s::bigint,
-           %(size)s::bigint, now(), now()
+           %(size)s::bigint, %(n)s::integer, now(), now()
     FROM fence AS f
     ON CONFLICT (job_id, attempt) DO UPDATE
     SET next_seq = job_log_attempt.next_seq + %(n)s::integer,
         appended_bytes = job_log_attempt.appended_bytes + %(size)s::bigint,
         stored_bytes = job_log_attempt.stored_bytes + %(size)s::bigint,
+        stored_rows = job_log_attempt.stored_rows + %(n)s::integer,
         last_at = now()
-    RETURNING job_id, attempt, workspace_id, next_seq, appended_bytes, stored_bytes, cut_bytes
+    RETURNING job_id, attempt, workspace_id, next_seq, appended_bytes, stored_bytes, cut_bytes,
+              stored_rows
 ),
 chunks AS (
     SELECT * FROM json_to_recordset(%(chunks)s::json)
@@ -656,35 +684,48 @@ inserted AS (
            substring(%(data)s::bytea FROM x.start FOR x.len)
     FROM state AS s, chunks AS x
 )
-SELECT s.attempt, s.next_seq, s.stored_bytes, s.cut_bytes FROM state AS s
+SELECT s.attempt, s.next_seq, s.stored_bytes, s.cut_bytes, s.stored_rows FROM state AS s
 
 -- name: log_trim
--- The cap: when the attempt's stored bytes exceed %(max_bytes)s, cut the oldest chunks after
--- the head (those beginning before %(head_bytes)s stay) down to %(low_water)s bytes, so that
--- trimming runs once per several appends, not on each. The first chunk cut becomes the one
--- truncation marker (same seq, same offset: it sits between the head and the newest output);
--- later trims cut the chunks after it and rewrite its text with the new total.
+-- The cap: when the attempt's log costs more than %(max_bytes)s — each chunk its bytes plus
+-- %(row_cost)s for its row (header, key, index entry: what a tiny chunk costs on disk) — cut
+-- the oldest chunks after the head (those whose cost from the log's start is under
+-- %(head_bytes)s stay) down to %(low_water)s, so that trimming runs once per several appends,
+-- not on each. The first chunk cut becomes the one truncation marker (same seq, same offset:
+-- it sits between the head and the newest output); later trims cut the chunks after it and
+-- rewrite its text with the new total. The rows are counted here, not trusted from
+-- stored_rows (a release without the column leaves it off), and the count is written back.
 WITH st AS (
     SELECT s.job_id, s.attempt, s.stored_bytes, s.marker_seq, s.cut_bytes
     FROM job_log_attempt AS s
     WHERE s.job_id = %(job_id)s AND s.attempt = %(attempt)s
-      AND s.stored_bytes > %(max_bytes)s
+      AND s.stored_bytes + s.stored_rows * %(row_cost)s::bigint > %(max_bytes)s
     FOR UPDATE
 ),
+counted AS (
+    SELECT count(*) AS n
+    FROM job_log AS l
+    JOIN st ON l.job_id = st.job_id AND l.attempt = st.attempt
+),
 victims AS (
-    SELECT min(v.seq) AS first_cut, max(v.seq) AS last_cut, COALESCE(sum(v.len), 0) AS cut_now
-    FROM (SELECT l.seq, octet_length(l.data) AS len, st.stored_bytes,
-                 sum(octet_length(l.data)) OVER (ORDER BY l.seq) AS upto
+    SELECT min(v.seq) AS first_cut, max(v.seq) AS last_cut, COALESCE(sum(v.len), 0) AS cut_now,
+           count(v.seq) AS cut_rows
+    FROM (SELECT l.seq, octet_length(l.data) AS len,
+                 st.stored_bytes + c.n * %(row_cost)s::bigint AS stored_cost,
+                 sum(octet_length(l.data) + %(row_cost)s::bigint) OVER (ORDER BY l.seq) AS upto
           FROM job_log AS l
           JOIN st ON l.job_id = st.job_id AND l.attempt = st.attempt
-          WHERE l.byte_offset >= %(head_bytes)s AND l.seq IS DISTINCT FROM st.marker_seq) AS v
-    WHERE v.upto - v.len < v.stored_bytes - %(low_water)s
+          CROSS JOIN counted AS c
+          WHERE l.byte_offset + (l.seq - 1) * %(row_cost)s::bigint >= %(head_bytes)s
+            AND l.seq IS DISTINCT FROM st.marker_seq) AS v
+    WHERE v.upto - v.len - %(row_cost)s::bigint < v.stored_cost - %(low_water)s
 ),
 cut AS (
     DELETE FROM job_log AS l
     USING st, victims AS v
     WHERE l.job_id = st.job_id AND l.attempt = st.attempt
-      AND l.byte_offset >= %(head_bytes)s AND l.seq <= v.last_cut
+      AND l.byte_offset + (l.seq - 1) * %(row_cost)s::bigint >= %(head_bytes)s
+      AND l.seq <= v.last_cut
       AND l.seq <> COALESCE(st.marker_seq, v.first_cut)
 ),
 marked AS (
@@ -700,16 +741,22 @@ marked AS (
 UPDATE job_log_attempt AS s
 SET stored_bytes = s.stored_bytes - v.cut_now,
     cut_bytes = s.cut_bytes + v.cut_now,
-    marker_seq = COALESCE(s.marker_seq, v.first_cut)
-FROM st, victims AS v
+    marker_seq = COALESCE(s.marker_seq, v.first_cut),
+    -- The rows cut, but the first one cut stays, as the new marker.
+    stored_rows = c.n - v.cut_rows
+                  + CASE WHEN s.marker_seq IS NULL AND v.first_cut IS NOT NULL THEN 1 ELSE 0 END
+FROM st, victims AS v, counted AS c
 WHERE s.job_id = st.job_id AND s.attempt = st.attempt
-RETURNING s.stored_bytes, s.cut_bytes
+RETURNING s.stored_bytes, s.cut_bytes, s.stored_rows
 
 -- name: log_state
 -- A read's first question: the job in scope, its attempt (the latest when none is asked), how
--- that attempt ended (job_attempt) or that it runs (job_claim), and its log's state.
+-- that attempt ended (job_attempt) or that it runs (job_claim), whether the holder of its
+-- revoked claim may still append (holder_writing), and its log's state.
 SELECT j.status AS job_status, j.attempts AS attempts, a.n AS attempt,
-       t.ended_at, t.outcome, s.next_seq, s.expired_at
+       t.ended_at, t.outcome, s.next_seq, s.expired_at,
+       EXISTS (SELECT 1 FROM job_revoked_claim AS r
+               WHERE r.job_id = j.id AND r.attempt = a.n) AS holder_writing
 FROM job AS j
 CROSS JOIN LATERAL (SELECT COALESCE(%(attempt)s::integer, j.attempts) AS n) AS a
 LEFT JOIN job_attempt AS t ON t.job_id = j.id AND t.attempt = a.n
@@ -746,7 +793,7 @@ gone AS (
 ),
 marked AS (
     UPDATE job_log_attempt AS s
-    SET expired_at = now(), stored_bytes = 0
+    SET expired_at = now(), stored_bytes = 0, stored_rows = 0
     FROM old AS o
     WHERE s.job_id = o.job_id AND s.attempt = o.attempt
     RETURNING 1
@@ -817,9 +864,11 @@ SELECT a.*,
 WHERE a.id = %(id)s AND a.workspace_id = %(workspace_id)s
 
 -- name: touch_agent
--- The agent was seen now (a request made for it); the server throttles these writes.
+-- The agent was seen now (a request made for it); the server throttles these writes. Only an
+-- agent of the request's workspace: another workspace's key naming it writes nothing.
 INSERT INTO job_agent_presence (job_agent_id, last_seen_at)
-SELECT a.id, now() FROM job_agent AS a WHERE a.id = %(agent_id)s
+SELECT a.id, now() FROM job_agent AS a
+WHERE a.id = %(agent_id)s AND a.workspace_id = %(workspace_id)s
 ON CONFLICT (job_agent_id) DO UPDATE SET last_seen_at = excluded.last_seen_at
 RETURNING job_agent_id
 

@@ -86,17 +86,23 @@ RETURNING *
 SELECT * FROM job_agent WHERE id = :id AND workspace_id = :workspace_id
 
 -- fragment: agent_presence
--- An agent's presence, after "SELECT a.*, …": when it was last seen, and its state — busy (a
--- job of its in progress, or a revoked claim of its not let go yet), idle (seen within
--- :window seconds), offline.
+-- An agent's presence, after "SELECT a.*, …": when it was last seen, what it holds (its jobs in
+-- progress and its revoked claims not let go yet), and its state — offline (not seen within
+-- the window, or never: whatever it holds, a dead agent is not busy), busy (holding
+-- something), idle.
            p.last_seen_at,
-           CASE WHEN EXISTS (SELECT 1 FROM job AS j
+           (SELECT COUNT(*) FROM job AS j
+             WHERE j.job_agent_id = a.id AND j.status = 'inProgress')
+           + (SELECT COUNT(*) FROM job_revoked_claim AS r WHERE r.job_agent_id = a.id)
+               AS held_claims,
+           CASE WHEN p.last_seen_at IS NULL
+                     OR p.last_seen_at < (julianday('now') - 2440587.5) * 86400.0 - :window
+                    THEN 'offline'
+                WHEN EXISTS (SELECT 1 FROM job AS j
                              WHERE j.job_agent_id = a.id AND j.status = 'inProgress')
                      OR EXISTS (SELECT 1 FROM job_revoked_claim AS r
                                 WHERE r.job_agent_id = a.id) THEN 'busy'
-                WHEN p.last_seen_at >= (julianday('now') - 2440587.5) * 86400.0 - :window
-                    THEN 'idle'
-                ELSE 'offline' END AS state
+                ELSE 'idle' END AS state
     FROM job_agent AS a
     LEFT JOIN job_agent_presence AS p ON p.job_agent_id = a.id
 
@@ -157,7 +163,8 @@ LIMIT :limit OFFSET :offset
 -- name: job_claim_state
 -- The failure paths: does the job exist in scope, what is its status, who holds the claim.
 SELECT j.status, c.claim_id, c.attempt,
-       EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = j.id) AS revoked_held
+       EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = j.id) AS revoked_held,
+       (SELECT r.claim_id FROM job_revoked_claim AS r WHERE r.job_id = j.id) AS revoked_claim_id
 FROM job AS j
 LEFT JOIN job_claim AS c ON c.job_id = j.id
 WHERE j.id = :job_id AND j.workspace_id = :workspace_id
@@ -488,25 +495,34 @@ SELECT
 
 -- name: log_append
 -- Append a request's chunks to the log of the attempt that the claim :claim_id holds (the
--- fence: the chain stops, writing nothing, when it is not the job's current claim). The
--- attempt's row hands out seqs and offsets; the chunks' bytes come as one BLOB (:data) and a
--- JSON list of {i, stream, at, start, len, pos}: each chunk its slice of it (substr on a BLOB
--- counts bytes).
+-- fence: the chain stops, writing nothing, when it is neither the job's current claim nor its
+-- revoked claim whose holder has not let go). The chain holds the database's write lock from
+-- its first statement, so whatever ends the attempt or lets go of it comes wholly before or
+-- after it. The attempt's row hands out seqs and offsets; the chunks' bytes come as one BLOB
+-- (:data) and a JSON list of {i, stream, at, start, len, pos}: each chunk its slice of it
+-- (substr on a BLOB counts bytes).
 SELECT c.attempt, j.workspace_id AS log_workspace_id
 FROM job_claim AS c
 JOIN job AS j ON j.id = c.job_id
 WHERE c.job_id = :job_id AND c.claim_id = :claim_id AND j.workspace_id = :workspace_id
-  AND (:agent_scope IS NULL OR c.job_agent_id = :agent_scope);
+  AND (:agent_scope IS NULL OR c.job_agent_id = :agent_scope)
+UNION ALL
+SELECT r.attempt, j.workspace_id AS log_workspace_id
+FROM job_revoked_claim AS r
+JOIN job AS j ON j.id = r.job_id
+WHERE r.job_id = :job_id AND r.claim_id = :claim_id AND j.workspace_id = :workspace_id
+  AND (:agent_scope IS NULL OR r.job_agent_id = :agent_scope);
 INSERT INTO job_log_attempt (job_id, attempt, workspace_id, next_seq, appended_bytes,
-                             stored_bytes, created_at, last_at)
-VALUES (:job_id, :attempt, :log_workspace_id, 1 + :n, :size, :size,
+                             stored_bytes, stored_rows, created_at, last_at)
+VALUES (:job_id, :attempt, :log_workspace_id, 1 + :n, :size, :size, :n,
         (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
 ON CONFLICT (job_id, attempt) DO UPDATE
 SET next_seq = next_seq + :n,
     appended_bytes = appended_bytes + :size,
     stored_bytes = stored_bytes + :size,
+    stored_rows = stored_rows + :n,
     last_at = excluded.last_at
-RETURNING next_seq, appended_bytes, stored_bytes, cut_bytes;
+RETURNING next_seq, appended_bytes, stored_bytes, cut_bytes, stored_rows;
 INSERT INTO job_log (job_id, attempt, seq, workspace_id, byte_offset, stream, at, data)
 SELECT :job_id, :attempt, :next_seq - :n - 1 + json_extract(x.value, '$.i'), :log_workspace_id,
        :appended_bytes - :size + json_extract(x.value, '$.pos'),
@@ -515,19 +531,26 @@ SELECT :job_id, :attempt, :next_seq - :n - 1 + json_extract(x.value, '$.i'), :lo
 FROM json_each(:chunks) AS x
 
 -- name: log_trim
--- The cap (see the PostgreSQL block of this name): cut the oldest chunks after the head down
--- to :low_water bytes; the first chunk cut becomes the one truncation marker.
-SELECT stored_bytes, marker_seq, cut_bytes
+-- The cap (see the PostgreSQL block of this name): when the log costs more than :max_bytes
+-- (each chunk its bytes plus :row_cost), cut the oldest chunks after the head down to
+-- :low_water; the first chunk cut becomes the one truncation marker. The rows are counted
+-- here (rows_now) and the count written back.
+SELECT stored_bytes, marker_seq, cut_bytes,
+       (SELECT count(*) FROM job_log WHERE job_id = :job_id AND attempt = :attempt) AS rows_now
 FROM job_log_attempt
-WHERE job_id = :job_id AND attempt = :attempt AND stored_bytes > :max_bytes;
-SELECT min(v.seq) AS first_cut, max(v.seq) AS last_cut, COALESCE(sum(v.len), 0) AS cut_now
-FROM (SELECT seq, length(data) AS len, sum(length(data)) OVER (ORDER BY seq) AS upto
+WHERE job_id = :job_id AND attempt = :attempt
+  AND stored_bytes + stored_rows * :row_cost > :max_bytes;
+SELECT min(v.seq) AS first_cut, max(v.seq) AS last_cut, COALESCE(sum(v.len), 0) AS cut_now,
+       count(v.seq) AS cut_rows
+FROM (SELECT seq, length(data) AS len, sum(length(data) + :row_cost) OVER (ORDER BY seq) AS upto
       FROM job_log
-      WHERE job_id = :job_id AND attempt = :attempt AND byte_offset >= :head_bytes
+      WHERE job_id = :job_id AND attempt = :attempt
+        AND byte_offset + (seq - 1) * :row_cost >= :head_bytes
         AND seq IS NOT :marker_seq) AS v
-WHERE v.upto - v.len < :stored_bytes - :low_water;
+WHERE v.upto - v.len - :row_cost < :stored_bytes + :rows_now * :row_cost - :low_water;
 DELETE FROM job_log
-WHERE job_id = :job_id AND attempt = :attempt AND byte_offset >= :head_bytes
+WHERE job_id = :job_id AND attempt = :attempt
+  AND byte_offset + (seq - 1) * :row_cost >= :head_bytes
   AND seq <= :last_cut AND seq <> COALESCE(:marker_seq, :first_cut);
 UPDATE job_log
 SET stream = 'marker',
@@ -538,15 +561,20 @@ WHERE job_id = :job_id AND attempt = :attempt AND seq = COALESCE(:marker_seq, :f
 UPDATE job_log_attempt
 SET stored_bytes = stored_bytes - :cut_now,
     cut_bytes = cut_bytes + :cut_now,
+    stored_rows = :rows_now - :cut_rows
+                  + CASE WHEN :marker_seq IS NULL AND :first_cut IS NOT NULL THEN 1 ELSE 0 END,
     marker_seq = COALESCE(marker_seq, :first_cut)
 WHERE job_id = :job_id AND attempt = :attempt
-RETURNING stored_bytes, cut_bytes
+RETURNING stored_bytes, cut_bytes, stored_rows
 
 -- name: log_state
 -- A read's first question: the job in scope, its attempt (the latest when none is asked), how
--- that attempt ended (job_attempt), and its log's state.
+-- that attempt ended (job_attempt), whether the holder of its revoked claim may still append
+-- (holder_writing), and its log's state.
 SELECT j.status AS job_status, j.attempts AS attempts, a.n AS attempt,
-       t.ended_at, t.outcome, s.next_seq, s.expired_at
+       t.ended_at, t.outcome, s.next_seq, s.expired_at,
+       EXISTS (SELECT 1 FROM job_revoked_claim AS r
+               WHERE r.job_id = j.id AND r.attempt = a.n) AS holder_writing
 FROM job AS j
 JOIN (SELECT COALESCE(:attempt, (SELECT attempts FROM job WHERE id = :job_id)) AS n) AS a
 LEFT JOIN job_attempt AS t ON t.job_id = j.id AND t.attempt = a.n
@@ -582,7 +610,7 @@ WHERE (job_id, attempt) IN (
 -- include: expiring_logs
 );
 UPDATE job_log_attempt
-SET expired_at = (julianday('now') - 2440587.5) * 86400.0, stored_bytes = 0
+SET expired_at = (julianday('now') - 2440587.5) * 86400.0, stored_bytes = 0, stored_rows = 0
 WHERE (job_id, attempt) IN (
 -- include: expiring_logs
 )
@@ -636,9 +664,11 @@ SELECT a.*,
 WHERE a.id = :id AND a.workspace_id = :workspace_id
 
 -- name: touch_agent
--- The agent was seen now (a request made for it); the server throttles these writes.
+-- The agent was seen now (a request made for it); the server throttles these writes. Only an
+-- agent of the request's workspace: another workspace's key naming it writes nothing.
 INSERT INTO job_agent_presence (job_agent_id, last_seen_at)
-SELECT a.id, (julianday('now') - 2440587.5) * 86400.0 FROM job_agent AS a WHERE a.id = :agent_id
+SELECT a.id, (julianday('now') - 2440587.5) * 86400.0 FROM job_agent AS a
+WHERE a.id = :agent_id AND a.workspace_id = :workspace_id
 ON CONFLICT (job_agent_id) DO UPDATE SET last_seen_at = excluded.last_seen_at
 RETURNING job_agent_id
 
