@@ -186,8 +186,10 @@ class Shipper:
         self._thread.join(timeout + 0.5)
         with self._cond:
             self._off = True
-            # An append still in flight may yet arrive; it is not known to have.
-            left = self._pending + (self._inflight if self._thread.is_alive() else 0)
+            # An append still in flight may yet arrive; it is not known to have. Bytes dropped
+            # earlier whose marker never went out are not in the log either.
+            left = self._pending + self._unmarked
+            left += self._inflight if self._thread.is_alive() else 0
             self._drop_oldest(self._pending, None)
             self._cond.notify_all()
             refused, refused_bytes = self.refused, self.refused_bytes
@@ -197,7 +199,7 @@ class Shipper:
                 f"refused them ({refused})"
             )
         elif left:
-            why = UNREACHABLE if self._failing else "the server took longer"
+            why = UNREACHABLE if self._failing else "the server had not taken it all by then"
             self.log.warn(
                 f"{left} bytes of output not shipped to the job's log within "
                 f"{timeout:g}s of the command's end ({why})"

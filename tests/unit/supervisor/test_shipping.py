@@ -205,6 +205,24 @@ def test_the_flush_at_the_end_is_bounded() -> None:
     assert any("not shipped" in line for line in said)
 
 
+def test_a_flush_cut_short_counts_every_byte_the_log_will_not_have() -> None:
+    # The first append hangs past the flush; meanwhile the buffer overflowed: the dropped
+    # bytes whose marker never went out count too.
+    hang = threading.Event()
+    client = FakeClient(on_append=lambda n: hang.wait(30) and None)
+    ship, said, _ = shipper(client, buffer_bytes=64 * 1024, batch_seconds=0.01)
+    ship.feed("stdout", b"x" * 10)
+    wait_until(lambda: client.named("append_logs"), what="the first append")
+    for _ in range(25):
+        ship.feed("stdout", b"y" * 8192)  # 200 KiB, 136 KiB over the buffer
+    ship.close(timeout=0.2)
+    hang.set()
+    assert said == [
+        f"{10 + 200 * 1024} bytes of output not shipped to the job's log within 0.2s of the "
+        "command's end (the server had not taken it all by then)"
+    ]
+
+
 def test_a_server_without_logs_stops_shipping_and_is_told_once() -> None:
     def no_logs(n: int) -> None:
         raise LogsUnsupported("no log endpoint on this server")
