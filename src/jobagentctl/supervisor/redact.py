@@ -44,9 +44,10 @@ DEFAULT_PATTERNS = (
     "*_SECRET_KEY",
     "*_API_KEY",
 )
-# Every value is at least this many bytes long (MIN_SECRET_CHARS characters): values are
-# indexed by their first _KEY_BYTES bytes.
-_KEY_BYTES = MIN_SECRET_CHARS
+# Values are indexed by their key: their first _KEY_BYTES bytes, or the whole value if shorter
+# (at least MIN_SECRET_CHARS characters, so at least that many bytes). A longer key is found
+# faster (bytes.find skips further) and names fewer values.
+_KEY_BYTES = 16
 # Up to this many keys are searched for one by one rather than by one regular expression.
 _FIND_ONE_BY_ONE = 8
 
@@ -131,7 +132,7 @@ def api_key_secrets(key: str) -> list[str]:
 
 
 class _Tier:
-    """A search for some of the values' keys (their first :data:`_KEY_BYTES` bytes)."""
+    """A search for some of the values' keys."""
 
     def __init__(self, keys: frozenset[bytes]) -> None:
         self.keys = keys
@@ -157,9 +158,10 @@ def _search(pattern: re.Pattern[bytes], data: bytes, pos: int) -> int:
 class _Secrets:
     """The values to redact, shared by redactors (so one added reaches all of them).
 
-    Values are indexed by their key, their first :data:`_KEY_BYTES` bytes. Candidates are found
-    by searching for keys (a short literal each, compiled into regular expressions in C) and
-    checked against the values of that key. The keys are compiled in tiers whose sizes are
+    Values are indexed by their key: their first :data:`_KEY_BYTES` bytes, or all of a shorter
+    value. Candidates are found by searching for keys (one by one when few, by regular
+    expressions over the keys only when many) and checked against the values of the keys that
+    begin there. The keys are compiled in tiers whose sizes are
     distinct powers of two, merged as a binary counter carries: an add compiles the new key
     and, amortised, O(log n) others, never one giant pattern of every value. Memory is the
     values plus a few bytes per key.
@@ -173,6 +175,8 @@ class _Secrets:
         self.values: set[bytes] = set()
         # key → the values that begin with it, longest first (the longest wins at a position).
         self.by_key: dict[bytes, tuple[bytes, ...]] = {}
+        # The lengths of the keys (a key that begins at an offset has one of them).
+        self.key_sizes: tuple[int, ...] = ()
         # Every proper prefix of a key: what a tail too short to hold a key must be to be held.
         self.stubs: set[bytes] = set()
         self.tiers: tuple[_Tier, ...] = ()
@@ -195,7 +199,9 @@ class _Secrets:
         self.longest = max(self.longest, len(value))
         if known is not None:
             return
-        self.stubs.update(key[:size] for size in range(1, _KEY_BYTES))
+        self.stubs.update(key[:size] for size in range(1, len(key)))
+        if len(key) not in self.key_sizes:
+            self.key_sizes = (*self.key_sizes, len(key))
         tiers = list(self.tiers)
         keys = frozenset([key])
         while tiers and len(tiers[-1].keys) <= len(keys):
@@ -208,16 +214,26 @@ class _Secrets:
         """The secrets in ``data`` as ``(start, end)``, left to right, the longest where several
         begin; and the offset from which ``data`` must be held back (``len(data)`` if none),
         where a secret may begin that continues past the end. ``final``: nothing follows."""
-        finders, by_key, stubs = self.finders, self.by_key, self.stubs
+        finders, by_key, stubs, key_sizes = self.finders, self.by_key, self.stubs, self.key_sizes
         size = len(data)
         view = memoryview(data)
         found: list[tuple[int, int]] = []
+        # Offsets near the end where a key may begin that the end cuts short: held unless final.
+        cut_keys = (
+            []
+            if final
+            else [
+                start
+                for start in range(max(0, size - _KEY_BYTES + 1), size)
+                if data[start:] in stubs
+            ]
+        )
         # What each finder found at or after ``pos`` (-1: nothing left), searched again only
         # once ``pos`` has passed it.
         nexts = [-2] * len(finders)
         pos = 0
         while True:
-            start = -1
+            start = next((at for at in cut_keys if at >= pos), -1)
             for index, finder in enumerate(finders):
                 at = nexts[index]
                 if at == -2 or 0 <= at < pos:
@@ -226,10 +242,20 @@ class _Secrets:
                     start = at
             if start < 0:
                 break
-            values = by_key.get(data[start : start + _KEY_BYTES], ())
             rest = size - start
-            if not final and any(
-                len(value) > rest and value.startswith(view[start:]) for value in values
+            values = sorted(
+                (
+                    value
+                    for key_size in key_sizes
+                    if key_size <= rest
+                    for value in by_key.get(data[start : start + key_size], ())
+                ),
+                key=len,
+                reverse=True,
+            )
+            if not final and (
+                (rest < _KEY_BYTES and data[start:] in stubs)
+                or any(len(value) > rest and value.startswith(view[start:]) for value in values)
             ):
                 return found, start  # a longer secret may begin here: what follows decides
             value = next((value for value in values if data.startswith(value, start)), None)
@@ -238,10 +264,6 @@ class _Secrets:
             else:
                 found.append((start, start + len(value)))
                 pos = start + len(value)
-        if not final:
-            for start in range(max(pos, size - _KEY_BYTES + 1), size):
-                if data[start:] in stubs:
-                    return found, start
         return found, size
 
 
