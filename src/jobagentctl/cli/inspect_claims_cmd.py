@@ -120,6 +120,7 @@ def inspect_claims(
       jobagentctl inspect-claims --fail-if-stuck -q >/dev/null || alert "stuck jobs"
     """
     from jobagentctl.cli import output
+    from jobagentctl.cli.list_cmd import agent_names_for_table
     from jobagentctl.durations import parse_duration
 
     state = get_state(ctx)
@@ -140,7 +141,9 @@ def inspect_claims(
             stuck = _watch(state, client, agent, state_filter, (stale, quiet), every, fail_if_stuck)
         else:
             claims, overrides, stuck = snapshot()
-            output.emit(state, "claim", claims, overrides=overrides, title=title)
+            names = agent_names_for_table(state, client)
+            title = output.count_title(title, len(claims), len(claims))
+            output.emit(state, "claim", claims, overrides=overrides, title=title, agents=names)
     if fail_if_stuck and stuck:
         what = "stuck claim" if stuck == 1 else "stuck claims"
         raise StuckClaims(f"{stuck:,} {what}: expired, unleased, stale or quiet")

@@ -43,6 +43,7 @@ def list_jobs(
       jobagentctl jobs list --status failure
     """
     from jobagentctl.cli import output
+    from jobagentctl.cli.list_cmd import agent_names_for_table
     from jobagentctl.cli.status import status_filter
     from jobagentctl.client import iter_cursor_pages
 
@@ -60,9 +61,12 @@ def list_jobs(
         else:
             page = client.list_jobs(status=wanted, limit=limit)
             jobs, total = page.items, page.total
-    output.emit(state, "job", jobs, title=f"jobs ({status})")
+        names = agent_names_for_table(state, client)
+    shown = len(jobs)
+    title = output.count_title(f"jobs ({status})", shown, shown if all_pages else total)
+    output.emit(state, "job", jobs, title=title, agents=names)
     if not all_pages:
-        output.more_hint(state, len(jobs), total)
+        output.more_hint(state, shown, total)
 
 
 @jobs_app.command("get")

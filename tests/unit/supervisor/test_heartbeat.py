@@ -102,7 +102,9 @@ def test_a_successful_heartbeat_moves_the_deadline_from_its_send_time() -> None:
     ("error", "beat"),
     [
         (ClaimLost("gone", details={"jobStatus": "cancelled"}), Beat.CANCELLED),
-        (ClaimLost("gone", details={"jobStatus": "queued"}), Beat.LEASE_LOST),
+        # Queued again while the lease holds: only an operator does that (not the reaper).
+        (ClaimLost("gone", details={"jobStatus": "queued"}), Beat.REQUEUED),
+        (ClaimLost("gone", details={"jobStatus": "failure"}), Beat.LEASE_LOST),
         (ClaimLost("gone"), Beat.LEASE_LOST),
         (ClaimMismatch("another attempt holds it"), Beat.LEASE_LOST),
         (NotFound("no such job"), Beat.JOB_GONE),

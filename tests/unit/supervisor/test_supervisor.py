@@ -363,7 +363,7 @@ def test_heartbeats_keep_the_lease(tmp_path: Path) -> None:
 
 def test_on_lease_lost_continue_lets_the_child_finish_unreported(tmp_path: Path) -> None:
     def lost(_: int) -> None:
-        raise ClaimLost("claim gone", details={"jobStatus": "queued"})
+        raise ClaimLost("claim gone", details={"jobStatus": "failure"})
 
     client = FakeClient(jobs=[claimed_job(lease_seconds=3)], on_heartbeat=lost)
     go = tmp_path / "go"
