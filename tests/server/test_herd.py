@@ -16,7 +16,8 @@ from jobagentctl.server.longpoll_ends import ENDS_PER_SECOND, LongPollEnds
 from tests.fixtures.waiting import await_until
 from tests.server.conftest import open_api
 
-pytestmark = pytest.mark.anyio
+# Slow: thousands of waiters; `make test-fast` leaves it out, `make test` runs it.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 WAITERS = 200
 
