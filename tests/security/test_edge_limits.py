@@ -291,7 +291,7 @@ def test_an_unparsable_request_gets_the_json_error_shape(servers: LiveServerFact
     for name, raw in UNPARSABLE.items():
         sock = _connect(server)
         sock.sendall(raw)
-        received = _closed_within(sock, 30)
+        received = closed_within(sock, 30)
         sock.close()
         assert received is not None, f"{name}: still open"
         head, _, body = received.partition(b"\r\n\r\n")
