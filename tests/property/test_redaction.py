@@ -11,10 +11,12 @@ from __future__ import annotations
 import base64
 import itertools
 import re
+from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jobagentctl.supervisor import redact
 from jobagentctl.supervisor.redact import MIN_SECRET_CHARS, REDACTED, Redactor, api_key_secrets
 
 # Few letters, so secrets overlap each other and the text around them often.
@@ -148,16 +150,19 @@ def many_secrets(draw: st.DrawFn) -> tuple[list[str], bytes, list[tuple[str, byt
 
 
 @settings(max_examples=150, deadline=None, derandomize=True)
-@given(many_secrets())
+@given(many_secrets(), st.sampled_from([1, 4, 128]))
 def test_many_secrets_added_one_by_one_redact_as_one_pattern_would(
-    case: tuple[list[str], bytes, list[tuple[str, bytes]]],
+    case: tuple[list[str], bytes, list[tuple[str, bytes]]], one_by_one: int
 ) -> None:
     # Added one at a time, as `redact add` does: the redactor's searches are rebuilt in tiers,
-    # and a long secret cut across many chunks and both streams is still one marker.
+    # and a long secret cut across many chunks and both streams is still one marker. Tiers of
+    # more keys than ``one_by_one`` are searched by a regular expression (past 128 keys in
+    # use: lowered here so that these few secrets take that path too).
     secrets, data, chunks = case
     redactor = Redactor()
-    for secret in secrets:
-        redactor.add(secret)
+    with mock.patch.object(redact, "_FIND_ONE_BY_ONE", one_by_one):
+        for secret in secrets:
+            redactor.add(secret)
     assert redactor.count == len(secrets)
     released = [seg for stream, chunk in chunks for seg in redactor.feed(stream, chunk)]
     assert redactor.held <= redactor.holdback

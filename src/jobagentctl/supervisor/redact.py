@@ -47,9 +47,9 @@ DEFAULT_PATTERNS = (
 # Values are indexed by their key: their first _KEY_BYTES bytes, or the whole value if shorter
 # (at least MIN_SECRET_CHARS characters, so at least that many bytes). A longer key is found
 # faster (bytes.find skips further) and names fewer values.
-_KEY_BYTES = 16
+_KEY_BYTES = 32
 # Up to this many keys are searched for one by one rather than by one regular expression.
-_FIND_ONE_BY_ONE = 8
+_FIND_ONE_BY_ONE = 128
 
 
 def _as_bytes(secret: bytes | str) -> bytes | None:
