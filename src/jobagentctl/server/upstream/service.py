@@ -321,7 +321,7 @@ class GatewayService(JobService):
         job_id = UUID(str(item["id"]))
         if lease is None:
             return await self._claim_unleased(ws, agent_id, job_id, by_id=by_id)
-        await self.ledger.mirror(
+        mirrored = await self.ledger.mirror(
             ws,
             agent_id,
             job_id,
@@ -330,6 +330,16 @@ class GatewayService(JobService):
             dispatch_context=dict(item.get("dispatchContext") or {}),
             metadata=dict(item.get("metadata") or {}),
         )
+        if not mirrored:
+            # Held here, or an operation on it not yet delivered (a requeue sent after a
+            # claim made now would undo that claim in ctrlplane): not claimable yet.
+            if by_id:
+                raise NotClaimable(
+                    "the job is held by the gateway (a claim, or a change not yet delivered "
+                    "to ctrlplane)",
+                    details={"claimHeld": True},
+                )
+            return None
         try:
             local = await self.store.claim_job(ws, agent_id, job_id, lease)
         except (NotClaimable, NotFound):
