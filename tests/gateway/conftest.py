@@ -55,6 +55,10 @@ class GatewayServer(LiveServer):
         self.workspace_id = data["workspaceId"]
         self.api_key = data["apiKey"]
 
+    def start(self) -> GatewayServer:
+        super().start()
+        return self
+
     @property
     def upstream_url(self) -> str:
         return f"http://127.0.0.1:{self.upstream.port}"
@@ -110,4 +114,4 @@ def gateway_factory(
 
 @pytest.fixture
 def gateway(gateway_factory: GatewayFactory) -> GatewayServer:
-    return gateway_factory().start()  # type: ignore[return-value]
+    return gateway_factory().start()

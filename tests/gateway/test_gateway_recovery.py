@@ -14,7 +14,9 @@ from tests.fixtures.waiting import wait_until
 from tests.gateway.conftest import GatewayServer
 
 
-def _run(gateway: GatewayServer, agent: str, *command: str, lease: int = 2) -> subprocess.Popen[bytes]:
+def _run(
+    gateway: GatewayServer, agent: str, *command: str, lease: int = 2
+) -> subprocess.Popen[bytes]:
     """``jobagentctl run`` as an agent host runs it, in its own session (killable as one)."""
     return subprocess.Popen(
         cli_command("run", "--lease-seconds", str(lease), "--wait", "30s", "--", *command),
@@ -91,9 +93,7 @@ def test_an_operator_requeue_through_the_gateway_waits_for_the_holder(
     assert status == 202, body
     # The holder still runs: ctrlplane does not list the job as queued yet.
     assert ctrlplane.job(job).status == "in_progress"
-    status, beat = gateway.request(
-        "POST", f"jobs/{job}/heartbeat", {"claimId": claimed["claimId"]}
-    )
+    status, beat = gateway.request("POST", f"jobs/{job}/heartbeat", {"claimId": claimed["claimId"]})
     assert status == 409 and beat["details"]["jobStatus"] == "queued", beat
     # Once its lease ran out (it never let go), the requeue reaches ctrlplane.
     wait_until(lambda: ctrlplane.job(job).status == "queued", what="requeued in ctrlplane")
