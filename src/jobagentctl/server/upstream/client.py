@@ -8,6 +8,7 @@ Every request is counted and timed (``UpstreamMetrics``) by operation and outcom
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 from uuid import UUID
@@ -18,6 +19,9 @@ from jobagentctl.errors import JobAgentError, ServerUnavailable
 from jobagentctl.server.upstream.metrics import UpstreamMetrics
 
 __all__ = ["UpstreamClient", "UpstreamRefused", "UpstreamUnavailable"]
+
+# httpx logs every request at INFO: the gateway's own metrics count them instead.
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 # Seconds one request to ctrlplane may take, by default (setting ``upstream_timeout``).
 REQUEST_TIMEOUT = 10.0

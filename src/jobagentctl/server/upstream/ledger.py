@@ -91,9 +91,11 @@ class Ledger:
         job_agent_config: dict[str, Any],
         dispatch_context: dict[str, Any],
         metadata: dict[str, Any],
+        confirmed: bool = False,
     ) -> bool:
         """Our row of a job ctrlplane lists as queued; False when we hold it in progress (or
-        have an undelivered operation on it): then it is not claimable here."""
+        have an undelivered operation on it), or it ended here and ``confirmed`` (ctrlplane
+        said queued when asked for this job alone) is not given: then it is not claimable."""
         row = await self._db.one(
             "gateway_mirror_job",
             {
@@ -104,9 +106,15 @@ class Ledger:
                 "job_agent_config": json.dumps(job_agent_config),
                 "dispatch_context": json.dumps(dispatch_context),
                 "metadata": json.dumps(metadata),
+                "confirmed": confirmed,
             },
         )
         return row is not None
+
+    async def ended_here(self, workspace_id: UUID, job_id: UUID) -> bool:
+        """Whether our row of the job says it ended (a terminal status)."""
+        job = await self.store.get_job(workspace_id, job_id, None)
+        return job is not None and job.completed_at is not None
 
     async def undo_claim(self, job_id: UUID, claim_id: UUID) -> bool:
         return (

@@ -272,40 +272,54 @@ class GatewayService(JobService):
         await self.ensure_agent(ws, agent_id)
         lease = await self._lease_for(ws, agent_id, requested, claim_next=True)
         deadline = time.monotonic() + wait
-        poll = self._poll(ws, agent_id)
         stops = [self._stopping] + ([disconnected] if disconnected is not None else [])
-        since = float("-inf")
-        first = True
         self.metrics.long_polls.inc()
         try:
-            while True:
-                remaining = deadline - time.monotonic()
-                # The first listing is awaited even without a wait: a claim needs one.
-                timeout = (
-                    max(remaining, self.settings.upstream_timeout + 1.0) if first else remaining
-                )
-                first = False
-                snapshot = await poll.after(since, timeout, *stops)
-                if snapshot is not None:
-                    since = snapshot.at
-                    if snapshot.error is not None and deadline - time.monotonic() <= 0:
-                        raise snapshot.error
-                    claimed: list[ClaimedJob] = []
-                    for item in snapshot.items:
-                        job = await self._claim_one(ws, agent_id, item, lease, by_id=False)
-                        if job is not None:
-                            claimed.append(job)
-                            if len(claimed) >= limit:
-                                break
-                    if claimed:
-                        self.metrics.claims.labels("next", "true" if lease else "false").inc(
-                            len(claimed)
-                        )
-                        return claimed
-                if deadline - time.monotonic() <= 0 or any(stop.is_set() for stop in stops):
-                    return []
+            return await self._claim_polled(ws, agent_id, lease, limit, deadline, stops)
         finally:
             self.metrics.long_polls.dec()
+
+    async def _claim_polled(
+        self,
+        ws: UUID,
+        agent_id: UUID,
+        lease: int | None,
+        limit: int,
+        deadline: float,
+        stops: list[asyncio.Event],
+        skip: UUID | None = None,
+    ) -> list[ClaimedJob]:
+        """Up to ``limit`` of the agent's oldest jobs queued in ctrlplane, from the agent's
+        shared poll, waiting for one until ``deadline`` (monotonic) or one of ``stops``."""
+        poll = self._poll(ws, agent_id)
+        since = float("-inf")
+        first = True
+        while True:
+            remaining = deadline - time.monotonic()
+            # The first listing is awaited even without a wait: a claim needs one.
+            timeout = max(remaining, self.settings.upstream_timeout + 1.0) if first else remaining
+            first = False
+            snapshot = await poll.after(since, timeout, *stops)
+            if snapshot is not None:
+                since = snapshot.at
+                if snapshot.error is not None and deadline - time.monotonic() <= 0:
+                    raise snapshot.error
+                claimed: list[ClaimedJob] = []
+                for item in snapshot.items:
+                    if skip is not None and item.get("id") == str(skip):
+                        continue  # the job just reported: a listing older than its end
+                    job = await self._claim_one(ws, agent_id, item, lease, by_id=False)
+                    if job is not None:
+                        claimed.append(job)
+                        if len(claimed) >= limit:
+                            break
+                if claimed:
+                    self.metrics.claims.labels("next", "true" if lease else "false").inc(
+                        len(claimed)
+                    )
+                    return claimed
+            if deadline - time.monotonic() <= 0 or any(stop.is_set() for stop in stops):
+                return []
 
     async def _claim_one(
         self,
@@ -321,15 +335,27 @@ class GatewayService(JobService):
         job_id = UUID(str(item["id"]))
         if lease is None:
             return await self._claim_unleased(ws, agent_id, job_id, by_id=by_id)
-        mirrored = await self.ledger.mirror(
-            ws,
-            agent_id,
-            job_id,
-            created_at=_parse_time(item.get("createdAt")),
-            job_agent_config=dict(item.get("jobAgentConfig") or {}),
-            dispatch_context=dict(item.get("dispatchContext") or {}),
-            metadata=dict(item.get("metadata") or {}),
-        )
+
+        async def mirror(confirmed: bool) -> bool:
+            return await self.ledger.mirror(
+                ws,
+                agent_id,
+                job_id,
+                created_at=_parse_time(item.get("createdAt")),
+                job_agent_config=dict(item.get("jobAgentConfig") or {}),
+                dispatch_context=dict(item.get("dispatchContext") or {}),
+                metadata=dict(item.get("metadata") or {}),
+                confirmed=confirmed,
+            )
+
+        mirrored = await mirror(False)
+        if not mirrored and await self.ledger.ended_here(ws, job_id):
+            # Ended here: a listing older than its end, or a job queued again in ctrlplane
+            # (an operator's requeue there). ctrlplane says which, for this job alone.
+            if await self._queued_upstream(ws, job_id):
+                mirrored = await mirror(True)
+            elif not by_id:
+                self._poll(ws, agent_id).forget()
         if not mirrored:
             # Held here, or an operation on it not yet delivered (a requeue sent after a
             # claim made now would undo that claim in ctrlplane): not claimable yet.
@@ -370,6 +396,13 @@ class GatewayService(JobService):
             raise
         crash_point("claimed-upstream")
         return self._merged(local, upstream)
+
+    async def _queued_upstream(self, ws: UUID, job_id: UUID) -> bool:
+        try:
+            job = await self.upstream.get_job(ws, job_id)
+        except UpstreamRefused:
+            return True  # not readable by id (no release): ctrlplane's claim decides
+        return job.get("status") == JobStatus.QUEUED.value
 
     async def _claim_unleased(
         self, ws: UUID, agent_id: UUID, job_id: UUID, *, by_id: bool
@@ -422,8 +455,30 @@ class GatewayService(JobService):
         self, principal: Principal, ws: UUID, job_id: UUID, body: UpdateJobStatusRequest
     ) -> AcceptedResponse:
         self._workspace(principal, ws)
-        if body.claim_next is not None:
-            raise ValidationError("claimNext is not available through the gateway")
+        following = body.claim_next
+        ending = body.claim_id is not None and body.status != JobStatus.IN_PROGRESS
+        if following is not None and not ending:
+            raise ValidationError(
+                "claimNext needs a claimId and a status that ends the attempt (not inProgress)"
+            )
+        accepted = await self._update_status(principal, ws, job_id, body)
+        if following is not None:
+            # The holder ending its attempt takes its agent's next jobs in the same request,
+            # from the agent's shared poll, without waiting.
+            job = await self.store.get_job(ws, job_id, principal.agent_id)
+            agent = job.agent_id if job is not None else None
+            if agent is None:
+                accepted.claimed = []
+            else:
+                lease = await self._lease_for(ws, agent, following.lease_seconds, claim_next=True)
+                accepted.claimed = await self._claim_polled(
+                    ws, agent, lease, following.limit, time.monotonic(), [self._stopping], job_id
+                )
+        return accepted
+
+    async def _update_status(
+        self, principal: Principal, ws: UUID, job_id: UUID, body: UpdateJobStatusRequest
+    ) -> AcceptedResponse:
         if body.claim_id is None:
             return await self._operator_status(principal, ws, job_id, body)
         if body.status == JobStatus.IN_PROGRESS:

@@ -665,7 +665,9 @@ SELECT workspace_id, upstream_url FROM gateway_upstream ORDER BY created_at
 
 -- name: gateway_mirror_job
 -- The job as ctrlplane listed it (queued), unless the gateway has it in progress: a claim of
--- ours, or a report or requeue not delivered yet, is newer than ctrlplane's listing.
+-- ours, or a report or requeue not delivered yet, is newer than ctrlplane's listing. A job
+-- that ended here is made queued again only when ctrlplane confirmed it (:confirmed, read
+-- by id): a listing taken before the job ended still shows it queued.
 INSERT INTO job (id, workspace_id, job_agent_id, status, job_agent_config, dispatch_context,
                  metadata, created_at, updated_at)
 VALUES (:id, :workspace_id, :agent_id, 'queued', :job_agent_config, :dispatch_context,
@@ -679,6 +681,7 @@ SET status = 'queued',
     updated_at = excluded.updated_at
 WHERE job.status <> 'inProgress' AND job.workspace_id = excluded.workspace_id
   AND NOT EXISTS (SELECT 1 FROM upstream_op AS o WHERE o.job_id = job.id AND o.done_at IS NULL)
+  AND (job.completed_at IS NULL OR :confirmed)
 RETURNING id
 
 -- name: gateway_undo_claim
