@@ -24,6 +24,20 @@ def _status_puts(ctrlplane: CtrlplaneStandIn, job_id: str) -> int:
     )
 
 
+def _metrics(gateway: GatewayServer) -> str:
+    status, text = gateway.request("GET", "/metrics", api_key=None)
+    assert status == 200
+    return str(text)
+
+
+def _failed_reports(gateway: GatewayServer) -> float:
+    line = 'jobagentctl_upstream_requests_total{operation="set_status",outcome="error"}'
+    for row in _metrics(gateway).splitlines():
+        if row.startswith(line):
+            return float(row.split()[-1])
+    return 0.0
+
+
 def test_claim_next_heartbeat_and_fenced_report(
     gateway: GatewayServer, ctrlplane: CtrlplaneStandIn
 ) -> None:
@@ -118,12 +132,18 @@ def test_report_accepted_while_ctrlplane_is_down_is_delivered_later(
     report = {"status": "failure", "claimId": claimed["claimId"], "message": "exit code 3"}
     status, body = gateway.request("PUT", f"jobs/{job}/status", report)
     assert status == 202 and "delivering" in body["message"], body
-    # Held while it waits for delivery: its lease runs out, the reaper leaves it alone.
+    # Held while it waits for delivery: its lease runs out, the reaper (5 passes a second)
+    # leaves it alone while the outbox tries twice more (2 s apart at least).
     expire_claims(gateway.database_url, [job])
+    wait_until(lambda: _failed_reports(gateway) >= 3, what="two more tries of the report")
     status, ready = gateway.request("GET", "/readyz", api_key=None)
     assert status == 200 and ready["upstream"] == "down", ready
     status, claims = gateway.request("GET", "job-claims")
-    assert [c["jobId"] for c in claims["items"]] == [job], claims
+    assert [(c["jobId"], c.get("delivery")) for c in claims["items"]] == [(job, "pending")]
+    assert "jobagentctl_upstream_pending_operations 1.0" in _metrics(gateway)
+    # Heartbeats need no ctrlplane: the holder's still work.
+    status, beat = gateway.request("POST", f"jobs/{job}/heartbeat", {"claimId": claimed["claimId"]})
+    assert status == 200, beat
 
     ctrlplane.start(port=port)
     wait_until(lambda: _upstream_status(ctrlplane, job) == "failure", what="report delivered")
@@ -138,3 +158,4 @@ def test_report_accepted_while_ctrlplane_is_down_is_delivered_later(
     assert [(a["attempt"], a["outcome"]) for a in attempts] == [(1, "completed")]
     assert _status_puts(ctrlplane, job) >= 1
     assert ctrlplane.job(job).status == "failure"  # never requeued
+    assert "jobagentctl_upstream_pending_operations 0.0" in _metrics(gateway)

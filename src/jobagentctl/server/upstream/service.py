@@ -33,8 +33,10 @@ from jobagentctl.models import (
     ClaimedJob,
     ClaimNextRequest,
     ClaimRequest,
+    ClaimState,
     CreateJobRequest,
     Job,
+    JobClaim,
     JobStatus,
     UpdateJobStatusRequest,
     UpsertJobAgentRequest,
@@ -634,6 +636,29 @@ class GatewayService(JobService):
                 )
         crash_point("requeue-delivered")
         await self.ledger.op_done(op.id, error)
+
+    async def list_claims(
+        self,
+        principal: Principal,
+        ws: UUID,
+        *,
+        agent_id: UUID | None,
+        state: ClaimState,
+        limit: int,
+        offset: int,
+    ) -> tuple[list[JobClaim], int]:
+        """The claims, those whose holder's report waits for delivery to ctrlplane marked
+        ``delivery: pending`` (an added field: held, never reaped, until ctrlplane took it)."""
+        claims, total = await super().list_claims(
+            principal, ws, agent_id=agent_id, state=state, limit=limit, offset=offset
+        )
+        pending = {
+            str(op["job_id"]) for op in await self.ledger.pending_ops(ws) if op["kind"] == "report"
+        }
+        for claim in claims:
+            if str(claim.job_id) in pending:
+                claim.delivery = "pending"  # type: ignore[attr-defined]
+        return claims, total
 
     # --- operations --------------------------------------------------------------------------
     async def upstream_state(self) -> str:

@@ -96,9 +96,15 @@ class GatewayWorker:
                 except UpstreamUnavailable as exc:
                     delay = min(2.0 ** min(op.tries, 8), _MAX_RETRY)
                     await self.ledger.op_retry(op.id, delay, exc.message)
+                    await self._count_pending()
                     return finished  # ctrlplane is down: the rest waits too
             if len(ops) < _BATCH:
+                await self._count_pending()
                 return finished
+
+    async def _count_pending(self) -> None:
+        pending = await self.service.store.connector.one("gateway_pending_count")
+        self.upstream.metrics.pending.set(int((pending or {}).get("n") or 0))
 
     # --- the reaper's pass ---------------------------------------------------------------------
     async def reap(

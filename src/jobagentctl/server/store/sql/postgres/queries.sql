@@ -1007,3 +1007,6 @@ INSERT INTO upstream_op (id, workspace_id, job_id, kind, claim_id, payload, crea
 VALUES (%(op_id)s::uuid, %(workspace_id)s::uuid, %(job_id)s::uuid, 'requeue',
         %(claim_id)s::uuid, '{}'::jsonb, now(), now())
 ON CONFLICT (job_id, claim_id, kind) DO NOTHING
+
+-- name: gateway_pending_count
+SELECT COUNT(*) AS n FROM upstream_op WHERE done_at IS NULL

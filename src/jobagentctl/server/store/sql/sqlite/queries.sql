@@ -796,3 +796,6 @@ INSERT INTO upstream_op (id, workspace_id, job_id, kind, claim_id, payload, crea
 VALUES (:op_id, :workspace_id, :job_id, 'requeue', :claim_id, '{}',
         (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
 ON CONFLICT (job_id, claim_id, kind) DO NOTHING
+
+-- name: gateway_pending_count
+SELECT COUNT(*) AS n FROM upstream_op WHERE done_at IS NULL
