@@ -111,10 +111,10 @@ class Ledger:
         )
         return row is not None
 
-    async def ended_here(self, workspace_id: UUID, job_id: UUID) -> bool:
-        """Whether our row of the job says it ended (a terminal status)."""
+    async def ended_here(self, workspace_id: UUID, job_id: UUID) -> datetime | None:
+        """When our row of the job says it ended (a terminal status), or None."""
         job = await self.store.get_job(workspace_id, job_id, None)
-        return job is not None and job.completed_at is not None
+        return None if job is None else job.completed_at
 
     async def undo_claim(self, job_id: UUID, claim_id: UUID) -> bool:
         return (

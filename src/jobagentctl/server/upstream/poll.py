@@ -27,6 +27,9 @@ class Snapshot:
     at: float
     items: list[dict[str, Any]] = field(default_factory=list)
     error: JobAgentError | None = None
+    # Wall-clock time (epoch seconds) the listing was asked for: what ended here after it is
+    # newer than the listing.
+    wall: float = 0.0
 
 
 class SharedPoll:
@@ -55,21 +58,22 @@ class SharedPoll:
         latest = self._latest
         if latest is not None:
             await asyncio.sleep(max(0.0, latest.at + self._spacing() - time.monotonic()))
-        at = time.monotonic()
+        at, wall = time.monotonic(), time.time()
         self.fetches += 1
         try:
             items = await self._fetch()
         except JobAgentError as exc:
             self._errors += 1
-            self._latest = Snapshot(at, [], exc)
+            self._latest = Snapshot(at, [], exc, wall)
         else:
             self._errors = 0
-            self._latest = Snapshot(at, items)
+            self._latest = Snapshot(at, items, None, wall)
 
     def forget(self) -> None:
         """The next waiter asks afresh at once (a claim found the listing stale)."""
         if self._latest is not None and self._latest.error is None:
-            self._latest = Snapshot(self._latest.at - self._spacing(), self._latest.items)
+            latest = self._latest
+            self._latest = Snapshot(latest.at - self._spacing(), latest.items, None, latest.wall)
 
     async def after(self, since: float, timeout: float, *stops: asyncio.Event) -> Snapshot | None:
         """The first listing asked for after ``since`` (monotonic), waiting up to ``timeout``

@@ -310,7 +310,9 @@ class GatewayService(JobService):
                 for item in snapshot.items:
                     if skip is not None and item.get("id") == str(skip):
                         continue  # the job just reported: a listing older than its end
-                    job = await self._claim_one(ws, agent_id, item, lease, by_id=False)
+                    job = await self._claim_one(
+                        ws, agent_id, item, lease, by_id=False, listed_at=snapshot.wall
+                    )
                     if job is not None:
                         claimed.append(job)
                         if len(claimed) >= limit:
@@ -331,6 +333,7 @@ class GatewayService(JobService):
         lease: int | None,
         *,
         by_id: bool,
+        listed_at: float | None = None,
     ) -> ClaimedJob | None:
         """Claim one job: here first (leased), then in ctrlplane. None (claim-next) or the
         error (by id) when it is not claimable: held here, or ctrlplane refused."""
@@ -351,9 +354,12 @@ class GatewayService(JobService):
             )
 
         mirrored = await mirror(False)
-        if not mirrored and await self.ledger.ended_here(ws, job_id):
-            # Ended here: a listing older than its end, or a job queued again in ctrlplane
-            # (an operator's requeue there). ctrlplane says which, for this job alone.
+        ended = None if mirrored else await self.ledger.ended_here(ws, job_id)
+        if ended is not None and not (listed_at and ended.timestamp() > listed_at - 1.0):
+            # Ended here before the listing was asked for (a second's margin for the clocks
+            # of this host and the database's): a job queued again in ctrlplane (an
+            # operator's requeue there), or a listing that was on its way. ctrlplane says
+            # which, for this job alone. One that ended after it is skipped without asking.
             if await self._queued_upstream(ws, job_id):
                 mirrored = await mirror(True)
             elif not by_id:
