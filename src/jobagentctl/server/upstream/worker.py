@@ -47,9 +47,10 @@ class GatewayWorker:
         self.upstream = service.upstream
         self._tick = tick
         self._sync_interval = service.settings.upstream_sync_interval
-        # The sync does not judge a claim younger than this: its claim request to ctrlplane
-        # may still be on its way. Outbox rows are held by a taker as long.
+        # Outbox rows are held by their taker this long; the sync does not judge a claim
+        # younger than one upstream request may take (its claim may still be on its way).
         self._hold = service.settings.upstream_hold
+        self._settle = service.settings.upstream_timeout + 1.0
         self._last_sync = time.monotonic()
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -134,7 +135,7 @@ class GatewayWorker:
         for ws, _ in await self.ledger.workspaces():
             # Agents made in ctrlplane since: keys of ours can be bound to them.
             await mirror_agents(self.service.store, self.upstream, ws)
-        claims = await self.ledger.live_claims(self._hold)
+        claims = await self.ledger.live_claims(self._settle)
         by_agent: dict[tuple[UUID, UUID], list[tuple[UUID, UUID]]] = defaultdict(list)
         for job_id, agent_id, claim_id, ws in claims:
             by_agent[(ws, agent_id)].append((job_id, claim_id))
