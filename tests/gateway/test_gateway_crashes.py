@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.ctrlplane.standin import CtrlplaneStandIn, Request
+from tests.ctrlplane.standin import CtrlplaneStandIn, Request, api_error
 from tests.fixtures.waiting import wait_until
 from tests.gateway.conftest import GatewayFactory, GatewayServer
 
@@ -119,3 +119,35 @@ def test_crash_while_requeueing(
     assert claimed["attempt"] == 2
     assert ctrlplane.job(job).status == "successful"
     assert _attempts(gateway, job) == [(1, "expired"), (2, "completed")]
+
+
+def test_no_claim_while_a_requeue_is_undelivered(
+    gateway_factory: GatewayFactory, ctrlplane: CtrlplaneStandIn
+) -> None:
+    """Killed after the lease was recorded but before ctrlplane's claim: ctrlplane lists the
+    job as queued all along. After the restart the lease runs out and a requeue is in the
+    outbox; while it cannot be delivered (ctrlplane fails the job's read), the gateway must not
+    hand the job out: the requeue, delivered later, would send that new claim back to queued."""
+    gateway = gateway_factory(gateway_crash_at="claimed-locally").start()
+    agent = ctrlplane.add_agent("pull")
+    job = ctrlplane.seed_job(agent)
+    with pytest.raises(OSError):
+        gateway.request("POST", f"job-agents/{agent}/claim", {"leaseSeconds": 1})
+    _crashed(gateway)
+
+    def fail_job_reads(request: Request) -> None:
+        if request.method == "get" and request.path.endswith(f"/jobs/{job}"):
+            raise api_error("upstream trouble", 503)
+
+    ctrlplane.before = fail_job_reads
+    _restart(gateway)
+    wait_until(lambda: _attempts(gateway, job) == [(1, "expired")], what="the lease reaped")
+    status, body = gateway.request(
+        "POST", f"job-agents/{agent}/claim", {"leaseSeconds": 30, "waitSeconds": 2}
+    )
+    assert status == 204, body
+    sent = _record_statuses(ctrlplane)  # from here: no more failing reads
+    claimed = _claim_and_finish(gateway, agent)
+    assert claimed["attempt"] == 2
+    assert sent == ["successful"], sent  # the requeue was not sent over the new claim
+    assert ctrlplane.job(job).status == "successful"
