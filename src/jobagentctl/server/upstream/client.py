@@ -211,7 +211,7 @@ class UpstreamClient:
     async def ping(self) -> bool:
         """Whether ctrlplane answers at all (any HTTP answer counts: ``/readyz``'s gauge)."""
         try:
-            await self._http.get("/v1/workspaces/slug/-", timeout=2.0)
+            await self._http.get("/v1/workspaces/slug/-", timeout=1.0)
         except httpx.HTTPError:
             return False
         return True

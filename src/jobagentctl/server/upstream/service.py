@@ -64,6 +64,8 @@ logger = logging.getLogger("jobagentctl.server.gateway")
 _POLL_PAGE = 50
 # Statuses a report may carry that ctrlplane keeps; the rest of a report stays here.
 _ACCEPTED_MESSAGE = "Job status accepted: delivering it to ctrlplane"
+# /readyz asks ctrlplane at most this often (seconds); the answer in between is the last one.
+_UPSTREAM_STATE_TTL = 2.0
 
 
 def _parse_time(value: Any) -> datetime:
@@ -93,6 +95,7 @@ class GatewayService(JobService):
         self._mirrored_agents: set[UUID] = set()
         # Set when an outbox row is waiting: the worker delivers at once instead of next tick.
         self.outbox_wake = asyncio.Event()
+        self._upstream_checked: tuple[float, bool] = (float("-inf"), False)
 
     # --- agents ------------------------------------------------------------------------------
     async def ensure_agent(self, ws: UUID, agent_id: UUID) -> None:
@@ -670,6 +673,10 @@ class GatewayService(JobService):
     async def upstream_state(self) -> str:
         """``up`` when ctrlplane answers (any HTTP answer), else ``down`` (``/readyz``'s body;
         the gateway stays ready: agents' heartbeats and reports need only our database)."""
-        up = await self.upstream.ping()
-        self.upstream.metrics.up.set(1 if up else 0)
-        return "up" if up else "down"
+        now = time.monotonic()
+        if now - self._upstream_checked[0] > _UPSTREAM_STATE_TTL:
+            # One probe per TTL whatever the probing rate (load balancers, several of them).
+            up = await self.upstream.ping()
+            self._upstream_checked = (time.monotonic(), up)
+            self.upstream.metrics.up.set(1 if up else 0)
+        return "up" if self._upstream_checked[1] else "down"
