@@ -380,7 +380,8 @@ class Trial:
             "cancel made in ctrlplane",
             code == 143 and self.cp_status(job) == "cancelled",
             f"ctrlplane answered {status}; run exited {code} {time.monotonic() - cancelled:.1f}s "
-            f"later (sync 2s after a claim settles {2 * 3 + 1}s); ctrlplane {self.cp_status(job)}",
+            f"later (sync every 2s, a claim judged once {3 + 1}s old); ctrlplane "
+            f"{self.cp_status(job)}",
         )
 
     def crash_and_reconcile(self) -> None:
