@@ -53,7 +53,8 @@ EXTRA: dict[str, set[str]] = {"jobagentctl.cli.server": {"server"}}
 
 OWNERS: dict[str, set[str]] = {
     "rich": {"jobagentctl.cli.output"},
-    "httpx": {"jobagentctl.client."},
+    # The gateway's client of ctrlplane (the server never imports our client package).
+    "httpx": {"jobagentctl.client.", "jobagentctl.server.upstream.client"},
     "typer": {"jobagentctl.cli."},
     "click": set(),  # Typer vendors it: never import it (STYLE.md)
     "asyncpg": {"jobagentctl.server.store.postgres", "jobagentctl.server.store.postgres_url"},
@@ -63,7 +64,7 @@ OWNERS: dict[str, set[str]] = {
     "uvicorn": {"jobagentctl.server."},
     "uvloop": {"jobagentctl.server."},
     "httptools": {"jobagentctl.server."},
-    "prometheus_client": {"jobagentctl.server.metrics"},
+    "prometheus_client": {"jobagentctl.server.metrics", "jobagentctl.server.upstream.metrics"},
     "pydantic_settings": {"jobagentctl.server."},
 }
 

@@ -723,12 +723,14 @@ class CtrlplaneStandIn(ServerAddress):
             return exc.status, exc.body, exc.headers
 
     # --- process ------------------------------------------------------------------------------
-    def start(self) -> CtrlplaneStandIn:
+    def start(self, port: int = 0) -> CtrlplaneStandIn:
+        """Serve on ``port`` (0: a free one). As a gateway's upstream, a test stops the
+        stand-in (ctrlplane down) and starts it again on the same port, its state kept."""
         import uvicorn
 
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("127.0.0.1", port))
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
             self.app, interface="asgi3", log_level="warning", lifespan="off", access_log=False

@@ -69,6 +69,11 @@ EXCLUDED: dict[str, str] = {
         "the libraries' owners (tests/test_layering.py holds it equal to the rules it enforces)"
     ),
     "docs/protocol.md › 1. The life of a job and its claim": "a mermaid diagram",
+    "docs/gateway.md › Who holds what": "a text diagram",
+    "docs/gateway.md › Set-up": (
+        "needs ctrlplane's API server and its key: tests/gateway (the stand-in) and "
+        "tools/gateway_trial.py (the real server) run this set-up"
+    ),
     "docs/operators.md › Watching claims": (
         "a captured 80x24 screen; tests/integration/test_watch_terminal.py compares it with the "
         "frame it draws in tmux (summary, header, each row's state and agent)"

@@ -100,6 +100,8 @@ def test_migrations_are_numbered_and_agree_on_tables() -> None:
             "job_log_attempt",
             "job_revoked_claim",
             "job_agent_presence",
+            "gateway_upstream",
+            "upstream_op",
         }
     )
 

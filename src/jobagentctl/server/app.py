@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import FastAPI, Path, Request
 from starlette.responses import Response
@@ -33,6 +33,9 @@ from jobagentctl.server.routing import add_api_routes, add_operational_routes
 from jobagentctl.server.service import JobService
 from jobagentctl.server.settings import ServerSettings
 from jobagentctl.server.store import Store
+
+if TYPE_CHECKING:
+    from jobagentctl.server.upstream.worker import GatewayWorker
 
 __all__ = ["API_PREFIX", "JobAgentApp", "create_app"]
 
@@ -65,7 +68,25 @@ def create_app(settings: ServerSettings | None = None, store: Store | None = Non
     auth = Authenticator(
         store, ttl=settings.key_cache_seconds, lookup_timeout=settings.database_timeout
     )
-    service = JobService(store, settings, metrics, key_check=auth.reverify)
+    service: JobService
+    gateway: GatewayWorker | None = None
+    if settings.gateway:
+        # Gateway mode: ctrlplane holds the jobs' status (server/upstream/, docs/gateway.md).
+        from jobagentctl.server.upstream.client import UpstreamClient
+        from jobagentctl.server.upstream.metrics import UpstreamMetrics
+        from jobagentctl.server.upstream.service import GatewayService
+        from jobagentctl.server.upstream.worker import GatewayWorker
+
+        upstream = UpstreamClient(
+            str(settings.upstream_url),
+            settings.upstream_key(),
+            UpstreamMetrics(metrics.registry),
+            timeout=settings.upstream_timeout,
+        )
+        service = GatewayService(store, settings, metrics, upstream, key_check=auth.reverify)
+        gateway = GatewayWorker(service)
+    else:
+        service = JobService(store, settings, metrics, key_check=auth.reverify)
     reaper = Reaper(
         store,
         interval=settings.reap_interval,
@@ -73,6 +94,7 @@ def create_app(settings: ServerSettings | None = None, store: Store | None = Non
         max_reclaims=settings.max_reclaims,
         metrics=metrics,
         log_retention=settings.log_retention,
+        reap_with=gateway.reap if gateway is not None else None,
     )
     app = JobAgentApp(
         title="jobagentctl",
@@ -83,7 +105,12 @@ def create_app(settings: ServerSettings | None = None, store: Store | None = Non
         docs_url=f"{API_PREFIX}/docs",
         redoc_url=None,
         lifespan=_lifespan(
-            store, service, reaper, owns_store=owns_store, reaps=settings.reap_interval > 0
+            store,
+            service,
+            reaper,
+            owns_store=owns_store,
+            reaps=settings.reap_interval > 0,
+            gateway=gateway,
         ),
         strict_content_type=False,
     )
@@ -106,10 +133,16 @@ def create_app(settings: ServerSettings | None = None, store: Store | None = Non
 
 
 def _lifespan(
-    store: Store, service: JobService, reaper: Reaper, *, owns_store: bool, reaps: bool
+    store: Store,
+    service: JobService,
+    reaper: Reaper,
+    *,
+    owns_store: bool,
+    reaps: bool,
+    gateway: GatewayWorker | None = None,
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """The app's lifespan: open and migrate an owned store, start the reaper (``reaps``); on
-    shutdown wake the long-polls, stop the reaper, close an owned store."""
+    """The app's lifespan: open and migrate an owned store, start the reaper (``reaps``) and
+    the gateway's worker; on shutdown wake the long-polls, stop them, close an owned store."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -118,11 +151,16 @@ def _lifespan(
             await store.migrate()
         if reaps:
             reaper.start()
+        if gateway is not None:
+            gateway.start()
         try:
             yield
         finally:
             service.begin_shutdown()
             await reaper.stop()
+            if gateway is not None:
+                await gateway.stop()
+                await gateway.upstream.aclose()
             if owns_store:
                 await store.close()
 

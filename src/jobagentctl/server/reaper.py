@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from jobagentctl.errors import JobAgentError
 from jobagentctl.models import HEARTBEAT_INTERVAL_MAX
@@ -55,10 +55,13 @@ class Reaper:
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         log_retention: float | None = None,
+        reap_with: Callable[[int, int, OutageGrace | None], Awaitable[ReapResult]] | None = None,
     ) -> None:
         """``log_retention``: seconds after an attempt's end its log is deleted, by each pass
-        (None or infinite: never)."""
+        (None or infinite: never). ``reap_with``: the pass instead of the store's ``reap`` (the
+        gateway's, which requeues in ctrlplane)."""
         self._store = store
+        self._reap = reap_with or store.reap
         self._log_retention = log_retention
         self._interval = max(interval, _MIN_INTERVAL)
         self._batch_size = batch_size
@@ -92,7 +95,7 @@ class Reaper:
         self.passes += 1
         now = self._clock()
         try:
-            result = await self._store.reap(self._batch_size, self._max_reclaims, self.grace(now))
+            result = await self._reap(self._batch_size, self._max_reclaims, self.grace(now))
         except (JobAgentError, OSError) as exc:
             self._outage(now)
             self._record_failure(exc)

@@ -85,6 +85,10 @@ def add_operational_routes(app: FastAPI, service: JobService, metrics: Metrics) 
             )
         if problem is not None:
             raise problem  # its message says why; a load balancer takes the replica out
+        upstream = getattr(service, "upstream_state", None)  # gateway mode: ctrlplane's
+        if upstream is not None:
+            state = (await upstream()).encode()
+            return json_response((200, b'{"status":"ready","upstream":"' + state + b'"}'))
         return json_response((200, b'{"status":"ready"}'))
 
     @app.get(

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from jobagentctl.durations import parse_duration
@@ -143,6 +143,21 @@ class ServerSettings(BaseSettings):
     # A TLS-terminating proxy is in front: the addresses (or CIDRs) whose X-Forwarded-For and
     # X-Forwarded-Proto headers are trusted, comma-separated; nobody else's are.
     behind_proxy: str | None = None
+    # Gateway mode (docs/gateway.md): ctrlplane's API in front of which this server runs, and
+    # its API key (the environment, or a file: never a flag value, never logged). None: our
+    # own server. The poll of an agent's queued jobs while claimers wait (seconds, backing off
+    # up to upstream_max_backoff while ctrlplane fails) and the sync of claimed jobs with
+    # ctrlplane (seconds between two looks: a job cancelled there ends its claim here within it).
+    upstream_url: str | None = None
+    upstream_api_key: SecretStr | None = None
+    upstream_key_file: Path | None = None
+    upstream_poll_interval: float = Field(default=1.0, gt=0, le=60)
+    upstream_max_backoff: float = Field(default=30.0, gt=0)
+    upstream_sync_interval: float = Field(default=10.0, gt=0)
+    # Seconds one request to ctrlplane may take. An outbox row taken by a process is left to
+    # it for twice that (plus one second) before another process may take it, and the sync
+    # leaves a claim that young alone (its claim request may still be on its way).
+    upstream_timeout: float = Field(default=10.0, gt=0, le=300)
 
     @field_validator("database")
     @classmethod
@@ -191,6 +206,53 @@ class ServerSettings(BaseSettings):
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together: give both, or neither")
         return self
+
+    @field_validator("upstream_url")
+    @classmethod
+    def _upstream_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip()
+        if urlsplit(value).scheme not in ("http", "https") or not urlsplit(value).hostname:
+            raise ValueError("upstream_url must be an http:// or https:// URL of ctrlplane's API")
+        return value
+
+    @field_validator("upstream_key_file", mode="before")
+    @classmethod
+    def _key_file(cls, value: Any) -> Any:
+        return None if value is None or str(value).strip() == "" else value
+
+    @property
+    def upstream_hold(self) -> float:
+        """Seconds an outbox row (or a fresh claim) is left to the process that has it."""
+        return 2 * self.upstream_timeout + 1
+
+    @property
+    def gateway(self) -> bool:
+        """Whether this server is a gateway in front of ctrlplane (``upstream_url`` set)."""
+        return self.upstream_url is not None
+
+    def upstream_key(self) -> str:
+        """ctrlplane's API key: ``upstream_api_key``, else the first line of
+        ``upstream_key_file``. ``ConfigError`` (exit 2) when neither gives one."""
+        if self.upstream_api_key is not None and self.upstream_api_key.get_secret_value():
+            return self.upstream_api_key.get_secret_value().strip()
+        if self.upstream_key_file is not None:
+            try:
+                text = self.upstream_key_file.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot read the upstream key file {self.upstream_key_file}: "
+                    f"{exc.strerror or exc}"
+                ) from None
+            key = text.strip().splitlines()[0].strip() if text.strip() else ""
+            if key:
+                return key
+            raise ConfigError(f"the upstream key file {self.upstream_key_file} is empty")
+        raise ConfigError(
+            "gateway mode needs ctrlplane's API key: set JOBAGENTCTL_SERVER_UPSTREAM_API_KEY or "
+            "give --upstream-key-file FILE"
+        )
 
     @property
     def tls(self) -> bool:

@@ -12,7 +12,15 @@ if TYPE_CHECKING:
 
     from jobagentctl.server.settings import ServerSettings
 
-__all__ = ["LOCAL_PROFILE", "database_option", "run_async", "server_settings", "slug_option"]
+__all__ = [
+    "LOCAL_PROFILE",
+    "database_option",
+    "run_async",
+    "server_settings",
+    "slug_option",
+    "upstream_key_file_option",
+    "upstream_url_option",
+]
 
 T = TypeVar("T")
 
@@ -28,6 +36,30 @@ _DATABASE_HELP = (
 def database_option() -> Any:
     """The --database option of every ``server`` command (a URL; env and default in its help)."""
     return typer.Option(None, "--database", help=_DATABASE_HELP, show_default=False)
+
+
+def upstream_url_option() -> Any:
+    """--upstream-url of gateway mode (docs/gateway.md)."""
+    return typer.Option(
+        None,
+        "--upstream-url",
+        metavar="URL",
+        help="Gateway mode: ctrlplane's API URL, with or without /api "
+        "[env JOBAGENTCTL_SERVER_UPSTREAM_URL].",
+        show_default=False,
+    )
+
+
+def upstream_key_file_option() -> Any:
+    """--upstream-key-file: ctrlplane's API key, never as a flag value."""
+    return typer.Option(
+        None,
+        "--upstream-key-file",
+        metavar="FILE",
+        help="Gateway mode: a file holding ctrlplane's API key (else env "
+        "JOBAGENTCTL_SERVER_UPSTREAM_API_KEY; never a flag value).",
+        show_default=False,
+    )
 
 
 def slug_option(derived_from: str) -> Any:

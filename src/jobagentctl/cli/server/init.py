@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from jobagentctl.cli.context import get_state
-from jobagentctl.cli.server._common import LOCAL_PROFILE, database_option, slug_option
+from jobagentctl.cli.server._common import (
+    LOCAL_PROFILE,
+    database_option,
+    slug_option,
+    upstream_key_file_option,
+    upstream_url_option,
+)
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from jobagentctl.server.admin import CreatedWorkspace
     from jobagentctl.server.settings import ServerSettings
 
@@ -46,6 +51,18 @@ def init(
     write_config: WriteConfigFlag = False,
     force: ForceFlag = False,
     url: UrlFlag = None,
+    upstream_workspace: Annotated[
+        str | None,
+        typer.Option(
+            "--upstream-workspace",
+            metavar="SLUG|ID",
+            help="Gateway mode: front this ctrlplane workspace (our workspace takes its id; "
+            "needs --upstream-url and ctrlplane's key).",
+            show_default=False,
+        ),
+    ] = None,
+    upstream_url: str | None = upstream_url_option(),
+    upstream_key_file: Path | None = upstream_key_file_option(),
 ) -> None:
     """Create the schema, a workspace "default" and a workspace key; print them once.
 
@@ -56,19 +73,31 @@ def init(
     be lost) unless --force is given; nothing is created then.
 
     Example: jobagentctl server init --write-config
+
+    Gateway mode (in front of ctrlplane, docs/gateway.md):
+    JOBAGENTCTL_SERVER_UPSTREAM_API_KEY=... jobagentctl server init --upstream-url
+    http://ctrlplane:3000 --upstream-workspace my-workspace
     """
     from jobagentctl.cli import output
     from jobagentctl.cli.server._common import run_async, server_settings
+    from jobagentctl.errors import UsageError
     from jobagentctl.server import admin
     from jobagentctl.server.settings import redact_url
     from jobagentctl.settings import ensure_profile_free
 
     state = get_state(ctx)
-    settings = server_settings(database=database)
+    settings = server_settings(
+        database=database, upstream_url=upstream_url, upstream_key_file=upstream_key_file
+    )
     if write_config and not force:
         # Refuse before creating anything: a second workspace nobody can reach helps no one.
         ensure_profile_free(LOCAL_PROFILE)
-    created = run_async(lambda: admin.init(settings.database, slug=slug))
+    if upstream_workspace is not None:
+        created = _init_gateway(settings, upstream_workspace, slug)
+    else:
+        if upstream_url is not None:
+            raise UsageError("--upstream-url needs --upstream-workspace SLUG|ID")
+        created = run_async(lambda: admin.init(settings.database, slug=slug))
     written = _write_local_profile(settings, created, url, force=force) if write_config else None
     output.emit(
         state,
@@ -83,6 +112,23 @@ def init(
     output.notice("The API key is shown only once: store it now.")
     if written is not None:
         output.info(state, f"Wrote profile '{LOCAL_PROFILE}' to {written}")
+
+
+def _init_gateway(settings: ServerSettings, workspace: str, slug: str | None) -> CreatedWorkspace:
+    """``server init --upstream-workspace``: our workspace is ctrlplane's (id and slug)."""
+    from jobagentctl.cli.server._common import run_async
+    from jobagentctl.errors import UsageError
+    from jobagentctl.server.upstream.setup import init_gateway
+
+    if slug is not None:
+        raise UsageError("--slug does not go with --upstream-workspace: the slug is ctrlplane's")
+    if settings.upstream_url is None:
+        raise UsageError(
+            "--upstream-workspace needs --upstream-url URL (or JOBAGENTCTL_SERVER_UPSTREAM_URL)"
+        )
+    key = settings.upstream_key()
+    url = settings.upstream_url
+    return run_async(lambda: init_gateway(settings.database, url, key, workspace))
 
 
 def _write_local_profile(

@@ -7,7 +7,11 @@ from typing import Annotated, Any
 
 import typer
 
-from jobagentctl.cli.server._common import database_option
+from jobagentctl.cli.server._common import (
+    database_option,
+    upstream_key_file_option,
+    upstream_url_option,
+)
 
 __all__ = ["register"]
 
@@ -127,6 +131,8 @@ def start(
     tls_cert: TlsCert = None,
     tls_key: TlsKey = None,
     behind_proxy: BehindProxy = None,
+    upstream_url: str | None = upstream_url_option(),
+    upstream_key_file: Path | None = upstream_key_file_option(),
 ) -> None:
     """Run the API and the reaper; migrate first. SIGTERM/SIGINT drain in-flight requests.
 
@@ -135,6 +141,9 @@ def start(
     Example: jobagentctl server start --database postgresql://jobagent@db:5432/jobagent --port 8080
 
     HTTPS: jobagentctl server start --host 0.0.0.0 --tls-cert server.pem --tls-key server.key
+
+    Gateway in front of ctrlplane (docs/gateway.md): jobagentctl server start --upstream-url
+    http://ctrlplane:3000 --upstream-key-file /run/secrets/ctrlplane-key
     """
     from jobagentctl.cli.server._common import server_settings
     from jobagentctl.errors import JobAgentError
@@ -156,7 +165,11 @@ def start(
         tls_cert=tls_cert,
         tls_key=tls_key,
         behind_proxy=behind_proxy,
+        upstream_url=upstream_url,
+        upstream_key_file=upstream_key_file,
     )
+    if settings.gateway:
+        settings.upstream_key()  # no key: exit 2 now, not at the first request
     if settings.tls_cert is not None and (expired := _expired(settings.tls_cert)) is not None:
         from jobagentctl.cli.messages import warn
 
