@@ -163,7 +163,7 @@ class GatewayService(JobService):
     ) -> tuple[list[Job], int, str | None]:
         self._workspace(principal, ws)
         self._own_agent(principal, agent_id)
-        await self.presence.seen(agent_id)
+        await self.presence.seen(ws, agent_id)
         one = statuses[0].value if statuses and len(statuses) == 1 else None
         try:
             page = await self.upstream.agent_jobs(
@@ -250,7 +250,7 @@ class GatewayService(JobService):
         self._workspace(principal, ws)
         self._own_agent(principal, agent_id)
         requested = body.lease_seconds if body is not None else None
-        await self.presence.seen(agent_id)
+        await self.presence.seen(ws, agent_id)
         await self.ensure_agent(ws, agent_id)
         lease = await self._lease_for(ws, agent_id, requested, claim_next=False)
         claimed = await self._claim_one(ws, agent_id, {"id": str(job_id)}, lease, by_id=True)
@@ -273,7 +273,7 @@ class GatewayService(JobService):
         wait = body.wait_seconds if body is not None and body.wait_seconds is not None else 0.0
         wait = min(wait, self.settings.max_wait_seconds)
         limit = body.limit if body is not None and body.limit is not None else 1
-        await self.presence.seen(agent_id)
+        await self.presence.seen(ws, agent_id)
         await self.ensure_agent(ws, agent_id)
         lease = await self._lease_for(ws, agent_id, requested, claim_next=True)
         deadline = time.monotonic() + wait
@@ -516,7 +516,7 @@ class GatewayService(JobService):
                 "the claim's holder already reported another status",
                 details={"jobStatus": report.payload.get("status")},
             )
-        await self.presence.seen(principal.agent_id or job_id)
+        await self.presence.seen(ws, principal.agent_id)
         if report.delivered:
             return AcceptedResponse(id=job_id, message="Job status updated")
         crash_point("report-accepted")
