@@ -148,6 +148,26 @@ STANDALONE = {
 ELSEWHERE = {"run", "explain_reaper", "reaper_ab", "workers", "peer_procrastinate"}
 
 
+# Commands that print one line of figures rather than a table: (argv, a pattern of that line).
+PLAIN = {
+    # 1 MB printed once with shipping on and once off, against a 16 MiB cap
+    "shipping": (("benchmarks.shipping", "1", "1"), r"stored/printed 1\.000 "),
+    # tiny chunks and 64 KiB chunks under a 64 KiB cap, on SQLite at a fiftieth of the requests
+    "logcap": (("benchmarks.logcap", "--sqlite", "--scale", "0.02"), r"cap 65536 bytes"),
+    # four `redact add`s of 1 KiB to a real run
+    "redact_adds": (("benchmarks.redact_adds", "--count", "4", "--size", "1024"), r"\{"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", PLAIN)
+def test_plain_benchmark_prints_its_figures(name: str) -> None:
+    argv, pattern = PLAIN[name]
+    stdout = _smoke(*argv)
+    assert re.search(pattern, stdout), stdout
+
+
 def test_every_benchmark_command_is_smoked() -> None:
     """A ``python -m benchmarks.X`` command is smoked here or retired (docs/benchmarks.md)."""
     bench = ROOT / "benchmarks"
@@ -155,6 +175,7 @@ def test_every_benchmark_command_is_smoked() -> None:
         p.stem for p in bench.glob("*.py") if 'if __name__ == "__main__":' in p.read_text()
     } | {p.parent.name for p in bench.glob("*/__main__.py")}
     smoked = {argv[0].removeprefix("benchmarks.") for argv, _, _ in STANDALONE.values()}
+    smoked |= {argv[0].removeprefix("benchmarks.") for argv, _ in PLAIN.values()}
     assert commands - smoked - ELSEWHERE == set()
 
 
