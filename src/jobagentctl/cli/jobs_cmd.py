@@ -88,12 +88,15 @@ def get_job(
     job = uuid_arg(job_id, "ID")
     with state.client() as client:
         found = client.get_job(job)
-    # Absent means no claim is held (the server says it only when true): said in every format.
-    held = {"claimHeld": bool(found.claim_held)}
+    # Absent means no claim is held (the server says it only when true): the table, tsv and env
+    # say false too; JSON stays the object as the server sent it (ctrlplane has no such field).
+    held = bool(found.claim_held)
     if state.output == "env":
-        output.emit_env(state, _job_env(found, held["claimHeld"]))
+        output.emit_env(state, _job_env(found, held))
+    elif state.output == "json":
+        output.emit(state, "job-detail", found)
     else:
-        output.emit(state, "job-detail", found, overrides=[held])
+        output.emit(state, "job-detail", found, overrides=[{"claimHeld": held}])
 
 
 def _job_env(job: Job, claim_held: bool) -> dict[str, object]:
