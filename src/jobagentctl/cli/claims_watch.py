@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 from uuid import UUID
 
+from jobagentctl.cli.output import SHORT_ID, short_ids
 from jobagentctl.errors import LeaseUnsupported, NotFound, ServerError, ServerUnavailable
 from jobagentctl.models import QUIET_MARK, STALE_MARK, ClaimState
 
@@ -52,8 +53,6 @@ MARK_ORDER: tuple[str, ...] = (
 STUCK_MARKS = frozenset(
     {ClaimState.EXPIRED.value, ClaimState.UNLEASED.value, STALE_MARK, QUIET_MARK}
 )
-# The shortest id shown (git's default abbreviation); longer when two ids of a frame share it.
-SHORT_ID = 7
 # Back-off while the server is unreachable: the pause doubles from --interval up to this.
 MAX_BACKOFF = 30.0
 
@@ -200,16 +199,6 @@ def route_missing(exc: Exception) -> bool:
     if isinstance(exc, LeaseUnsupported):
         return True
     return isinstance(exc, NotFound) and not exc.details
-
-
-def short_ids(ids: Sequence[UUID], minimum: int = SHORT_ID) -> dict[UUID, str]:
-    """Each id as the shortest prefix of its hex digits (at least ``minimum``) that no other
-    id of ``ids`` shares."""
-    distinct = sorted({value.hex for value in ids})
-    length = minimum
-    while length < 32 and len({h[:length] for h in distinct}) < len(distinct):
-        length += 1
-    return {value: value.hex[:length] for value in ids}
 
 
 @dataclass(frozen=True)

@@ -163,7 +163,11 @@ def _state_known(state_filter: str) -> Iterator[None]:
         raise UsageError(
             f"--state {state_filter}: the server does not support this state (it is older "
             "than this jobagentctl); use --state all, or one of: "
-            + ", ".join(s for s in STATES if s not in (state_filter, "revoked", "all"))
+            + ", ".join(
+                s
+                for s in STATES
+                if s not in (state_filter, ClaimState.REVOKED.value, ClaimState.ALL.value)
+            )
         ) from None
 
 

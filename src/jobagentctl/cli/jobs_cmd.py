@@ -102,12 +102,13 @@ def get_job(
 def _job_env(job: Job, claim_held: bool) -> dict[str, object]:
     """``jobs get -o env``: the job's fields as ``JOBAGENTCTL_JOB_*`` variables."""
     from jobagentctl.cli.output import rfc3339
+    from jobagentctl.models import JOB_ID_ENV
 
     def when(value: datetime | None) -> str | None:
         return rfc3339(value) if value is not None else None
 
     return {
-        "JOBAGENTCTL_JOB_ID": job.id,
+        JOB_ID_ENV: job.id,
         "JOBAGENTCTL_JOB_STATUS": job.status.value,
         "JOBAGENTCTL_JOB_AGENT_ID": job.agent_id,
         "JOBAGENTCTL_JOB_CREATED_AT": when(job.created_at),

@@ -65,6 +65,7 @@ __all__ = [
     "relative",
     "render_table",
     "rfc3339",
+    "short_ids",
     "spinner",
     "to_jsonable",
     "warn",
@@ -388,14 +389,26 @@ _MESSAGE_MIN = 16
 _GAP = 2
 
 
+# The shortest id shown (git's default abbreviation); longer when two ids of a list share it.
+SHORT_ID = 7
+
+
+def short_ids(ids: Sequence[UUID], minimum: int = SHORT_ID) -> dict[UUID, str]:
+    """Each id as the shortest prefix of its hex digits (at least ``minimum``) that no other
+    id of ``ids`` shares."""
+    distinct = sorted({value.hex for value in ids})
+    length = minimum
+    while length < 32 and len({h[:length] for h in distinct}) < len(distinct):
+        length += 1
+    return {value: value.hex[:length] for value in ids}
+
+
 def fit_list(columns: Sequence[Column], cells: list[list[str]], width: int) -> list[str]:
     """A list's header and rows as lines of at most ``width`` characters, one line per row.
 
     When the whole table does not fit: ids are shortened first, then columns give way in
     their ``gives_way`` order, the message column being narrowed (its end kept) rather than
     dropped until nothing else can go; a line still too wide is cut."""
-    from jobagentctl.cli.claims_watch import short_ids
-
     count = len(columns)
 
     def widths() -> list[int]:

@@ -79,6 +79,7 @@ def _problems(exc: PydanticValidationError, flags: dict[str, Any]) -> str:
     """Each refused setting by the name it was given as (``--log-max-bytes`` for a flag,
     ``JOBAGENTCTL_SERVER_LOG_MAX_BYTES`` otherwise) and what is wrong, in our words: never
     pydantic's phrasing nor the value (it may be a secret, e.g. in a URL)."""
+    from jobagentctl.server.settings import ENV_PREFIX
     from jobagentctl.settings import problem_text
 
     said = []
@@ -89,7 +90,7 @@ def _problems(exc: PydanticValidationError, flags: dict[str, Any]) -> str:
         elif field in flags:
             name = "--" + field.replace("_", "-")
         else:
-            name = f"JOBAGENTCTL_SERVER_{field.upper()}"
+            name = f"{ENV_PREFIX}{field.upper()}"
         said.append(f"{name}: {problem_text(err)}")
     return "; ".join(said)
 
