@@ -23,6 +23,7 @@ class Routes:
     READYZ = "/readyz"
     METRICS = "/metrics"
     WORKSPACE_BY_SLUG = f"{API_PREFIX}/v1/workspaces/slug/{{slug}}"
+    WORKSPACE = _WS  # ctrlplane's (the gateway reads its upstream workspace by id)
     AGENTS = f"{_WS}/job-agents"
     AGENT = f"{_WS}/job-agents/{{agentId}}"
     AGENT_JOBS = f"{_WS}/job-agents/{{agentId}}/jobs"

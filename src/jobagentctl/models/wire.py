@@ -415,6 +415,13 @@ class JobClaim(WireModel):
     state: ClaimState
     # The last output the agent reported (heartbeat), if any; None from older servers too.
     last_output_at: datetime | None = None
+    # A gateway's claim whose report waits for ctrlplane: DELIVERY_PENDING (held, never
+    # reaped, until delivered); absent otherwise and from our own server.
+    delivery: str | None = None
+
+
+# JobClaim.delivery of a report accepted by a gateway and not yet taken by ctrlplane.
+DELIVERY_PENDING = "pending"
 
 
 class JobAttempt(WireModel):

@@ -605,7 +605,9 @@ def test_no_job_and_a_command_exiting_7_differ_by_verdict(tmp_path: Path) -> Non
 
 def test_lease_lost_and_a_command_exiting_75_differ_by_verdict(tmp_path: Path) -> None:
     def lost(n: int) -> None:
-        raise ClaimLost("claim expired", details={"jobStatus": "queued"})
+        # No job status: a claim lost to expiry (a "queued" refusal inside our own lease reads
+        # as an operator's requeue, whose verdict is requeued).
+        raise ClaimLost("claim expired")
 
     client = FakeClient(jobs=[claimed_job(lease_seconds=3)], on_heartbeat=lost)
     code, _, [record] = run(client, options(tmp_path, sh("sleep 60")))

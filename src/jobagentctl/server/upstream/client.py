@@ -16,6 +16,8 @@ from uuid import UUID
 import httpx
 
 from jobagentctl.errors import JobAgentError, ServerUnavailable
+from jobagentctl.models import JobStatus
+from jobagentctl.routes import Routes
 from jobagentctl.server.upstream.metrics import UpstreamMetrics
 
 __all__ = ["UpstreamClient", "UpstreamRefused", "UpstreamUnavailable"]
@@ -116,29 +118,33 @@ class UpstreamClient:
         try:
             UUID(slug_or_id)
         except ValueError:
-            path = f"/v1/workspaces/slug/{slug_or_id}"
+            path = Routes.path(Routes.WORKSPACE_BY_SLUG, slug=slug_or_id)
         else:
-            path = f"/v1/workspaces/{slug_or_id}"
+            path = Routes.path(Routes.WORKSPACE, ws=slug_or_id)
         _, body = await self._call("workspace", "GET", path)
         return dict(body)
 
     async def list_agents(self, ws: UUID) -> list[dict[str, Any]]:
         _, body = await self._call(
-            "list_agents", "GET", f"/v1/workspaces/{ws}/job-agents", params={"limit": 1000}
+            "list_agents", "GET", Routes.path(Routes.AGENTS, ws=ws), params={"limit": 1000}
         )
         return list(body.get("items", []))
 
     async def get_agent(self, ws: UUID, agent_id: UUID) -> dict[str, Any]:
-        _, body = await self._call("get_agent", "GET", f"/v1/workspaces/{ws}/job-agents/{agent_id}")
+        _, body = await self._call(
+            "get_agent", "GET", Routes.path(Routes.AGENT, ws=ws, agentId=agent_id)
+        )
         return dict(body)
 
     async def upsert_agent(self, ws: UUID, agent_id: UUID, body: dict[str, Any]) -> None:
         await self._call(
-            "upsert_agent", "PUT", f"/v1/workspaces/{ws}/job-agents/{agent_id}", json=body
+            "upsert_agent", "PUT", Routes.path(Routes.AGENT, ws=ws, agentId=agent_id), json=body
         )
 
     async def delete_agent(self, ws: UUID, agent_id: UUID) -> None:
-        await self._call("delete_agent", "DELETE", f"/v1/workspaces/{ws}/job-agents/{agent_id}")
+        await self._call(
+            "delete_agent", "DELETE", Routes.path(Routes.AGENT, ws=ws, agentId=agent_id)
+        )
 
     # --- jobs --------------------------------------------------------------------------------
     async def agent_jobs(
@@ -160,7 +166,7 @@ class UpstreamClient:
         _, body = await self._call(
             "list_agent_jobs",
             "GET",
-            f"/v1/workspaces/{ws}/job-agents/{agent_id}/jobs",
+            Routes.path(Routes.AGENT_JOBS, ws=ws, agentId=agent_id),
             params=params,
         )
         return dict(body)
@@ -169,11 +175,18 @@ class UpstreamClient:
         """Up to ``count`` of the agent's oldest queued jobs, oldest first, with their dispatch
         context: one request, two when more are queued than one page holds (ctrlplane lists
         newest first, so the oldest are on the last page)."""
-        page = await self.agent_jobs(ws, agent_id, "queued", limit=count, dispatch_context=True)
+        page = await self.agent_jobs(
+            ws, agent_id, JobStatus.QUEUED.value, limit=count, dispatch_context=True
+        )
         total = int(page.get("total", 0))
         if total > count:
             page = await self.agent_jobs(
-                ws, agent_id, "queued", limit=count, offset=total - count, dispatch_context=True
+                ws,
+                agent_id,
+                JobStatus.QUEUED.value,
+                limit=count,
+                offset=total - count,
+                dispatch_context=True,
             )
         items = list(page.get("items", []))
         items.sort(key=lambda job: (str(job.get("createdAt", "")), str(job.get("id", ""))))
@@ -181,19 +194,19 @@ class UpstreamClient:
 
     async def claim(self, ws: UUID, agent_id: UUID, job_id: UUID) -> dict[str, Any]:
         _, body = await self._call(
-            "claim", "POST", f"/v1/workspaces/{ws}/job-agents/{agent_id}/jobs/{job_id}/claim"
+            "claim", "POST", Routes.path(Routes.CLAIM, ws=ws, agentId=agent_id, jobId=job_id)
         )
         return dict(body)
 
     async def get_job(self, ws: UUID, job_id: UUID) -> dict[str, Any]:
-        _, body = await self._call("get_job", "GET", f"/v1/workspaces/{ws}/jobs/{job_id}")
+        _, body = await self._call("get_job", "GET", Routes.path(Routes.JOB, ws=ws, jobId=job_id))
         return dict(body)
 
     async def list_jobs(self, ws: UUID, limit: int, offset: int) -> dict[str, Any]:
         _, body = await self._call(
             "list_jobs",
             "GET",
-            f"/v1/workspaces/{ws}/jobs",
+            Routes.path(Routes.JOBS, ws=ws),
             params={"limit": limit, "offset": offset},
         )
         return dict(body)
@@ -204,14 +217,14 @@ class UpstreamClient:
         await self._call(
             "set_status",
             "PUT",
-            f"/v1/workspaces/{ws}/jobs/{job_id}/status",
+            Routes.path(Routes.JOB_STATUS, ws=ws, jobId=job_id),
             json={"status": status},
         )
 
     async def ping(self) -> bool:
         """Whether ctrlplane answers at all (any HTTP answer counts: ``/readyz``'s gauge)."""
         try:
-            await self._http.get("/v1/workspaces/slug/-", timeout=1.0)
+            await self._http.get(Routes.path(Routes.WORKSPACE_BY_SLUG, slug="-"), timeout=1.0)
         except httpx.HTTPError:
             return False
         return True

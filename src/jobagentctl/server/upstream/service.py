@@ -29,6 +29,7 @@ from uuid import UUID
 
 from jobagentctl.errors import ClaimLost, ClaimMismatch, NotClaimable, NotFound, ValidationError
 from jobagentctl.models import (
+    DELIVERY_PENDING,
     AcceptedResponse,
     ClaimedJob,
     ClaimNextRequest,
@@ -666,7 +667,7 @@ class GatewayService(JobService):
         }
         for claim in claims:
             if str(claim.job_id) in pending:
-                claim.delivery = "pending"  # type: ignore[attr-defined]
+                claim.delivery = DELIVERY_PENDING
         return claims, total
 
     # --- operations --------------------------------------------------------------------------

@@ -150,7 +150,9 @@ class GatewayWorker:
                     continue
                 try:
                     status = JobStatus(
-                        (await self.upstream.get_job(ws, job_id)).get("status", "cancelled")
+                        (await self.upstream.get_job(ws, job_id)).get(
+                            "status", JobStatus.CANCELLED.value
+                        )
                     )
                     message = None
                 except UpstreamRefused as exc:
