@@ -4,12 +4,13 @@ databases."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 from tests.ctrlplane.standin import CtrlplaneStandIn
 from tests.fixtures.databases import expire_claims
 from tests.fixtures.waiting import wait_until
-from tests.gateway.conftest import GatewayServer
+from tests.gateway.conftest import GATEWAY_SETTINGS, GatewayServer
 
 
 def _upstream_status(ctrlplane: CtrlplaneStandIn, job_id: str) -> str:
@@ -159,3 +160,32 @@ def test_report_accepted_while_ctrlplane_is_down_is_delivered_later(
     assert _status_puts(ctrlplane, job) >= 1
     assert ctrlplane.job(job).status == "failure"  # never requeued
     assert "jobagentctl_upstream_pending_operations 0.0" in _metrics(gateway)
+
+
+def test_a_claim_without_a_wait_is_not_answered_from_an_old_listing(
+    gateway: GatewayServer, ctrlplane: CtrlplaneStandIn
+) -> None:
+    """The agent's shared poll lists ctrlplane only while claimers wait; a claim that came
+    after a quiet spell was answered from the listing of the last one (204 for a job that
+    `list` shows queued): now a listing older than one poll interval is asked again."""
+    agent = ctrlplane.add_agent("pull")
+    empty = {"leaseSeconds": 30, "waitSeconds": 0}
+    status, _ = gateway.request("POST", f"job-agents/{agent}/claim", empty)
+    assert status == 204  # the poll's listing: nothing queued
+    listings = _agent_listings(ctrlplane, agent)
+    # The listing grows older than the poll interval while nobody waits: time passing is
+    # the condition itself (older is older however busy the machine).
+    time.sleep(3 * float(GATEWAY_SETTINGS["upstream_poll_interval"]))
+    job = ctrlplane.seed_job(agent)
+    status, claimed = gateway.request("POST", f"job-agents/{agent}/claim", empty)
+    assert status == 200, claimed
+    assert claimed["id"] == job
+    assert _agent_listings(ctrlplane, agent) == listings + 1
+
+
+def _agent_listings(ctrlplane: CtrlplaneStandIn, agent: str) -> int:
+    return sum(
+        1
+        for method, path, _ in ctrlplane.requests()
+        if method == "GET" and path.endswith(f"/job-agents/{agent}/jobs")
+    )

@@ -298,7 +298,9 @@ class GatewayService(JobService):
         """Up to ``limit`` of the agent's oldest jobs queued in ctrlplane, from the agent's
         shared poll, waiting for one until ``deadline`` (monotonic) or one of ``stops``."""
         poll = self._poll(ws, agent_id)
-        since = float("-inf")
+        # A listing at most one poll interval old: the agent's shared poll may have been idle
+        # for minutes, and a claim must not be answered from a listing that old.
+        since = time.monotonic() - self.settings.upstream_poll_interval
         first = True
         while True:
             remaining = deadline - time.monotonic()
