@@ -20,8 +20,9 @@ import sys
 import time
 
 from benchmarks.common import Server, database, enqueue
+from benchmarks.figures import Row, verdict
 
-__all__ = ["main", "quiet_run"]
+__all__ = ["main", "quiet_run", "section"]
 
 
 def _one(server: Server, seconds: float) -> tuple[float, float]:
@@ -52,6 +53,23 @@ def quiet_run(short: float, long: float) -> tuple[float, float, float]:
         cpu_long, wall_long = _one(server, long)
     steady = (cpu_long - cpu_short) / (wall_long - wall_short) * 100
     return steady, cpu_long / wall_long * 100, cpu_long
+
+
+def section(mode: str) -> list[Row]:
+    """``make bench`` section ``quiet_run`` (registered in benchmarks/run.py)."""
+    short, long = {"full": (10.0, 60.0), "quick": (5.0, 20.0), "smoke": (2.0, 6.0)}[mode]
+    steady, whole, _ = quiet_run(short, long)
+    return [
+        Row(
+            f"`run` around a quiet command, shipping and watchdog on: steady share "
+            f"(whole {long:g} s run {whole:.2f} %)",
+            f"{steady:.2f} % of a core",
+            "one core",
+            f"{steady / 100:.4f}×",
+            "≤ 1 %",
+            verdict(steady <= 1.0),
+        )
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

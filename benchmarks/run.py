@@ -638,6 +638,12 @@ def section_fleet(mode: str) -> list[Row]:
     return rows
 
 
+def section_quiet_run(mode: str) -> list[Row]:
+    from benchmarks import quiet_run
+
+    return quiet_run.section(mode)
+
+
 SECTIONS: dict[str, Callable[[str], list[Row]]] = {
     "ceilings": section_ceilings,
     "scaleout": section_scaleout,
@@ -653,6 +659,7 @@ SECTIONS: dict[str, Callable[[str], list[Row]]] = {
     "shipping": section_shipping,
     "logs": section_logs,
     "fleet": section_fleet,
+    "quiet_run": section_quiet_run,
 }
 
 
