@@ -638,6 +638,12 @@ def section_fleet(mode: str) -> list[Row]:
     return rows
 
 
+def section_peer_ctrlplane(mode: str) -> list[Row]:
+    from benchmarks import peer_ctrlplane
+
+    return peer_ctrlplane.section(mode)
+
+
 def section_quiet_run(mode: str) -> list[Row]:
     from benchmarks import quiet_run
 
@@ -660,6 +666,7 @@ SECTIONS: dict[str, Callable[[str], list[Row]]] = {
     "logs": section_logs,
     "fleet": section_fleet,
     "quiet_run": section_quiet_run,
+    "peer_ctrlplane": section_peer_ctrlplane,
 }
 
 
