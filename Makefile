@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-under-load lint typecheck unit venv bench bench-quick chaos completions clean
+.PHONY: demo test test-fast test-under-load lint typecheck unit venv bench bench-quick chaos completions clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,14 +21,31 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks tools
 	$(BIN)/ruff format --check src tests benchmarks tools
 
+# src under --strict; tests/ under the same configuration (pyproject's strict = true), so the
+# fakes are held to the Protocols they stand in for and the fixtures to what they return.
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src
+	$(BIN)/mypy tests
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
 test: $(STAMP) lint typecheck
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -p no:cacheprovider -n 3 --durations=10
+
+# The inner loop: everything but the slow tests, on two workers. Slow are the tests marked
+# `slow` (chaos campaigns, the soak, the database freeze, the benchmarks' smoke run, the demo,
+# and the modules that start server processes per test: replicas, live, herd, the CLI against
+# our server) and the directories whose every test drives real processes through real time or other
+# releases: e2e (`run` processes, leases, signals), docs (every recipe run verbatim),
+# integration (the CLI against live servers, a terminal), security (edge floods, TLS servers),
+# upgrades (the previous release), fuzz (schemathesis) and property (the lease model on both
+# databases). `make test` still runs all of them.
+SLOW_DIRS := tests/e2e tests/docs tests/integration tests/security tests/upgrades tests/fuzz \
+	tests/property
+test-fast: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -p no:cacheprovider -n 2 --durations=10 \
+		-m "not slow" $(addprefix --ignore=,$(SLOW_DIRS))
 
 # The timing-sensitive suites with a CPU hog spinning on each of two cores: a test must not fail
 # because the machine is busy (CI and developers share small machines). The hogs are this

@@ -234,6 +234,18 @@ class Server:
     def path(self, rest: str) -> str:
         return f"/api/v1/workspaces/{self.workspace}{rest}"
 
+    async def metric(self, name: str) -> float:
+        """The value of an unlabelled metric on ``/metrics``; 0 when it is not there."""
+        conn = await Connection.open(self.url)
+        try:
+            _, raw = await conn.request("GET", "/metrics")
+        finally:
+            await conn.close()
+        for line in raw.decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return 0.0
+
     async def call(self, method: str, rest: str, body: Any = None) -> tuple[int, bytes]:
         conn = await Connection.open(self.url)
         try:

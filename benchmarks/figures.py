@@ -26,6 +26,7 @@ from benchmarks.common import (
     self_cpu_seconds,
 )
 from benchmarks.httpclient import Connection
+from benchmarks.workers import HttpLoops
 
 
 @dataclass
@@ -60,39 +61,20 @@ class CycleResult:
         return self.cycles / self.seconds if self.seconds else 0.0
 
 
-async def _http_cycles(server: Server, concurrency: int, lease: int = 60) -> int:
-    done = 0
+async def _http_cycles(server: Server, concurrency: int) -> int:
+    """``concurrency`` agents claiming and completing one job at a time, as the load
+    generators do (:class:`benchmarks.workers.HttpLoops`); the jobs completed."""
+    loops = HttpLoops(server.path(""), server.headers, server.agent, batch=0)
 
     async def agent() -> None:
-        nonlocal done
         conn = await Connection.open(server.url)
         try:
-            while True:
-                status, body = await conn.request(
-                    "POST",
-                    server.path(f"/job-agents/{server.agent}/claim"),
-                    body={"leaseSeconds": lease, "waitSeconds": 0},
-                    headers=server.headers,
-                )
-                if status == 204:
-                    return
-                if status != 200:
-                    raise RuntimeError(f"claim: {status} {body[:200]!r}")
-                job = json.loads(body)
-                status, body = await conn.request(
-                    "PUT",
-                    server.path(f"/jobs/{job['id']}/status"),
-                    body={"status": "successful", "claimId": job["claimId"]},
-                    headers=server.headers,
-                )
-                if status != 202:
-                    raise RuntimeError(f"complete: {status} {body[:200]!r}")
-                done += 1
+            await loops.one_by_one(conn)
         finally:
             await conn.close()
 
     await asyncio.gather(*(agent() for _ in range(concurrency)))
-    return done
+    return loops.done
 
 
 def http_cycles(kind: str, concurrency: int, jobs: int) -> CycleResult:

@@ -259,18 +259,6 @@ async def _setup(server: Server, agents: int, lease: int) -> tuple[list[str], li
     return ids[agents // 2 :], claims
 
 
-async def _metric(server: Server, name: str) -> float:
-    conn = await Connection.open(server.url)
-    try:
-        _, raw = await conn.request("GET", "/metrics")
-    finally:
-        await conn.close()
-    for line in raw.decode().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return 0.0
-
-
 def listen_overflows() -> int:
     """The machine's count of connections dropped because a listen queue was full (the
     kernel's TcpExtListenOverflows): a client then waits for its SYN to be sent again (1 s,
@@ -422,7 +410,7 @@ def measure(
                 waiting = 0.0
                 while time.time() < start:
                     time.sleep(0.5)
-                    waiting = asyncio.run(_metric(server, "jobagentctl_long_polls_waiting"))
+                    waiting = asyncio.run(server.metric("jobagentctl_long_polls_waiting"))
                 if waiting < len(idle) * 0.95:
                     print(f"# warning: {waiting:.0f} of {len(idle)} idle agents waiting at start")
                 overflows0 = listen_overflows()

@@ -117,18 +117,6 @@ def _load_main(argv: list[str]) -> None:
 # --- the measurement ------------------------------------------------------------------------------
 
 
-async def _long_polls_waiting(server: Server) -> int:
-    conn = await Connection.open(server.url)
-    try:
-        _, raw = await conn.request("GET", "/metrics")
-    finally:
-        await conn.close()
-    for line in raw.decode().splitlines():
-        if line.startswith("jobagentctl_long_polls_waiting "):
-            return int(float(line.split()[1]))
-    return 0
-
-
 async def _timed_loop(
     server: Server, method: str, rest: str, body: object, period: float, until: float
 ) -> list[float]:
@@ -193,7 +181,7 @@ def measure(db: str, waiters: int, seconds: float, idle: float, together: bool) 
             )
         try:
             deadline = time.monotonic() + 120 + _WAIT_SECONDS
-            while asyncio.run(_long_polls_waiting(server)) < waiters:
+            while asyncio.run(server.metric("jobagentctl_long_polls_waiting")) < waiters:
                 if time.monotonic() > deadline or (load is not None and load.poll() is not None):
                     raise RuntimeError("the waiters did not all start waiting")
                 time.sleep(0.5)

@@ -59,8 +59,8 @@ class Connection:
     ) -> tuple[int, bytes]:
         payload = b"" if body is None else json.dumps(body).encode()
         lines = [f"{method} {path} HTTP/1.1", f"Host: {self._host}"]
-        for name, value in (headers or {}).items():
-            lines.append(f"{name}: {value}")
+        for key, text in (headers or {}).items():
+            lines.append(f"{key}: {text}")
         if body is not None:
             lines.append("Content-Type: application/json")
         lines.append(f"Content-Length: {len(payload)}")

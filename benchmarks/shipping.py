@@ -2,7 +2,11 @@
 
 Rounds alternate the two (on, off, on, off, …) against one SQLite server; the figures are
 medians. Also the server's peak RSS over the whole section and the size and shape of the log
-stored for the last shipped job (the cap keeps the head, one truncation marker, the newest).
+stored for the last shipped job (the cap keeps the head, one truncation marker, the newest),
+and the command's own wall time (what shipping costs the command itself, not `run`'s report).
+
+``python -m benchmarks.shipping [MB] [ROUNDS]`` (issue 35): 10 MB by default, against a server
+whose log cap (16 MiB) is above it, so that everything printed may be stored.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ class ShipFigures:
 
     printed: int
     on_seconds: float
+    on_command: float  # the command's own wall time (it times itself), shipping on
+    off_command: float
     off_seconds: float
     on_cpu: float  # CPU seconds of `run` and everything it waited for (the command)
     off_cpu: float
@@ -41,7 +47,7 @@ class ShipFigures:
     markers: list[str]
 
 
-def _run(server: Server, printed: int, ship: bool, report: Path) -> tuple[float, float]:
+def _run(server: Server, printed: int, ship: bool, report: Path) -> tuple[float, float, float]:
     env = {
         **os.environ,
         "JOBAGENTCTL_URL": server.url,
@@ -51,7 +57,10 @@ def _run(server: Server, printed: int, ship: bool, report: Path) -> tuple[float,
     }
     argv = [sys.executable, "-m", "jobagentctl", "run", "--report", str(report)]
     argv += [] if ship else ["--no-ship-output"]
-    argv += ["--", "sh", "-c", f"head -c {printed} /dev/zero | tr '\\0' x"]
+    timing = report.with_name("command-ns")
+    command = f"head -c {printed} /dev/zero | tr '\\0' x"
+    script = f"s=$(date +%s%N); {command}; e=$(date +%s%N); echo $((e - s)) > {timing}"
+    argv += ["--", "sh", "-c", script]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -60,7 +69,7 @@ def _run(server: Server, printed: int, ship: bool, report: Path) -> tuple[float,
     if proc.returncode != 0:
         raise RuntimeError(f"run exited {proc.returncode}: {proc.stderr.decode()[-500:]}")
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return wall, cpu
+    return wall, cpu, int(timing.read_text()) / 1e9
 
 
 def _stored(server: Server, job_id: str) -> tuple[int, int, list[str]]:
@@ -92,13 +101,15 @@ def _peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def output_cost(printed: int, rounds: int) -> ShipFigures:
-    """``rounds`` runs each way of a command printing ``printed`` bytes of ``x``."""
-    on: list[tuple[float, float]] = []
-    off: list[tuple[float, float]] = []
+def output_cost(printed: int, rounds: int, log_max_bytes: int | None = None) -> ShipFigures:
+    """``rounds`` runs each way of a command printing ``printed`` bytes of ``x`` (against a
+    server with that log cap, if given)."""
+    on: list[tuple[float, float, float]] = []
+    off: list[tuple[float, float, float]] = []
+    settings = {} if log_max_bytes is None else {"log_max_bytes": str(log_max_bytes)}
     with (
         database("sqlite") as url,
-        Server(url) as server,
+        Server(url, settings=settings) as server,
         tempfile.TemporaryDirectory(prefix="jab-ship-") as tmp,
     ):
         asyncio.run(enqueue(server, 2 * rounds, concurrency=1))
@@ -113,12 +124,34 @@ def output_cost(printed: int, rounds: int) -> ShipFigures:
         stored, chunks, markers = _stored(server, last_job)
     return ShipFigures(
         printed=printed,
-        on_seconds=statistics.median(wall for wall, _ in on),
-        off_seconds=statistics.median(wall for wall, _ in off),
-        on_cpu=statistics.median(cpu for _, cpu in on),
-        off_cpu=statistics.median(cpu for _, cpu in off),
+        on_seconds=statistics.median(wall for wall, _, _ in on),
+        off_seconds=statistics.median(wall for wall, _, _ in off),
+        on_command=statistics.median(command for _, _, command in on),
+        off_command=statistics.median(command for _, _, command in off),
+        on_cpu=statistics.median(cpu for _, cpu, _ in on),
+        off_cpu=statistics.median(cpu for _, cpu, _ in off),
         server_rss_mb=rss,
         stored_bytes=stored,
         chunks=chunks,
         markers=markers,
     )
+
+
+def main() -> None:
+    """Print the figures for ``[MB] [ROUNDS]`` (10, 3) against a 16 MiB log cap."""
+    mb = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    got = output_cost(mb * 1_000_000, rounds, log_max_bytes=16 * 1024 * 1024)
+    print(
+        f"{mb} MB printed: stored/printed {got.stored_bytes / got.printed:.3f} "
+        f"({got.chunks} chunks, markers {got.markers}); "
+        f"run wall {got.on_seconds:.2f} s vs {got.off_seconds:.2f} s "
+        f"({got.on_seconds / got.off_seconds:.2f}x); "
+        f"command wall {got.on_command:.2f} s vs {got.off_command:.2f} s "
+        f"({got.on_command / got.off_command:.2f}x); "
+        f"CPU {got.on_cpu:.2f} s vs {got.off_cpu:.2f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -36,79 +36,78 @@ from benchmarks.httpclient import Connection
 async def _http(
     urls: list[str], prefix: str, key: str, agent_id: str, agents: int, batch: int = 0
 ) -> int:
-    headers = {"X-API-Key": key}
+    loops = HttpLoops(prefix, {"X-API-Key": key}, agent_id, batch)
     conns = [await Connection.open(urls[i % len(urls)]) for i in range(agents)]
     print("ready", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
-    done = 0
-
-    async def batched(conn: Connection) -> None:
-        # A busy agent's loop with batching (issue 14 §3): claim `batch` jobs in one request,
-        # complete them one by one, and let the last completion claim the next batch.
-        nonlocal done
-        claim = f"{prefix}/job-agents/{agent_id}/claim"
-        status, raw = await conn.request(
-            "POST", claim, body={"leaseSeconds": 60, "waitSeconds": 0, "limit": batch},
-            headers=headers,
-        )  # fmt: skip
-        if status == 204:
-            return
-        if status != 200:
-            raise RuntimeError(f"claim: {status} {raw[:200]!r}")
-        jobs = json.loads(raw)["items"]
-        while jobs:
-            *first, last = jobs
-            for job in first:
-                status, raw = await conn.request(
-                    "PUT", f"{prefix}/jobs/{job['id']}/status",
-                    body={"status": "successful", "claimId": job["claimId"]}, headers=headers,
-                )  # fmt: skip
-                if status != 202:
-                    raise RuntimeError(f"complete: {status} {raw[:200]!r}")
-                done += 1
-            body = {
-                "status": "successful",
-                "claimId": last["claimId"],
-                "claimNext": {"leaseSeconds": 60, "limit": batch},
-            }
-            status, raw = await conn.request(
-                "PUT", f"{prefix}/jobs/{last['id']}/status", body=body, headers=headers
-            )
-            if status != 202:
-                raise RuntimeError(f"complete: {status} {raw[:200]!r}")
-            done += 1
-            jobs = json.loads(raw)["claimed"]
-
-    async def agent(conn: Connection) -> None:
-        nonlocal done
-        if batch:
-            return await batched(conn)
-        claim = f"{prefix}/job-agents/{agent_id}/claim"
-        body = {"leaseSeconds": 60, "waitSeconds": 0}
-        while True:
-            status, raw = await conn.request("POST", claim, body=body, headers=headers)
-            if status == 204:
-                return
-            if status != 200:
-                raise RuntimeError(f"claim: {status} {raw[:200]!r}")
-            job = json.loads(raw)
-            status, raw = await conn.request(
-                "PUT",
-                f"{prefix}/jobs/{job['id']}/status",
-                body={"status": "successful", "claimId": job["claimId"]},
-                headers=headers,
-            )
-            if status != 202:
-                raise RuntimeError(f"complete: {status} {raw[:200]!r}")
-            done += 1
-
     cpu0, t0 = _cpu(), time.perf_counter()
-    await asyncio.gather(*(agent(c) for c in conns))
-    _report(done, time.perf_counter() - t0, _cpu() - cpu0)
+    await asyncio.gather(*(loops.agent(c) for c in conns))
+    _report(loops.done, time.perf_counter() - t0, _cpu() - cpu0)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
     for c in conns:
         await c.close()
-    return done
+    return loops.done
+
+
+@dataclass
+class HttpLoops:
+    """The agents' loops over the API, one connection each; ``done``: the jobs completed."""
+
+    prefix: str
+    headers: dict[str, str]
+    agent_id: str
+    batch: int
+    done: int = 0
+
+    async def agent(self, conn: Connection) -> None:
+        await (self.batched(conn) if self.batch else self.one_by_one(conn))
+
+    async def _claim(self, conn: Connection, body: dict[str, Any]) -> Any:
+        """The claim's answer, None when nothing is queued."""
+        claim = f"{self.prefix}/job-agents/{self.agent_id}/claim"
+        status, raw = await conn.request("POST", claim, body=body, headers=self.headers)
+        if status == 204:
+            return None
+        if status != 200:
+            raise RuntimeError(f"claim: {status} {raw[:200]!r}")
+        return json.loads(raw)
+
+    async def _complete(self, conn: Connection, job_id: str, body: dict[str, Any]) -> bytes:
+        status, raw = await conn.request(
+            "PUT", f"{self.prefix}/jobs/{job_id}/status", body=body, headers=self.headers
+        )
+        if status != 202:
+            raise RuntimeError(f"complete: {status} {raw[:200]!r}")
+        self.done += 1
+        return raw
+
+    async def batched(self, conn: Connection) -> None:
+        # A busy agent's loop with batching (issue 14 §3): claim `batch` jobs in one request,
+        # complete them one by one, and let the last completion claim the next batch.
+        answer = await self._claim(
+            conn, {"leaseSeconds": 60, "waitSeconds": 0, "limit": self.batch}
+        )
+        if answer is None:
+            return
+        jobs = answer["items"]
+        while jobs:
+            *first, last = jobs
+            for job in first:
+                await self._complete(
+                    conn, job["id"], {"status": "successful", "claimId": job["claimId"]}
+                )
+            body = {
+                "status": "successful",
+                "claimId": last["claimId"],
+                "claimNext": {"leaseSeconds": 60, "limit": self.batch},
+            }
+            jobs = json.loads(await self._complete(conn, last["id"], body))["claimed"]
+
+    async def one_by_one(self, conn: Connection) -> None:
+        while (job := await self._claim(conn, {"leaseSeconds": 60, "waitSeconds": 0})) is not None:
+            await self._complete(
+                conn, job["id"], {"status": "successful", "claimId": job["claimId"]}
+            )
 
 
 async def _direct(url: str, ws: str, agent_id: str, agents: int) -> int:

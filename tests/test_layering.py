@@ -56,7 +56,7 @@ OWNERS: dict[str, set[str]] = {
     "httpx": {"jobagentctl.client."},
     "typer": {"jobagentctl.cli."},
     "click": set(),  # Typer vendors it: never import it (STYLE.md)
-    "asyncpg": {"jobagentctl.server.store.postgres"},
+    "asyncpg": {"jobagentctl.server.store.postgres", "jobagentctl.server.store.postgres_url"},
     "sqlite3": {"jobagentctl.server.store.sqlite"},
     "fastapi": {"jobagentctl.server."},
     "starlette": {"jobagentctl.server."},
@@ -156,9 +156,8 @@ def violations(src: Path = SRC) -> list[str]:
     return found
 
 
-def circles(src: Path = SRC) -> list[list[str]]:
-    """Every import circle between modules of ``src``: the strongly connected components of
-    the runtime import graph (Tarjan), each as its sorted module names."""
+def import_graph(src: Path = SRC) -> dict[str, set[str]]:
+    """Each module of ``src`` and the modules of ``src`` it imports at run time."""
     modules = {module_name(p, src): p for p in src.rglob("*.py")}
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
@@ -166,6 +165,13 @@ def circles(src: Path = SRC) -> list[list[str]]:
             # `from pkg import mod` imports the module pkg.mod; `from mod import name` mod.
             targets = {f"{module}.{n}" for n in names} & modules.keys() or {module}
             graph[name] |= (targets & modules.keys()) - {name}
+    return graph
+
+
+def circles(src: Path = SRC) -> list[list[str]]:
+    """Every import circle between modules of ``src``: the strongly connected components of
+    the runtime import graph (Tarjan), each as its sorted module names."""
+    graph = import_graph(src)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []

@@ -37,7 +37,7 @@ def parse_duration(text: str, *, name: str = "duration") -> float:
             pos = match.end()
         if pos != len(value) or pos == 0:
             raise UsageError(
-                f"invalid {name} {text!r}: use seconds (90), or 90s, 5m, 1h, 1h30m, inf"
+                f"invalid {name} {text!r}: use seconds (90), or 90s, 5m, 1h, 1h30m, 7d, inf"
             ) from None
     if not math.isfinite(seconds) or seconds < 0:
         raise UsageError(f"invalid {name} {text!r}: must be a finite number ≥ 0, or inf")

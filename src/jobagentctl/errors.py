@@ -13,7 +13,8 @@ The tree::
     │   └── PayloadTooLarge          2   413 PAYLOAD_TOO_LARGE
     ├── ServerUnavailable            3   cannot connect, timeout, 502/503/504
     ├── TlsError                     3   the server's certificate is not trusted (not retried)
-    ├── AuthError                    4   401/403 UNAUTHORIZED, or no API key configured
+    ├── AuthError                    4   401/403 UNAUTHORIZED, or no API key configured;
+    │                                    redact add: the socket's listener is not the job's run
     ├── NotFound                     5   404 NOT_FOUND (also: outside the key's scope)
     │   ├── LogNotFound              5   404 LOG_NOT_FOUND: no such job or attempt (log routes)
     │   └── LogExpired               5   410 LOG_EXPIRED: the log was deleted by retention
@@ -21,14 +22,15 @@ The tree::
     │   ├── NotClaimable             6   409 NOT_CLAIMABLE: the job is not queued
     │   ├── ClaimLost                6   409 CLAIM_LOST: no claim row (reaped, released, …)
     │   ├── ClaimMismatch            6   409 CLAIM_MISMATCH: another attempt holds the claim
-    │   ├── JobTerminal              6   409 JOB_TERMINAL: the job already ended
-    │   └── StuckClaims              6   inspect-claims --fail-if-stuck found some
-    ├── NoJob                        7   nothing queued to claim (claim-next answered 204)
-    ├── AttemptFailed                8   jobs logs --follow: the attempt did not succeed
+    │   └── JobTerminal              6   409 JOB_TERMINAL: the job already ended
     ├── ServerError                  1   500 INTERNAL_ERROR, any other 5xx
-    └── ProtocolError                1   malformed or unexpected response
-        └── LeaseUnsupported         1   the server has no V2 lease support
-            └── LogsUnsupported      1   the server has no log endpoint
+    ├── ProtocolError                1   malformed or unexpected response
+    │   ├── LeaseUnsupported         1   the server has no V2 lease support
+    │   └── LogsUnsupported          1   the server has no log endpoint
+    └── CommandOutcome               1   a command's result, not a wire error: no server sends one
+        ├── NoJob                    7   nothing queued to claim (claim-next answered 204)
+        ├── StuckClaims              6   inspect-claims --fail-if-stuck found some
+        └── AttemptFailed            8   jobs logs --follow: the attempt did not succeed
 
 Exit codes are decided only through :func:`exit_code_for`; a test walks the tree and fails if a
 class has none.
@@ -43,6 +45,7 @@ __all__ = [
     "AuthError",
     "ClaimLost",
     "ClaimMismatch",
+    "CommandOutcome",
     "ConfigError",
     "Conflict",
     "JobAgentError",
@@ -181,14 +184,6 @@ class JobTerminal(Conflict, code="JOB_TERMINAL"):
     """The job has already ended; its status cannot change."""
 
 
-class StuckClaims(Conflict, code="STUCK_CLAIMS"):
-    """inspect-claims --fail-if-stuck found expired, unleased or stale claims."""
-
-
-class NoJob(JobAgentError, code="NO_JOB", http_status=204, exit_code=7):
-    """Nothing queued to claim (claim-next answered 204)."""
-
-
 class ServerError(JobAgentError, code="INTERNAL_ERROR", http_status=500, exit_code=1):
     """The server failed (500 or another 5xx)."""
 
@@ -201,11 +196,26 @@ class LeaseUnsupported(ProtocolError, code="LEASE_UNSUPPORTED"):
     """The server has no lease support (a V1-only server)."""
 
 
-class LogsUnsupported(LeaseUnsupported, code="LOGS_UNSUPPORTED"):
+class LogsUnsupported(ProtocolError, code="LOGS_UNSUPPORTED"):
     """The server has no log endpoint (ctrlplane, or a jobagentctl before live output)."""
 
 
-class AttemptFailed(JobAgentError, code="ATTEMPT_FAILED", exit_code=8):
+class CommandOutcome(JobAgentError, code="COMMAND_OUTCOME"):
+    """A command's result that a script branches on by its exit code.
+
+    It is not an error a server answers: no server raises one, and no wire code maps to one.
+    """
+
+
+class NoJob(CommandOutcome, code="NO_JOB", http_status=204, exit_code=7):
+    """Nothing queued to claim. Its status is the 204 that claim-next answered."""
+
+
+class StuckClaims(CommandOutcome, code="STUCK_CLAIMS", exit_code=6):
+    """inspect-claims --fail-if-stuck found expired, unleased or stale claims."""
+
+
+class AttemptFailed(CommandOutcome, code="ATTEMPT_FAILED", exit_code=8):
     """``jobs logs --follow`` saw the attempt end without succeeding."""
 
 

@@ -372,11 +372,31 @@ def profile_hint(settings: ClientSettings) -> str:
 
 
 def validation_problems(exc: PydanticValidationError) -> str:
-    """A pydantic validation error as one line, ``field: problem; …`` (never the input value)."""
+    """A pydantic validation error as one line, ``field: problem; …`` (never the input value),
+    in our words: pydantic's ``Value error, `` prefix dropped, bounds said as bounds."""
     return "; ".join(
-        f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+        f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {problem_text(err)}"
         for err in exc.errors(include_input=False, include_url=False)
     )
+
+
+# pydantic's error types for a number out of bounds, and how we say them.
+_BOUNDS = {
+    "greater_than_equal": ("ge", "must be at least {}"),
+    "greater_than": ("gt", "must be above {}"),
+    "less_than_equal": ("le", "must be at most {}"),
+    "less_than": ("lt", "must be below {}"),
+}
+
+
+def problem_text(err: Any) -> str:
+    """One pydantic error's problem in our words (not its input)."""
+    bound = _BOUNDS.get(str(err.get("type")))
+    context = err.get("ctx") or {}
+    if bound is not None and bound[0] in context:
+        return bound[1].format(context[bound[0]])
+    message = str(err.get("msg", ""))
+    return message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
 
 
 # --- the job context: what `claim -o env` exports and `run` gives its child --------------------

@@ -2,9 +2,10 @@
 
 It asserts that every row is filled, never anything about speed (the machine is shared). The
 sections of ``benchmarks.run`` run in groups, one test each, so each stays well inside the
-suite's per-test timeout and the groups spread over the xdist workers. The measurements the docs
-cite that ``benchmarks.run`` does not include (the long-poll herd, the reaper's plan, the
-pgbench designs) run on their own, at tiny sizes too.
+suite's per-test timeout and the groups spread over the xdist workers. Every other benchmark
+command the docs cite (the long-poll herd, the reaper's plan, the pgbench designs, the HTTP
+core A/B, the CLI's startup, growth and the fleet) runs on its own, at tiny sizes too: a
+command that is neither here nor retired (docs/benchmarks.md) would rot unseen.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ ROWS = {
     "cycles": 5,  # sqlite × 3 concurrencies, postgres × 2
     "heartbeats": 2,
     "reaper": 1,
-    "driver": 2,  # the PostgreSQL driver A/B: through the store, through the connector
     "pickup": 2,
     "recovery": 2,
     "cli": 7,  # --version, heartbeat, complete, claim -o env, list, heartbeat over https, Tab
@@ -42,7 +42,6 @@ GROUPS = [
     ("ceilings",),
     ("scaleout", "growth"),
     ("cycles", "heartbeats", "reaper"),
-    ("driver",),
     ("pickup", "recovery", "supervision"),
     ("shipping",),
     ("cli", "logs"),
@@ -127,7 +126,36 @@ STANDALONE = {
         2,
         range(4),
     ),
+    # every process of the CLI's startup table once: 3 floors, 5 commands, 2 over https
+    "cli_startup": (("benchmarks.cli_startup", "--runs", "1"), 10, range(5)),
+    # one size over finished jobs, as the `growth` section, through its own command
+    "growth": (("benchmarks.growth", "--rows", "1000", "--jobs", "48"), 1, range(6)),
+    # 20 agents on SQLite, as the `fleet` section at smoke size, through its own command
+    "fleet": (
+        (
+            "benchmarks.fleet",
+            *("--db", "sqlite", "--agents", "20", "--seconds", "2", "--wait", "2"),
+            *("--every", "0.5", "--rate", "5", "--per-generator", "10", "--settle", "1"),
+        ),
+        1,
+        range(11),
+    ),
 }
+
+
+# Commands the smoke run reaches otherwise: the runner itself, the two with tests of their
+# own below, and the `ceilings` section's load generators and peer (run as `python -m`).
+ELSEWHERE = {"run", "explain_reaper", "reaper_ab", "workers", "peer_procrastinate"}
+
+
+def test_every_benchmark_command_is_smoked() -> None:
+    """A ``python -m benchmarks.X`` command is smoked here or retired (docs/benchmarks.md)."""
+    bench = ROOT / "benchmarks"
+    commands = {
+        p.stem for p in bench.glob("*.py") if 'if __name__ == "__main__":' in p.read_text()
+    } | {p.parent.name for p in bench.glob("*/__main__.py")}
+    smoked = {argv[0].removeprefix("benchmarks.") for argv, _, _ in STANDALONE.values()}
+    assert commands - smoked - ELSEWHERE == set()
 
 
 @pytest.mark.slow

@@ -55,7 +55,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from tests.fixtures.live_server import LiveServer
+from tests.fixtures.live_server import ServerAddress
 
 CTRLPLANE_COMMIT = "66e0888e94016296c5e22cdc58fc62617e187a8a"
 
@@ -498,41 +498,50 @@ def _validate(
             err.headers["Allow"] = ", ".join(m.upper() for m in ops)
             raise err
         secure(template)
-        coerced: dict[str, Any] = {}
-        for name, value in query.items():
-            if name not in op.query:
-                raise validator_error(
-                    400, "Bad Request", f"Unknown query parameter '{name}'", f"/query/{name}"
-                )
-            if value == "":
-                raise validator_error(
-                    400,
-                    "Bad Request",
-                    f"Empty value found for query parameter '{name}'",
-                    f"/query/{name}",
-                )
-            coerced[name] = _check_value(f"query/{name}", value, op.query[name])
+        coerced = _validate_query(query, op.query)
         if op.body is not None:
-            if not isinstance(body, dict):
-                raise schema_error("body", "must be object", "type")
-            for name in op.body["required"]:
-                if name not in body:
-                    error = schema_error(
-                        "body", f"must have required property '{name}'", "required"
-                    )
-                    error.body["details"][0]["path"] = f"/body/{name}"
-                    raise error
-            for name, schema in op.body["properties"].items():
-                if name in body:
-                    _check_value(f"body/{name}", body[name], schema)
+            _validate_body(body, op.body)
         return template, Request(method.lower(), path, params, coerced, body, None)
     raise validator_error(404, "Not Found", "not found", f"/api{path}")
 
 
-class CtrlplaneStandIn:
+def _validate_query(query: dict[str, str], schemas: dict[str, Any]) -> dict[str, Any]:
+    """The query's values, coerced; a 400 for a parameter the operation does not take."""
+    coerced: dict[str, Any] = {}
+    for name, value in query.items():
+        if name not in schemas:
+            raise validator_error(
+                400, "Bad Request", f"Unknown query parameter '{name}'", f"/query/{name}"
+            )
+        if value == "":
+            raise validator_error(
+                400,
+                "Bad Request",
+                f"Empty value found for query parameter '{name}'",
+                f"/query/{name}",
+            )
+        coerced[name] = _check_value(f"query/{name}", value, schemas[name])
+    return coerced
+
+
+def _validate_body(body: Any, schema: dict[str, Any]) -> None:
+    """An object with every required property, each property of its schema."""
+    if not isinstance(body, dict):
+        raise schema_error("body", "must be object", "type")
+    for name in schema["required"]:
+        if name not in body:
+            error = schema_error("body", f"must have required property '{name}'", "required")
+            error.body["details"][0]["path"] = f"/body/{name}"
+            raise error
+    for name, prop in schema["properties"].items():
+        if name in body:
+            _check_value(f"body/{name}", body[name], prop)
+
+
+class CtrlplaneStandIn(ServerAddress):
     """The running stand-in: ``url``, ``workspace_id``, ``workspace_slug``, ``api_key``, state.
 
-    Offers the interface of ``tests.fixtures.live_server.LiveServer`` that the CLI helpers in
+    Offers the interface of ``tests.fixtures.live_server.ServerAddress`` that the CLI helpers in
     ``tests/integration/cli.py`` use (``url``, ``workspace_id``, ``api_key``, ``env()``,
     ``base_env()``), plus seeding: ``add_agent``, ``seed_job``, ``job``.
     """
@@ -557,16 +566,10 @@ class CtrlplaneStandIn:
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self.port = 0
-        # Read by LiveServer's url and env: plain HTTP, no CA bundle.
-        self.settings: dict[str, str] = {}
-        self.ca_bundle: Path | None = None
+        # Read by ServerAddress's url and env: plain HTTP, no CA bundle.
+        self.settings = {}
+        self.ca_bundle = None
         self._clock = now() - timedelta(hours=1)
-
-    # --- addresses: LiveServer's own code, which reads only port, workdir, workspace_id,
-    # api_key, settings and ca_bundle, so the CLI helpers drive either server alike ----------------
-    url = LiveServer.url
-    env = LiveServer.env
-    base_env = LiveServer.base_env
 
     # --- seeding (as the e2e spec inserts rows directly) --------------------------------------
     def add_agent(self, name: str | None = None, *, agent_id: str | None = None) -> str:

@@ -17,12 +17,12 @@ NO_LEASES = "no lease support"
 
 
 def cp(server: CtrlplaneStandIn, *args: str, agent: str | None = None, **env: str) -> Ran:
-    return jac(server, *args, agent=agent, env=env)  # type: ignore[arg-type]
+    return jac(server, *args, agent=agent, env=env)
 
 
 def run_process(server: CtrlplaneStandIn, *args: str, agent: str, timeout: float = 120) -> Ran:
     """``jobagentctl ARGS`` as a real process (the installed console script)."""
-    return run_cli(*args, env=env_for(server, agent), timeout=timeout)  # type: ignore[arg-type]
+    return run_cli(*args, env=env_for(server, agent), timeout=timeout)
 
 
 def raw(server: CtrlplaneStandIn, job_id: str) -> dict[str, Any]:
@@ -263,7 +263,7 @@ def test_workspace_slug_from_flag_and_both_env_names(ctrlplane: CtrlplaneStandIn
     job = ctrlplane.seed_job(ctrlplane.add_agent())
     slug = ctrlplane.workspace_slug
     for env in ({"JOBAGENTCTL_WORKSPACE": slug}, {"CTRLPLANE_WORKSPACE": slug}):
-        ran = jac(ctrlplane, "jobs", "get", job, env={"JOBAGENTCTL_WORKSPACE": "", **env})  # type: ignore[arg-type]
+        ran = jac(ctrlplane, "jobs", "get", job, env={"JOBAGENTCTL_WORKSPACE": "", **env})
         assert ran.returncode == 0, ran.stderr
     flag = cp(ctrlplane, "--workspace", slug, "jobs", "get", job)
     assert flag.returncode == 0, flag.stderr

@@ -7,11 +7,16 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.fixtures.cli import cli_command
 from tests.fixtures.databases import sql
 from tests.fixtures.live_server import LiveServer
 from tests.fixtures.waiting import wait_until
 from tests.integration.cli import Ran, env_for, jac, jac_process
+
+# Slow: a live server process per test: `make test-fast` leaves it out, `make test` runs it.
+pytestmark = pytest.mark.slow
 
 
 def claim_and_fail(server: LiveServer, agent: str, job: str, exit_code: int) -> tuple[Ran, Ran]:

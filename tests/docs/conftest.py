@@ -217,24 +217,18 @@ def needs(*tools: str) -> None:
         pytest.skip(f"the recipe needs {', '.join(missing)}, which is not installed here")
 
 
-def _sandbox(server: LiveServer, tmp_path: Path) -> Iterator[Sandbox]:
-    box = Sandbox(server, tmp_path / "sandbox")
-    try:
-        yield box
-    finally:
-        box.close()
-
-
 @pytest.fixture
 def sandbox(shared_server: LiveServer, tmp_path: Path) -> Iterator[Sandbox]:
     """A sandbox on the module's shared server."""
-    yield from _sandbox(shared_server, tmp_path)
+    with contextlib.closing(Sandbox(shared_server, tmp_path / "sandbox")) as box:
+        yield box
 
 
 @pytest.fixture
 def own_sandbox(live_server: LiveServer, tmp_path: Path) -> Iterator[Sandbox]:
     """A sandbox on a server of the test's own (SQLite and PostgreSQL), free to restart."""
-    yield from _sandbox(live_server, tmp_path)
+    with contextlib.closing(Sandbox(live_server, tmp_path / "sandbox")) as box:
+        yield box
 
 
 def split_commands(text: str) -> list[str]:

@@ -7,6 +7,7 @@ stop, restart or must run on PostgreSQL too get a server of their own.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,18 +21,12 @@ from .runs import Harness
 @pytest.fixture
 def harness(shared_server: LiveServer, tmp_path: Path) -> Iterator[Harness]:
     """A fresh agent on the module's shared SQLite server; its runs are killed afterwards."""
-    h = Harness(shared_server, tmp_path)
-    try:
+    with contextlib.closing(Harness(shared_server, tmp_path)) as h:
         yield h
-    finally:
-        h.close()
 
 
 @pytest.fixture
 def own_harness(live_server: LiveServer, tmp_path: Path) -> Iterator[Harness]:
     """A server of this test's own (parametrized over SQLite and PostgreSQL) and an agent."""
-    h = Harness(live_server, tmp_path)
-    try:
+    with contextlib.closing(Harness(live_server, tmp_path)) as h:
         yield h
-    finally:
-        h.close()

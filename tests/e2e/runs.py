@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.fixtures.agent_jobs import AgentJobs
 from tests.fixtures.cli import Ran, cli_command
 from tests.fixtures.live_server import LiveServer
 
@@ -97,28 +98,15 @@ def cli(harness: Harness, *args: str) -> Ran:
     return harness.server.cli(*args, timeout=DEADLINE)
 
 
-class Harness:
-    """A live server, one agent on it, and the runs started for that agent (killed at the end)."""
+class Harness(AgentJobs):
+    """A live server, one agent on it, and the runs started for that agent (killed at the end);
+    its jobs and attempts: :class:`AgentJobs`."""
 
     def __init__(self, server: LiveServer, tmp_path: Path) -> None:
-        self.server = server
+        super().__init__(server, server.create_agent("e2e-agent"))
         self.tmp_path = tmp_path
-        self.agent_id = server.create_agent("e2e-agent")
         self.runs: list[AgentRun] = []
         self._blocked: list[int] = []
-
-    def enqueue(self, **fields: Any) -> str:
-        job_id: str = self.server.enqueue(self.agent_id, **fields)["id"]
-        return job_id
-
-    def job(self, job_id: str) -> dict[str, Any]:
-        return self.server.get_job(job_id)
-
-    def attempts(self, job_id: str) -> list[dict[str, Any]]:
-        status, body = self.server.request("GET", f"jobs/{job_id}/attempts")
-        assert status == 200, body
-        attempts: list[dict[str, Any]] = body
-        return attempts
 
     def start(
         self,

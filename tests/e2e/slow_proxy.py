@@ -63,7 +63,9 @@ def slow_proxy(
             hold = proxy.delay(self.command, self.path.split("?")[0], n)
             if hold:
                 time.sleep(hold)  # the slow server itself
-            conn = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=60)
+            conn = http.client.HTTPConnection(
+                upstream.hostname or "127.0.0.1", upstream.port, timeout=60
+            )
             try:
                 headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
                 conn.request(self.command, self.path, body=body, headers=headers)

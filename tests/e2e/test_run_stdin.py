@@ -12,6 +12,7 @@ import subprocess
 import termios
 import time
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
 
@@ -25,7 +26,7 @@ def _run(
     args: list[str],
     command: list[str],
     *,
-    stdin: object,
+    stdin: int | IO[Any] | None,
     name: str = "run",
     terminal: bool = False,
 ) -> subprocess.Popen[bytes]:
@@ -40,7 +41,7 @@ def _run(
         argv,
         env=env,
         cwd=workdir,
-        stdin=stdin,  # type: ignore[arg-type]
+        stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=terminal,

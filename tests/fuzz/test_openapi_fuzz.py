@@ -7,18 +7,25 @@ paths and the deep paths run. Every answer must be free of 5xx and conform to th
 declared status code, the declared content type, headers and body schema; a request that breaks
 the document must be refused. Without a key every ``/api/v1`` request is a 401 with the error
 shape. ``JOBAGENTCTL_FUZZ_EXAMPLES`` raises the examples per operation and variant.
+
+The run that gates the suite draws the same examples every time (hypothesis' ``derandomize``,
+as the lease model does): a landing is never blocked by chance. A second, bounded run draws
+new examples from a random seed and reports what it finds (the test is then marked xfail, with
+the seed to replay: ``JOBAGENTCTL_FUZZ_SEED``) without failing the suite; what it finds
+becomes a fixed regression test once understood.
 """
 
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
@@ -35,6 +42,9 @@ from jobagentctl.server.settings import ServerSettings
 from tests.fixtures.live_server import LiveServer
 
 EXAMPLES = int(os.environ.get("JOBAGENTCTL_FUZZ_EXAMPLES", "8"))
+# The random run: a few examples per operation, from this seed (a random one when unset).
+RANDOM_EXAMPLES = 3
+RANDOM_SEED = os.environ.get("JOBAGENTCTL_FUZZ_SEED")
 API = "/api/v1/"
 POSITIVE, NEGATIVE = GenerationMode.POSITIVE, GenerationMode.NEGATIVE
 
@@ -148,14 +158,28 @@ def _checks(mode: GenerationMode) -> list[Any]:
     return checks
 
 
-def _run(operation: Any, strategy: Any, call: Callable[[Any], None]) -> tuple[int, str | None]:
-    """``call`` on up to EXAMPLES generated cases: (cases run, the failure or None)."""
+@dataclass(frozen=True)
+class Draw:
+    """How examples are drawn: ``seed`` None = the same examples every run (derandomized)."""
+
+    examples: int = EXAMPLES
+    seed: int | None = None
+
+
+FIXED = Draw()
+
+
+def _run(
+    operation: Any, strategy: Any, call: Callable[[Any], None], draw: Draw = FIXED
+) -> tuple[int, str | None]:
+    """``call`` on up to ``draw.examples`` generated cases: (cases run, the failure or None)."""
     ran = 0
 
     @settings(
-        max_examples=EXAMPLES,
+        max_examples=draw.examples,
         deadline=None,
         database=None,
+        derandomize=draw.seed is None,
         # No shrinking: a failure comes with its curl command; shrinking over HTTP costs time.
         phases=[Phase.explicit, Phase.generate],
         suppress_health_check=list(HealthCheck),
@@ -165,6 +189,9 @@ def _run(operation: Any, strategy: Any, call: Callable[[Any], None]) -> tuple[in
         nonlocal ran
         ran += 1
         call(case)
+
+    if draw.seed is not None:
+        run = seed(draw.seed)(run)
 
     try:
         run()
@@ -176,7 +203,9 @@ def _run(operation: Any, strategy: Any, call: Callable[[Any], None]) -> tuple[in
     return ran, None
 
 
-def _with_key(target: Target, mode: GenerationMode, real_ids: bool) -> tuple[int, list[str]]:
+def _with_key(
+    target: Target, mode: GenerationMode, real_ids: bool, draw: Draw = FIXED
+) -> tuple[int, list[str]]:
     headers = {"X-API-Key": target.server.api_key}
     total, failures = 0, []
     for operation in target.operations():
@@ -194,7 +223,7 @@ def _with_key(target: Target, mode: GenerationMode, real_ids: bool) -> tuple[int
             response = case.call(timeout=30)
             case.validate_response(response, checks=checks)
 
-        ran, failure = _run(operation, strategy, call)
+        ran, failure = _run(operation, strategy, call, draw)
         total += ran
         failures += [failure] if failure else []
     return total, failures
@@ -223,6 +252,9 @@ def _without_key(target: Target, mode: GenerationMode) -> tuple[int, list[str]]:
     return total, failures
 
 
+# About 860 requests and a server: ~100 s on a loaded 2-core machine, on the edge of the suite's
+# 120 s default; a timeout firing inside an example reads as a "flaky" fuzz failure.
+@pytest.mark.timeout(600)
 def test_fuzz_every_operation(target: Target) -> None:
     operations = target.operations()
     assert len(operations) >= len(SPEC_OPERATIONS)
@@ -243,3 +275,44 @@ def test_fuzz_every_operation(target: Target) -> None:
     assert not failures, "\n\n".join(failures)
     # Every variant sent requests (a strategy that generates nothing would pass vacuously).
     assert all(counts.values()), counts
+
+
+@pytest.mark.timeout(300)
+def test_fuzz_random_examples_report_without_failing(target: Target) -> None:
+    """New examples each run (bounded): what they find is reported, not a failed suite."""
+    chosen = int(RANDOM_SEED) if RANDOM_SEED else random.randrange(2**32)
+    draw = Draw(examples=RANDOM_EXAMPLES, seed=chosen)
+    counts: dict[str, int] = {}
+    failures: list[str] = []
+    for mode in (POSITIVE, NEGATIVE):
+        counts[mode.value], found = _with_key(target, mode, True, draw)
+        failures += [f"[{mode.value}, seed {chosen}] {failure}" for failure in found]
+    print(f"random fuzz, seed {chosen}: requests {counts}, failures {len(failures)}")
+    assert all(counts.values()), counts
+    if failures:
+        print("\n\n".join(failures))
+        pytest.xfail(
+            f"random fuzz found {len(failures)} failure(s); replay with "
+            f"JOBAGENTCTL_FUZZ_SEED={chosen}; first: {failures[0][:500]}"
+        )
+
+
+def test_the_gating_run_draws_the_same_examples_every_time() -> None:
+    """What made the suite fail now and then: each run drew new examples. Two fixed draws over
+    every operation's negative strategy give the same requests, case for case."""
+    schema: Any = schemathesis.openapi.from_dict(_document())
+
+    def drawn() -> list[str]:
+        seen: list[str] = []
+        for result in schema.get_all_operations():
+            operation = result.ok()
+            strategy = operation.as_strategy(generation_mode=NEGATIVE)
+
+            def call(case: Any) -> None:
+                seen.append(repr((case.path_parameters, case.query, case.headers, case.body)))
+
+            _run(operation, strategy, call)
+        return seen
+
+    first = drawn()
+    assert first and drawn() == first

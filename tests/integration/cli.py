@@ -13,12 +13,12 @@ from typer.testing import CliRunner
 
 from jobagentctl.cli.app import app
 from tests.fixtures.cli import Ran, run_cli
-from tests.fixtures.live_server import LiveServer
+from tests.fixtures.live_server import ServerAddress
 
 __all__ = ["Ran", "env_for", "jac", "jac_process"]
 
 
-def env_for(server: LiveServer, agent: str | None = None, **extra: str) -> dict[str, str]:
+def env_for(server: ServerAddress, agent: str | None = None, **extra: str) -> dict[str, str]:
     # Generous timeouts: two busy cores can stall a healthy server for seconds.
     env = {**server.base_env(), **server.env(), "JOBAGENTCTL_TIMEOUT": "60"}
     if agent is not None:
@@ -27,13 +27,16 @@ def env_for(server: LiveServer, agent: str | None = None, **extra: str) -> dict[
     return env
 
 
-def _check(server: LiveServer, ran: Ran) -> Ran:
+def _check(server: ServerAddress, ran: Ran) -> Ran:
     assert server.api_key not in ran.stdout + ran.stderr
     return ran
 
 
 def jac(
-    server: LiveServer, *args: str, agent: str | None = None, env: Mapping[str, str] | None = None
+    server: ServerAddress,
+    *args: str,
+    agent: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Ran:
     """``jobagentctl ARGS`` in-process, with the server's URL, workspace and key."""
     wanted = {**env_for(server, agent), **(env or {})}
@@ -47,7 +50,10 @@ def jac(
 
 
 def jac_process(
-    server: LiveServer, *args: str, agent: str | None = None, env: Mapping[str, str] | None = None
+    server: ServerAddress,
+    *args: str,
+    agent: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Ran:
     """``jobagentctl ARGS`` as a real process (the installed console script)."""
     return _check(server, run_cli(*args, env={**env_for(server, agent), **(env or {})}))

@@ -91,3 +91,16 @@ def test_follow_ends_with_the_attempt(shared_server: LiveServer) -> None:
         assert out == b"working\n"
         if code:
             assert b"did not succeed" in err
+
+
+def test_an_attempt_without_output_says_so(shared_server: LiveServer) -> None:
+    job = _claimed(shared_server)
+    status, _ = shared_server.request(
+        "PUT", f"jobs/{job['id']}/status", {"status": "successful", "claimId": job["claimId"]}
+    )
+    assert status == 202
+    for follow in ((), ("--follow",), ("--follow", "--attempt", "1")):
+        ran = jac(shared_server, "jobs", "logs", job["id"], *follow)
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout == ""
+        assert ran.stderr == "no output was shipped for this attempt\n"

@@ -63,8 +63,10 @@ def tls_listener(files: TlsFiles) -> Iterator[str]:
         listener.close()
 
 
-def _agents_list(url: str, tmp_path: Path, **env: str) -> Ran:
+def _agents_list(url: str, tmp_path: Path, *options: str, **env: str) -> Ran:
+    """``jobagentctl [OPTIONS] agents list`` against ``url``, ``env`` added to its own."""
     return run_cli(
+        *options,
         "agents",
         "list",
         env=clean_env(
@@ -127,18 +129,8 @@ def test_the_ca_bundle_comes_from_flag_env_profile_or_ssl_cert_file(tmp_path: Pa
         )
         assert "not trusted" in _one_error_line(ran)  # ours beats SSL_CERT_FILE
         assert "not trusted" in _one_error_line(_agents_list(url, tmp_path))  # certifi's only
-        flag = run_cli(
-            "--ca-bundle",
-            str(served.ca),
-            "agents",
-            "list",
-            env=clean_env(
-                JOBAGENTCTL_URL=url,
-                JOBAGENTCTL_WORKSPACE=_WORKSPACE,
-                JOBAGENTCTL_API_KEY="jak_test.secret",
-                JOBAGENTCTL_CA_BUNDLE=str(wrong),
-                XDG_CONFIG_HOME=str(tmp_path / "config"),
-            ),
+        flag = _agents_list(
+            url, tmp_path, "--ca-bundle", str(served.ca), JOBAGENTCTL_CA_BUNDLE=str(wrong)
         )
         assert flag.returncode == 0, flag.stderr  # the flag beats everything
 

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from tests.fixtures.cli import cli_command, run_cli
-from tests.fixtures.live_server import LiveServer, LiveServerFactory
+from tests.fixtures.live_server import LiveServer, LiveServerFactory, clean_env, free_port
 from tests.fixtures.tls import make_tls_files
 from tests.fixtures.waiting import wait_until
 
@@ -75,3 +75,47 @@ def test_list_claim_long_poll_and_run_over_tls(
         "SSL_CERT_FILE"
     ]
     assert server.stop() == 0, server.log()  # SIGTERM drains over TLS too
+
+
+def test_an_http_url_to_a_tls_port_says_to_use_https(
+    live_server_factory: LiveServerFactory, tmp_path: Path
+) -> None:
+    tls = make_tls_files(tmp_path / "tls")
+    server = live_server_factory(ca_bundle=tls.ca, **tls.settings())
+    plain = server.url.replace("https://", "http://")
+    env = {**server.base_env(), **server.env(), "JOBAGENTCTL_URL": plain}
+    ran = run_cli("jobs", "list", env=env)
+    assert ran.returncode == 3, ran.stderr
+    assert ran.stderr.strip().splitlines() == [
+        f"error: cannot reach the server at {plain}: it answered in TLS, not plain HTTP: "
+        f"use {server.url}"
+    ]
+
+
+def test_server_start_with_an_expired_certificate_warns_in_one_line(tmp_path: Path) -> None:
+    tls = make_tls_files(tmp_path / "tls", expired=True)
+    env = {
+        **clean_env(tmp_path),
+        "JOBAGENTCTL_SERVER_DATABASE": f"sqlite:///{tmp_path / 'jobagent.db'}",
+        "JOBAGENTCTL_SERVER_HOST": "127.0.0.1",
+        "JOBAGENTCTL_SERVER_PORT": str(free_port()),
+        "JOBAGENTCTL_SERVER_TLS_CERT": str(tls.cert),
+        "JOBAGENTCTL_SERVER_TLS_KEY": str(tls.key),
+    }
+    server = subprocess.Popen(
+        cli_command("server", "start"), env=env, stderr=subprocess.PIPE, text=True
+    )
+    lines: list[str] = []
+    try:
+        assert server.stderr is not None
+        for line in server.stderr:  # it still starts: the warning comes before it listens
+            lines.append(line)
+            if "listening on https://" in line:
+                break
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    warnings = [line for line in lines if "expired" in line]
+    assert len(warnings) == 1, lines
+    assert warnings[0].startswith(f"warning: TLS certificate {tls.cert} expired on 20")
+    assert "renew it" in warnings[0]

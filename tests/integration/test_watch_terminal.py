@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from jobagentctl.server.store import sqlite_path
 from tests.docs.recipes import block
 from tests.fixtures.cli import cli_command
-from tests.fixtures.databases import sqlite_path
 from tests.fixtures.live_server import LiveServer, LiveServerFactory
 from tests.fixtures.waiting import wait_until
 
@@ -34,7 +34,9 @@ def seed_claims(server: LiveServer, agents: list[str]) -> None:
     (the reaper is off), ``UNLEASED`` without a lease, the rest with leases ending from 1 to 50
     minutes from now. Written straight into SQLite: through the API it would take minutes."""
     now = time.time()
-    jobs, claims, attempts = [], [], []
+    jobs: list[tuple[str, str, str, float]] = []
+    claims: list[tuple[str, str, float, float, str, int]] = []
+    attempts: list[tuple[str, str | None, str, float]] = []
     for n in range(CLAIMS):
         job, claim, agent = str(uuid.uuid4()), str(uuid.uuid4()), agents[n % len(agents)]
         claimed = now - 3600 + n

@@ -195,7 +195,7 @@ def test_lease_lifecycle_matches_the_model(database_url: str, runner: asyncio.Ru
         runner.run(store.close())
 
 
-def _machine(
+def _machine(  # noqa: C901 - the rules of one state machine, around this test's store
     store: Store,
     raw: Raw,
     runner: asyncio.Runner,

@@ -8,13 +8,14 @@ another, a secret repeating its own start), where a streaming matcher goes wrong
 
 from __future__ import annotations
 
+import base64
 import itertools
 import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobagentctl.supervisor.redact import MIN_SECRET_CHARS, REDACTED, Redactor
+from jobagentctl.supervisor.redact import MIN_SECRET_CHARS, REDACTED, Redactor, api_key_secrets
 
 # Few letters, so secrets overlap each other and the text around them often.
 ALPHABET = "ab€é😀 \n"
@@ -124,3 +125,91 @@ def test_chunks_of_whole_characters_come_out_as_whole_characters(
     for _, segment in released:
         segment.decode("utf-8")  # raises if a character was cut
     assert b"".join(chunk for _, chunk in released) == _one_shot(secrets, text.encode())
+
+
+@st.composite
+def many_secrets(draw: st.DrawFn) -> tuple[list[str], bytes, list[tuple[str, bytes]]]:
+    """Many secrets (more than are searched for one by one), some long, most sharing their
+    first bytes, and output of them cut into chunks shorter than the long ones."""
+    short = st.text("ab€", min_size=MIN_SECRET_CHARS, max_size=9).filter(_usable)
+    long = st.text("ab", min_size=20, max_size=80)
+    secrets = draw(st.lists(st.one_of(short, long), min_size=9, max_size=40, unique=True))
+    pieces = draw(
+        st.lists(st.one_of(st.sampled_from(secrets), st.text("ab€c", max_size=10)), max_size=20)
+    )
+    data = "".join(pieces).encode()
+    cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=30)))
+    bounds = [0, *cuts, len(data)]
+    chunks = [
+        (draw(st.sampled_from(("stdout", "stderr"))), data[lo:hi])
+        for lo, hi in itertools.pairwise(bounds)
+    ]
+    return secrets, data, chunks
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(many_secrets())
+def test_many_secrets_added_one_by_one_redact_as_one_pattern_would(
+    case: tuple[list[str], bytes, list[tuple[str, bytes]]],
+) -> None:
+    # Added one at a time, as `redact add` does: the redactor's searches are rebuilt in tiers,
+    # and a long secret cut across many chunks and both streams is still one marker.
+    secrets, data, chunks = case
+    redactor = Redactor()
+    for secret in secrets:
+        redactor.add(secret)
+    assert redactor.count == len(secrets)
+    released = [seg for stream, chunk in chunks for seg in redactor.feed(stream, chunk)]
+    assert redactor.held <= redactor.holdback
+    released += redactor.flush()
+    assert b"".join(chunk for _, chunk in released) == _one_shot(secrets, data)
+    assert redactor.redact(data) == _one_shot(secrets, data)
+
+
+# Lowercase letters and digits: no character of the marker, nor of the URL's punctuation.
+_WORD = "abcdefghijklmnopqrstuvwxyz0123456789"
+_passwords = st.text(_WORD + "-_", min_size=MIN_SECRET_CHARS, max_size=16)
+
+
+@st.composite
+def composite_secrets(draw: st.DrawFn) -> tuple[str, str, list[str]]:
+    """A composite secret, the part that authenticates, and output printing that part alone."""
+    user = draw(st.text(_WORD, min_size=1, max_size=8))
+    password = draw(_passwords)
+    shape = draw(st.sampled_from(("url", "basic", "pair")))
+    if shape == "url":
+        secret = f"postgres://{user}:{password}@db.internal:5432/app"
+    elif shape == "basic":
+        secret = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    else:
+        secret = f"{user}:{password}"
+    around = st.text(_WORD + " \n=", max_size=12)
+    pieces = draw(st.lists(st.one_of(st.just(password), around), min_size=1, max_size=8))
+    return secret, password, [*pieces, password]
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(composite_secrets(), st.data())
+def test_the_password_of_a_composite_secret_printed_alone_is_redacted(
+    case: tuple[str, str, list[str]], data: st.DataObject
+) -> None:
+    secret, password, pieces = case
+    output = "".join(pieces).encode()
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(output)), max_size=6)))
+    redactor = Redactor([secret])
+    released = [
+        segment
+        for lo, hi in itertools.pairwise([0, *cuts, len(output)])
+        for segment in redactor.feed("stdout", output[lo:hi])
+    ]
+    released += redactor.flush()
+    merged = b"".join(chunk for _, chunk in released)
+    assert password.encode() not in merged
+    assert REDACTED in merged
+
+
+@given(st.text(_WORD, min_size=4, max_size=16), _passwords)
+def test_the_api_key_s_secret_part_is_a_secret_of_its_own(prefix: str, part: str) -> None:
+    key = f"jac_{prefix}.{part}"
+    redactor = Redactor(api_key_secrets(key))
+    assert redactor.redact(f"{key} {part}".encode()) == b"[REDACTED] [REDACTED]"

@@ -24,6 +24,7 @@ from jobagentctl.server.runner import _protocol_options
 from jobagentctl.server.settings import ServerSettings
 from tests.fixtures.live_server import LiveServer, LiveServerFactory
 from tests.fixtures.waiting import wait_until
+from tests.security.sockets import closed_within, trickled_until_closed
 
 HEADER_CAP = 16 * 1024  # the default max_header_bytes
 
@@ -37,23 +38,6 @@ def servers(tmp_path: Path) -> Iterator[LiveServerFactory]:
 def _connect(server: LiveServer) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
     return sock
-
-
-def _closed_within(sock: socket.socket, seconds: float) -> bytes | None:
-    """Everything the server sent before closing, or None if it is still open after
-    ``seconds``."""
-    sock.settimeout(seconds)
-    received = b""
-    try:
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                return received
-            received += chunk
-    except TimeoutError:
-        return None
-    except ConnectionResetError:
-        return received
 
 
 def _rss_mib(pid: int) -> float:
@@ -78,7 +62,7 @@ def test_regression_oversized_headers_get_431_before_they_are_read(
     sock = _connect(server)
     head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: "
     sock.sendall(head + b"a" * (HEADER_CAP + 1 - len(head)))  # no end of headers yet
-    answer = _closed_within(sock, 30)
+    answer = closed_within(sock, 30)
     sock.close()
     assert answer is not None and answer.startswith(b"HTTP/1.1 431 "), answer
     assert b'"code": "HEADERS_TOO_LARGE"' in answer
@@ -87,7 +71,7 @@ def test_regression_oversized_headers_get_431_before_they_are_read(
     sock = _connect(server)
     request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Pad: "
     sock.sendall(request + b"a" * (HEADER_CAP - len(request) - 4) + b"\r\n\r\n")
-    answer = _closed_within(sock, 30)
+    answer = closed_within(sock, 30)
     sock.close()
     assert answer is not None and answer.startswith(b"HTTP/1.1 200 "), answer
 
@@ -116,18 +100,13 @@ def test_regression_slow_headers_and_idle_connections_are_closed(
     slow = _connect(server)
     slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
     idle = _connect(server)
-    closed_slow = None
-    deadline = time.monotonic() + 30
-    while closed_slow is None and time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            slow.sendall(b"X")  # keeps trickling: the header timeout must still fire
-        closed_slow = _closed_within(slow, 0.2)
+    closed_slow = trickled_until_closed(slow)
     assert closed_slow == b"", "slow headers were not cut off"
-    assert _closed_within(idle, 30) == b"", "an idle connection stayed open"
+    assert closed_within(idle, 30) == b"", "an idle connection stayed open"
     # After a response, the kept-alive connection is closed when idle too.
     kept = _connect(server)
     kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-    answer = _closed_within(kept, 30)
+    answer = closed_within(kept, 30)
     assert answer is not None and answer.startswith(b"HTTP/1.1 200 ")
     for sock in (slow, idle, kept):
         sock.close()
@@ -142,7 +121,7 @@ def test_regression_connection_cap_evicts_the_oldest_idle_connection(
     # Accepted in the order they connect: the first one is the oldest.
     idle = [_connect(server) for _ in range(20)]
     assert _healthz(server) == 200
-    assert _closed_within(idle[0], 30) == b"", "the oldest idle connection was not evicted"
+    assert closed_within(idle[0], 30) == b"", "the oldest idle connection was not evicted"
     assert _healthz(server) == 200
     for sock in idle:
         sock.close()
@@ -203,7 +182,7 @@ def _trickle_until_closed(sock: socket.socket, seconds: float = 30) -> bytes | N
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError):
             sock.sendall(b" ")
-        answer = _closed_within(sock, 0.2)
+        answer = closed_within(sock, 0.2)
         if answer is not None:
             return received + answer
     return None
@@ -237,7 +216,7 @@ def test_regression_slow_body_is_closed(servers: LiveServerFactory) -> None:
     assert _healthz(server) == 200
     readable, _, _ = select.select(slow, [], [], 30)
     assert readable, "no slow body was closed to make room at the cap"
-    assert _closed_within(readable[0], 30) == b""
+    assert closed_within(readable[0], 30) == b""
     for sock in slow:
         sock.close()
 
@@ -274,7 +253,7 @@ def test_refusals_at_the_cap_are_logged_once_per_window(servers: LiveServerFacto
     wait_until(lambda: _server_read_everything(server, polls), what="the long-polls to be read")
     for _ in range(5):
         refused = _connect(server)
-        assert _closed_within(refused, 30) is not None, "a connection over the cap was kept"
+        assert closed_within(refused, 30) is not None, "a connection over the cap was kept"
         refused.close()
     first = "none idle: closing a new one"
     more = "closed 4 more new connections in the last 10 s"
@@ -289,3 +268,42 @@ def test_without_httptools_the_server_refuses_to_start(monkeypatch: pytest.Monke
     monkeypatch.setitem(sys.modules, "httptools", None)  # import httptools → ImportError
     with pytest.raises(ConfigError, match="httptools is not installed"):
         _protocol_options(ServerSettings(database="sqlite:///unused.db"))
+
+
+# Requests the HTTP parser cannot read: a malformed Transfer-Encoding (what schemathesis once
+# sent), smuggling-shaped framing, a bad chunk size, a bad header name, a garbage request line.
+UNPARSABLE = {
+    "transfer-encoding not chunked last": b"POST /api/v1/workspaces HTTP/1.1\r\nHost: x\r\n"
+    b"Transfer-Encoding: chunked, identity\r\n\r\n",
+    "content-length and chunked": b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    "bad chunk size": b"POST /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"zz\r\n",
+    "bad header name": b"GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header: 1\r\n\r\n",
+    "garbage request line": b"\x00\x01\x02 what\r\n\r\n",
+}
+
+
+def test_an_unparsable_request_gets_the_json_error_shape(servers: LiveServerFactory) -> None:
+    """uvicorn answered these 400 text/plain "Invalid HTTP request received.", outside the
+    documented error shape: now 400 with the JSON error body, and the connection closed."""
+    server = servers()
+    for name, raw in UNPARSABLE.items():
+        sock = _connect(server)
+        sock.sendall(raw)
+        received = closed_within(sock, 30)
+        sock.close()
+        assert received is not None, f"{name}: still open"
+        head, _, body = received.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        assert lines[0] == "HTTP/1.1 400 Bad Request", (name, received)
+        headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        assert headers["content-type"] == "application/json", (name, headers)
+        assert headers["connection"] == "close"
+        assert int(headers["content-length"]) == len(body)
+        assert json.loads(body) == {
+            "message": "malformed HTTP request",
+            "code": "VALIDATION_ERROR",
+            "details": None,
+        }, name
+    assert _healthz(server) == 200

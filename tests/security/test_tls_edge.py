@@ -16,12 +16,14 @@ import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.fixtures.live_server import LiveServer, LiveServerFactory
 from tests.fixtures.tls import TlsFiles, client_context, make_tls_files
 from tests.fixtures.waiting import wait_until
+from tests.security.sockets import closed_within, trickled_until_closed
 
 HEADER_CAP = 16 * 1024  # the default max_header_bytes
 
@@ -37,7 +39,7 @@ def servers(tmp_path: Path, tls: TlsFiles) -> Iterator[LiveServerFactory]:
         yield factory
 
 
-def _start(servers: LiveServerFactory, tls: TlsFiles, **settings: object) -> LiveServer:
+def _start(servers: LiveServerFactory, tls: TlsFiles, **settings: Any) -> LiveServer:
     return servers(ca_bundle=tls.ca, **tls.settings(), **settings)
 
 
@@ -47,22 +49,6 @@ def _raw(server: LiveServer) -> socket.socket:
 
 def _tls(server: LiveServer, tls: TlsFiles) -> ssl.SSLSocket:
     return client_context(tls.ca).wrap_socket(_raw(server), server_hostname="127.0.0.1")
-
-
-def _closed_within(sock: socket.socket, seconds: float) -> bytes | None:
-    """Everything the server sent before closing, or None if still open after ``seconds``."""
-    sock.settimeout(seconds)
-    received = b""
-    try:
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                return received
-            received += chunk
-    except TimeoutError:
-        return None
-    except (ConnectionResetError, ssl.SSLEOFError, ssl.SSLZeroReturnError):
-        return received
 
 
 def _fin_within(sock: ssl.SSLSocket, seconds: float) -> bool:
@@ -90,20 +76,15 @@ def test_handshake_headers_and_idle_limits_hold_over_tls(
     after its handshake and a slow body; headers over the cap are answered 431 over TLS."""
     server = _start(servers, tls, header_timeout=1, keep_alive_timeout=1, body_timeout=1)
     stalled = _raw(server)
-    assert _closed_within(stalled, 30) == b"", "a stalled handshake was not cut off"
+    assert closed_within(stalled, 30) == b"", "a stalled handshake was not cut off"
 
     slow = _tls(server, tls)
     slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
-    closed = None
-    deadline = time.monotonic() + 30
-    while closed is None and time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            slow.sendall(b"X")  # keeps trickling: the header timeout must still fire
-        closed = _closed_within(slow, 0.2)
+    closed = trickled_until_closed(slow)
     assert closed == b"", "slow headers over TLS were not cut off"
 
     idle = _tls(server, tls)
-    assert _closed_within(idle, 30) == b"", "an idle TLS connection stayed open"
+    assert closed_within(idle, 30) == b"", "an idle TLS connection stayed open"
     # The socket closes with the close_notify: asyncio would wait up to 5 s for the client's
     # (an idle client in a pool sends none), holding a place under the cap all that time.
     assert _fin_within(idle, 2.5), "the socket lingered after the server's close_notify"
@@ -111,7 +92,7 @@ def test_handshake_headers_and_idle_limits_hold_over_tls(
     big = _tls(server, tls)
     head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: "
     big.sendall(head + b"a" * (HEADER_CAP + 1 - len(head)))
-    answer = _closed_within(big, 30)
+    answer = closed_within(big, 30)
     assert answer is not None and answer.startswith(b"HTTP/1.1 431 "), answer
 
     # A body that never completes is cut off after body_timeout, over TLS too.
@@ -127,7 +108,7 @@ def test_handshake_headers_and_idle_limits_hold_over_tls(
     while closed is None and time.monotonic() < deadline:
         with contextlib.suppress(OSError):
             body.sendall(b" ")
-        closed = _closed_within(body, 0.2)
+        closed = closed_within(body, 0.2)
     assert closed == b"", f"a slow body over TLS was not cut off: {closed!r}"
     for sock in (stalled, slow, idle, big, body):
         sock.close()
@@ -166,6 +147,6 @@ def test_handshakes_count_against_the_cap_and_long_polls_see_clients_leave(
     stalled = [_raw(server) for _ in range(20)]
     status, _ = server.request("GET", "/healthz", api_key=None)
     assert status == 200
-    assert _closed_within(stalled[0], 30) == b"", "the oldest handshake was not evicted"
+    assert closed_within(stalled[0], 30) == b"", "the oldest handshake was not evicted"
     for sock in stalled:
         sock.close()

@@ -241,8 +241,12 @@ def test_backends_terminated_five_times_under_load_answer_no_500(
         with pgsync.connect(cluster.url) as admin:
             for _ in range(5):
                 before = completed[0]
+
+                def progressed(b: int = before) -> bool:
+                    return completed[0] >= b + 4
+
                 try:
-                    wait_until(lambda b=before: completed[0] >= b + 4, what="progress")
+                    wait_until(progressed, what="progress")
                 except AssertionError:
                     raise AssertionError(progress()) from None
                 rows = admin.fetch(

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from jobagentctl.errors import ServerUnavailable
+from jobagentctl.errors import JobAgentError, ServerUnavailable
 from jobagentctl.routes import Routes
 from jobagentctl.server.edge import json_too_deep
 from jobagentctl.server.settings import ServerSettings
@@ -330,8 +330,9 @@ async def test_regression_a_locked_sqlite_answers_503_fast(
 async def test_regression_readyz_answers_503_at_once_while_the_database_hangs(api: Api) -> None:
     """/readyz hung with a frozen database, then said 200."""
 
-    async def frozen() -> None:
+    async def frozen(timeout: float | None = None) -> JobAgentError | None:
         await asyncio.Event().wait()
+        return None
 
     api.store.readiness = frozen  # type: ignore[method-assign]
     r = await asyncio.wait_for(api.client.get(Routes.READYZ), 30)

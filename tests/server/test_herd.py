@@ -17,7 +17,8 @@ from jobagentctl.server.longpoll_ends import ENDS_PER_SECOND, LongPollEnds
 from tests.fixtures.waiting import await_until
 from tests.server.conftest import open_api
 
-pytestmark = pytest.mark.anyio
+# Slow: thousands of waiters; `make test-fast` leaves it out, `make test` runs it.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 WAITERS = 200
 
@@ -112,7 +113,7 @@ async def test_regression_an_empty_long_poll_costs_one_statement(
     connector; a job queued during a wait still wakes it at once."""
     async with open_api(database_url) as api:
         agent = await api.agent()
-        connector: Any = api.store._db  # type: ignore[attr-defined]
+        connector: Any = api.store._db
         statements: list[str] = []
         for name in ("one", "all", "each", "locked"):
             _count_statements(connector, name, statements)
@@ -133,7 +134,7 @@ async def test_regression_an_empty_long_poll_costs_one_statement(
 
         poll = asyncio.ensure_future(api.claim_next(agent, {"leaseSeconds": 30, "waitSeconds": 60}))
         await await_until(
-            lambda: api.store._db.waiters.waiting(UUID(agent)) == 1,  # type: ignore[attr-defined]
+            lambda: api.store._db.waiters.waiting(UUID(agent)) == 1,
             what="the long-poll to wait",
         )
         job = await api.enqueue(agent)

@@ -20,6 +20,9 @@ from tests.fixtures.live_server import LiveServer
 from tests.fixtures.waiting import wait_until
 from tests.server.conftest import server_metrics
 
+# Slow: a live server process per test: `make test-fast` leaves it out, `make test` runs it.
+pytestmark = pytest.mark.slow
+
 
 def test_reaper_requeues_an_abandoned_claim_within_lease_plus_reap_interval(
     live_server: LiveServer,

@@ -214,7 +214,7 @@ def test_log_settings_take_durations() -> None:
 
     from jobagentctl.server.settings import ServerSettings
 
-    base = {"database": "sqlite:///unused.db"}
+    base: dict[str, Any] = {"database": "sqlite:///unused.db"}
     assert ServerSettings(**base).log_retention == 30 * 86400
     assert ServerSettings(**base, log_retention="12h").log_retention == 12 * 3600
     assert ServerSettings(**base, log_retention="inf").log_retention == float("inf")

@@ -14,15 +14,13 @@ from tests.fixtures.live_server import LiveServer, LiveServerFactory
 from tests.fixtures.waiting import wait_until
 from tests.server.conftest import server_metrics
 
+# Slow: two or three server processes per test: `make test-fast` leaves it out, `make test` runs it.
+pytestmark = pytest.mark.slow
 
-def test_two_replicas_serve_claims_and_long_polls_together(
-    live_server_factory: LiveServerFactory,
-) -> None:
-    a = live_server_factory()
-    b = a.replica()
-    agent = a.create_agent("shared")
 
-    # A long-poll waiting on B is woken by a job queued through A.
+def _long_poll_on(b: LiveServer, agent: str) -> tuple[threading.Thread, dict[str, Any]]:
+    """A claim long-poll on ``b`` in a thread, once ``b`` counts it waiting; its answer lands
+    in the dict under ``"r"`` when the thread ends."""
     result: dict[str, Any] = {}
 
     def wait_on_b() -> None:
@@ -35,6 +33,18 @@ def test_two_replicas_serve_claims_and_long_polls_together(
     wait_until(
         lambda: "jobagentctl_long_polls_waiting 1.0" in server_metrics(b), what="b's long-poll"
     )
+    return thread, result
+
+
+def test_two_replicas_serve_claims_and_long_polls_together(
+    live_server_factory: LiveServerFactory,
+) -> None:
+    a = live_server_factory()
+    b = a.replica()
+    agent = a.create_agent("shared")
+
+    # A long-poll waiting on B is woken by a job queued through A.
+    thread, result = _long_poll_on(b, agent)
     queued_at = time.monotonic()
     job = a.enqueue(agent)
     thread.join(30)
@@ -52,7 +62,7 @@ def test_two_replicas_serve_claims_and_long_polls_together(
     jobs = {a.enqueue(agent)["id"] for _ in range(20)}
 
     def claim(server: LiveServer) -> list[str]:
-        got = []
+        got: list[str] = []
         while True:
             status, body = server.request("POST", f"job-agents/{agent}/claim", {"leaseSeconds": 30})
             if status == 204:
@@ -140,7 +150,8 @@ def test_logs_follow_on_one_replica_shows_appends_through_the_other(
             printed = time.monotonic()
             status, answer = a.request("POST", f"jobs/{job['id']}/logs", body)
             assert status == 200, answer
-            wait_until(lambda i=i: len(shown) > i, what=f"line {i} on replica b", timeout=30)
+            # wait_until calls the check only before it returns, so ``i`` is this round's.
+            wait_until(lambda: len(shown) > i, what=f"line {i} on replica b", timeout=30)  # noqa: B023
             assert shown[i][0] == line
             latencies.append(shown[i][1] - printed)
         done = {"status": "successful", "claimId": job["claimId"]}
@@ -173,18 +184,7 @@ def test_a_requeue_through_one_replica_waits_for_the_holder_on_the_other(
     assert status == 200 and [c["claimId"] for c in page["items"]] == [claimed["claimId"]]
 
     # A long-poll on B is woken when the holder lets go through A (its report, refused 409).
-    result: dict[str, Any] = {}
-
-    def wait_on_b() -> None:
-        result["r"] = b.request(
-            "POST", f"job-agents/{agent}/claim", {"waitSeconds": 25, "leaseSeconds": 30}, timeout=60
-        )
-
-    thread = threading.Thread(target=wait_on_b)
-    thread.start()
-    wait_until(
-        lambda: "jobagentctl_long_polls_waiting 1.0" in server_metrics(b), what="b's long-poll"
-    )
+    thread, result = _long_poll_on(b, agent)
     let_go_at = time.monotonic()
     body = {"status": "queued", "claimId": claimed["claimId"]}
     status, refused = a.request("PUT", f"jobs/{job}/status", body)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pydantic
 import pytest
@@ -76,11 +77,12 @@ def test_every_setting_has_its_environment_variable(monkeypatch: pytest.MonkeyPa
 
 
 def test_invalid_settings_are_refused() -> None:
-    for bad in (
+    cases: tuple[dict[str, Any], ...] = (
         {"port": 70000},
         {"min_lease_seconds": 10, "max_lease_seconds": 5},
         {"max_reclaims": -1},
-    ):
+    )
+    for bad in cases:
         with pytest.raises(pydantic.ValidationError):
             ServerSettings(**bad)
 

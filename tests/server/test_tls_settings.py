@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from jobagentctl.errors import ConfigError
-from jobagentctl.server.runner import _proxy_options
+from jobagentctl.server.runner import NOTHING_TO_RELOAD, _proxy_options
 from jobagentctl.server.settings import ServerSettings
 from jobagentctl.server.tls import exposure_warnings, is_loopback, server_context
 from tests.fixtures.live_server import LiveServerFactory
@@ -123,3 +123,26 @@ def test_sighup_serves_a_renewed_certificate_and_keeps_the_old_one_on_bad_files(
         server.ca_bundle = old.ca
         with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
             server.request("GET", "/healthz", api_key=None)
+
+
+def test_sighup_keeps_a_plain_http_server_serving_and_says_nothing_was_reloaded(
+    tmp_path: Path,
+) -> None:
+    """Without a handler SIGHUP's default action ends the process (the reload operators.md
+    suggests would stop the service): a plain-HTTP server logs one line and keeps serving."""
+    with LiveServerFactory(f"sqlite:///{tmp_path / 'plain.db'}", tmp_path) as servers:
+        server = servers()
+        proc = server.proc
+        assert proc is not None
+        for count in (1, 2):
+            proc.send_signal(signal.SIGHUP)
+
+            def answered(count: int = count) -> bool:
+                return server.log().count(NOTHING_TO_RELOAD) == count or proc.poll() is not None
+
+            wait_until(answered, what=f"SIGHUP's line, {count} time(s), or the server's end")
+            assert proc.poll() is None, f"SIGHUP ended the server: {server.log()}"
+            assert server.log().count(NOTHING_TO_RELOAD) == count
+            assert server.request("GET", "/healthz", api_key=None)[0] == 200
+        assert "TLS certificate" not in server.log()
+        assert server.stop() == 0

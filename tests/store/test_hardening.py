@@ -372,7 +372,7 @@ async def test_the_outage_grace_is_one_heartbeat_interval_within_its_bounds(
 
 
 @pytest.fixture
-def tiny_disk(tmp_path: Path) -> AsyncIterator[Path]:
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     """A 4 MiB tmpfs (root only: skipped, saying why, where mounting is not allowed)."""
     mount = tmp_path / "tiny"
     mount.mkdir()

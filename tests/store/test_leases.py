@@ -566,6 +566,7 @@ async def test_a_one_second_lease_lapses_by_the_database_clock(env: Env) -> None
     intervals on PostgreSQL) lets a 1 s lease expire on its own."""
     job = await env.job()
     claimed = await env.store.claim_job(env.ws, env.agent, job.id, 1)
+    assert claimed.claimed_at is not None
     assert claimed.claim_expires_at == claimed.claimed_at + timedelta(seconds=1)
 
     async def expired() -> bool:

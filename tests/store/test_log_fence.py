@@ -107,6 +107,41 @@ async def test_regression_the_end_of_an_attempt_waits_for_an_append_in_flight(en
     assert _texts(await _read(env.store, env, job.id)) == [b"first\n", b"last line\n"]
 
 
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+async def test_the_reaper_leaves_a_claim_with_an_append_in_flight_for_its_next_pass(
+    env: Env,
+) -> None:
+    """The reaper ends expired attempts too: a claim row an append holds is skipped (its
+    SKIP LOCKED), not ended under the append; the next pass ends it after the append."""
+    job = await _running(env)
+    await _append(env.store, env, job, b"first\n")
+    side = await asyncpg.connect(env.url)
+    watcher = await asyncpg.connect(env.url)
+    try:
+        await side.execute("BEGIN")
+        await side.execute(
+            "SELECT 1 FROM job_log_attempt WHERE job_id = $1 AND attempt = 1 FOR UPDATE", job.id
+        )
+        append = asyncio.create_task(_append(env.store, env, job, b"last line\n"))
+
+        async def waiting() -> int:
+            return int(await watcher.fetchval(WAITING_ON_A_LOCK))
+
+        await await_until(waiting, what="the append waiting on the attempt's log row")
+        sql(env.url, "UPDATE job_claim SET claim_expires_at = now() - interval '1 minute'")
+        assert (await env.store.reap(10, 0)).requeued == 0  # held by the append: skipped
+        await side.execute("COMMIT")
+        async with asyncio.timeout(60):
+            assert await append == 3
+    finally:
+        await side.close()
+        await watcher.close()
+    assert (await env.store.reap(10, 0)).requeued == 1
+    page = await _read(env.store, env, job.id, 1)
+    assert page.ended and page.outcome == "expired"
+    assert _texts(page) == [b"first\n", b"last line\n"]
+
+
 async def test_an_append_after_the_end_is_refused_and_one_before_is_in_the_log(env: Env) -> None:
     """Both orders, one after the other, on both databases: whatever comes first, the ended
     attempt's log holds exactly the appends that were acknowledged."""

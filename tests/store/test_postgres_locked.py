@@ -14,7 +14,7 @@ import pytest
 from jobagentctl.errors import ServerUnavailable
 from jobagentctl.models import JobStatus
 from jobagentctl.server.store import postgres
-from jobagentctl.server.store.postgres_sql import bind
+from jobagentctl.server.store.postgres_sql import bind, inline
 from tests.fixtures.waiting import await_until
 from tests.store.conftest import Env, opened, set_status
 
@@ -41,7 +41,6 @@ async def test_regression_a_claim_committed_between_the_two_locks_starts_the_pat
         sent.append(names[0])
         return inline(names, params)
 
-    inline = postgres.inline
     monkeypatch.setattr(postgres, "inline", counted)
     claimer = await asyncpg.connect(env.url)
     watcher = await asyncpg.connect(env.url)

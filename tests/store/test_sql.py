@@ -255,7 +255,7 @@ def test_fencing_decisions() -> None:
     mine, other = uuid4(), uuid4()
     decide = decide_status_change
     done = JobStatus.SUCCESSFUL
-    kw = {"agent_scope": None, "require_claim_id": False}
+    kw: dict[str, Any] = {"agent_scope": None, "require_claim_id": False}
     assert decide(_ctx(JobStatus.IN_PROGRESS, mine, 1), done, claim_id=mine, **kw) == "apply"
     with pytest.raises(ClaimMismatch) as mismatch:
         decide(_ctx(JobStatus.IN_PROGRESS, other, 2), done, claim_id=mine, **kw)

@@ -11,7 +11,7 @@ import pytest
 import respx
 
 from .clirun import Cli
-from .wire import API_KEY, BASE, WORKSPACE
+from .wire import API_KEY, BASE, WORKSPACE, WS, page
 
 if TYPE_CHECKING:
     from jobagentctl.client import Client
@@ -43,6 +43,10 @@ def mock_api(request: pytest.FixtureRequest) -> Iterator[respx.MockRouter]:
     Routes are absolute URLs (``wire.WS``…): respx would not narrow those by a ``base_url``."""
     strict = bool(getattr(request.module, "RESPX_ASSERT_ALL_CALLED", False))
     with respx.mock(assert_all_called=strict) as router:
+        if not strict:
+            # A list table on a terminal names its agents (one read of the agents): none by
+            # default; a test that mocks this route itself replaces this one.
+            router.get(f"{WS}/job-agents").respond(200, json=page([]))
         yield router
 
 

@@ -72,9 +72,27 @@ def test_inspect_claims_stale_after(cli: Cli, mock_api: respx.MockRouter) -> Non
     assert states == ["stale", "active"]
     stuck = cli("inspect-claims", "--stale-after", "2m", "--fail-if-stuck")
     assert stuck.exit_code == 6
-    assert "1 stuck claim" in stuck.stderr
+    assert "1 stuck claim:" in stuck.stderr
     # Without --stale-after the same claims are not stuck.
     assert cli("inspect-claims", "--fail-if-stuck").exit_code == 0
+
+
+def test_fail_if_stuck_counts_with_thousands_separators(
+    cli: Cli, mock_api: respx.MockRouter
+) -> None:
+    expired = [wire.claim_row("expired", claimExpiresAt=ago(60)) for _ in range(1_234)]
+    mock_api.get(f"{WS}/job-claims").mock(
+        side_effect=lambda request: respx.MockResponse(
+            200,
+            json=wire.page(
+                expired[int(request.url.params["offset"]) :][: int(request.url.params["limit"])],
+                total=len(expired),
+            ),
+        )
+    )
+    stuck = cli("inspect-claims", "--fail-if-stuck", "-q")
+    assert stuck.exit_code == 6
+    assert "1,234 stuck claims: expired, unleased, stale or quiet" in stuck.stderr
 
 
 def test_inspect_claims_quiet_after(cli: Cli, mock_api: respx.MockRouter) -> None:
@@ -90,7 +108,7 @@ def test_inspect_claims_quiet_after(cli: Cli, mock_api: respx.MockRouter) -> Non
     assert [c["quietSeconds"] // 10 for c in claims] == [90, 0, 100]
     stuck = cli("inspect-claims", "--quiet-after", "10m", "--fail-if-stuck")
     assert stuck.exit_code == 6
-    assert "2 stuck claim" in stuck.stderr
+    assert "2 stuck claims:" in stuck.stderr
     assert stuck.stdout.splitlines()[0].split("\t")[-1] == str(claims[0]["quietSeconds"])
     # Quiet for less than asked, or not asked: not stuck.
     assert cli("inspect-claims", "--quiet-after", "20m", "--fail-if-stuck").exit_code == 0
@@ -218,6 +236,29 @@ def test_inspect_claims_v1_server(cli: Cli, mock_api: respx.MockRouter) -> None:
     assert "server has no lease support" in result.stderr
 
 
+def test_inspect_claims_state_an_older_server_does_not_know(
+    cli: Cli, mock_api: respx.MockRouter
+) -> None:
+    # What a 0.3 server answers to ?state=revoked (its framework's enum check, our 400 shape).
+    field = {
+        "field": "query.state",
+        "message": "Input should be 'active', 'expired', 'unleased' or 'all'",
+        "type": "enum",
+    }
+    body = {
+        "message": "invalid request: query.state",
+        "code": "VALIDATION_ERROR",
+        "details": {"errors": [field]},
+    }
+    mock_api.get(f"{WS}/job-claims").respond(400, json=body)
+    result = cli("inspect-claims", "--state", "revoked")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        "error: --state revoked: the server does not support this state (it is older than "
+        "this jobagentctl); use --state all, or one of: active, expired, unleased"
+    )
+
+
 # --- requeue, cancel --------------------------------------------------------------------------
 
 
@@ -226,10 +267,13 @@ def test_operator_overrides(
     cli: Cli, mock_api: respx.MockRouter, command: str, status: str
 ) -> None:
     route = mock_api.put(f"{WS}/jobs/{JOB}/status").respond(202, json=wire.accepted("updated"))
+    # No claim held afterwards (claimHeld absent): nothing more is said.
+    mock_api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job())
     result = cli(command, str(JOB), "-m", "operator")
     assert result.exit_code == 0
     assert body(route) == {"status": status, "message": "operator"}
     assert result.stdout == f"{JOB}\tupdated\n"
+    assert "not claimable" not in result.stderr
     tty = cli(command, str(JOB), tty=True)
     assert tty.stdout == ""
     assert f"job {JOB}: {status}" in tty.stderr
@@ -240,8 +284,8 @@ def test_operator_overrides(
 
 def test_agents_list(cli: Cli, mock_api: respx.MockRouter) -> None:
     mock_api.get(f"{WS}/job-agents").respond(200, json=wire.page([wire.agent()]))
-    # No presence from this server (as ctrlplane): empty STATE and LAST SEEN, "-" on a TTY.
-    assert cli("agents", "list").stdout == f"{AGENT}\tbuilder\tshell\t\t\n"
+    # No presence from this server (as ctrlplane): empty STATE, LAST SEEN, HELD, "-" on a TTY.
+    assert cli("agents", "list").stdout == f"{AGENT}\tbuilder\tshell\t\t\t\n"
     assert json.loads(cli("agents", "list", "--json").stdout)[0]["name"] == "builder"
     tty = cli("agents", "list", tty=True).stdout
     assert "builder" in tty and "LAST SEEN" in tty
@@ -251,7 +295,7 @@ def test_agents_list_state_and_the_state_filter(cli: Cli, mock_api: respx.MockRo
     seen = {"state": "idle", "lastSeenAt": wire.T0}
     route = mock_api.get(f"{WS}/job-agents").respond(200, json=wire.page([wire.agent(**seen)]))
     out = cli("agents", "list", "--state", "idle").stdout
-    assert out == f"{AGENT}\tbuilder\tshell\tidle\t{wire.T0}\n"
+    assert out == f"{AGENT}\tbuilder\tshell\tidle\t{wire.T0}\t\n"
     assert route.calls.last.request.url.params["state"] == "idle"
     assert cli("agents", "list", "--state", "asleep").exit_code == 2
     # A server that ignores the filter and knows no presence: nothing matches, and it says so.
@@ -259,6 +303,17 @@ def test_agents_list_state_and_the_state_filter(cli: Cli, mock_api: respx.MockRo
     result = cli("agents", "list", "--state", "busy")
     assert result.exit_code == 0 and result.stdout == ""
     assert "does not report agent presence" in result.stderr
+
+
+def test_agents_list_shows_what_an_agent_holds_beside_its_state(
+    cli: Cli, mock_api: respx.MockRouter
+) -> None:
+    dead = {"state": "offline", "lastSeenAt": wire.T0, "heldClaims": 2}
+    mock_api.get(f"{WS}/job-agents").respond(200, json=wire.page([wire.agent(**dead)]))
+    assert cli("agents", "list").stdout == f"{AGENT}\tbuilder\tshell\toffline\t{wire.T0}\t2\n"
+    tty = cli("agents", "list", tty=True).stdout
+    assert "HELD" in tty and "offline" in tty
+    assert json.loads(cli("agents", "list", "--json").stdout)[0]["heldClaims"] == 2
 
 
 def test_agents_get_defaults_to_the_configured_agent(cli: Cli, mock_api: respx.MockRouter) -> None:
@@ -384,11 +439,16 @@ def test_jobs_list(cli: Cli, mock_api: respx.MockRouter) -> None:
 # --- env output only where it means something, misc -------------------------------------------
 
 
-def test_env_output_is_only_for_claim(cli: Cli, mock_api: respx.MockRouter) -> None:
-    mock_api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job())
-    result = cli("jobs", "get", str(JOB), "-o", "env")
+def test_env_output_is_for_one_object(cli: Cli, mock_api: respx.MockRouter) -> None:
+    mock_api.get(f"{WS}/jobs").respond(200, json=wire.page([wire.job()]))
+    result = cli("jobs", "list", "-o", "env")
     assert result.exit_code == 2
     assert "not available" in result.stderr
+    mock_api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job())
+    got = cli("jobs", "get", str(JOB), "-o", "env")
+    assert got.exit_code == 0, got.stderr
+    assert f"export JOBAGENTCTL_JOB_ID={JOB}\n" in got.stdout
+    assert "export JOBAGENTCTL_JOB_CLAIM_HELD=false\n" in got.stdout
 
 
 def test_version_and_help_need_no_settings(cli: Cli, tmp_path: Path) -> None:

@@ -507,9 +507,12 @@ def test_a_page_says_how_many_there_are_and_keeps_statuses_whole(
     for status in ("actionRequired", "inProgress", "queued"):
         assert f" {status} " in result.stdout
     assert all(len(line) <= 80 for line in result.stdout.splitlines())
-    # Piped, stdout is data and stderr says nothing of pages.
+    # The title counts as the hint does.
+    assert result.stdout.splitlines()[0].endswith(": 3 of 10,000")
+    # Piped, stdout is data, and stderr still says the list was cut (not with -q).
     piped = cli(*args)
     assert piped.exit_code == 0
-    assert piped.stderr == ""
+    assert piped.stderr == "3 of 10,000 (use --all-pages or --limit)\n"
+    assert cli(*args, "-q").stderr == ""
     quiet = cli(*args, "-q", tty=True)
     assert "10,000" not in quiet.stderr

@@ -53,3 +53,18 @@ def test_bad_uuid_is_a_usage_error(cli: Cli, tmp_path: Path) -> None:
     result = cli("server", "revoke-key", "nope", "--database", database, "--json")
     assert result.exit_code == 2
     assert json.loads(result.stderr.splitlines()[-1])["error"]["code"] == "USAGE_ERROR"
+
+
+def test_settings_are_refused_in_our_words_by_the_name_given(cli: Cli, tmp_path: Path) -> None:
+    database = f"sqlite:///{tmp_path / 'never.db'}"
+    flag = cli("server", "start", "--database", database, "--log-max-bytes", "100")
+    assert flag.exit_code == 2
+    assert flag.stderr == "error: invalid server settings: --log-max-bytes: must be at least 4096\n"
+    env = {"JOBAGENTCTL_SERVER_LOG_RETENTION": "5x"}
+    variable = cli("server", "start", "--database", database, env=env)
+    assert variable.exit_code == 2
+    assert variable.stderr == (
+        "error: invalid server settings: JOBAGENTCTL_SERVER_LOG_RETENTION: invalid log "
+        "retention '5x': use seconds (90), or 90s, 5m, 1h, 1h30m, 7d, inf\n"
+    )
+    assert not (tmp_path / "never.db").exists()

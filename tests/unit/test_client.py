@@ -127,9 +127,12 @@ def test_wait_for_job_polls_until_deadline(mock_api: respx.MockRouter, client: C
         status = next(answers)
         return httpx.Response(status, json=wire.claimed() if status == 200 else None)
 
+    def no_sleep(seconds: float) -> None:
+        pytest.fail(f"slept {seconds}s between long-polls")
+
     mock_api.post(f"{WS}/job-agents/{AGENT}/claim").mock(side_effect=server)
     claimed = client.wait_for_job(
-        AGENT, lease_seconds=60, wait_seconds=100, clock=lambda: now[0], sleep=pytest.fail
+        AGENT, lease_seconds=60, wait_seconds=100, clock=lambda: now[0], sleep=no_sleep
     )
     assert claimed.claim_id == CLAIM
     assert waits == [100, 70, 40]

@@ -41,6 +41,7 @@ EXPECTED = {
     "LogExpired": 5,
     "LogsUnsupported": 1,
     "AttemptFailed": 8,
+    "CommandOutcome": 1,
 }
 
 ERROR_CLASSES = [
@@ -52,6 +53,20 @@ ERROR_CLASSES = [
 
 def test_every_error_class_is_known() -> None:
     assert {cls.__name__ for cls in ERROR_CLASSES} == set(EXPECTED)
+
+
+def test_command_outcomes_are_a_branch_apart_from_wire_errors() -> None:
+    """No job to claim, stuck claims and a failed attempt are results a script branches on.
+    They sit under ``CommandOutcome``, not under a wire error (``StuckClaims`` is no 409).
+    No wire code turns into one. A server without logs is not a server without leases."""
+    outcomes = {cls.__name__ for cls in ERROR_CLASSES if issubclass(cls, errors.CommandOutcome)}
+    assert outcomes == {"CommandOutcome", "NoJob", "StuckClaims", "AttemptFailed"}
+    for name in outcomes - {"CommandOutcome"}:
+        cls = getattr(errors, name)
+        assert cls.__bases__ == (errors.CommandOutcome,)
+        assert errors.error_for_code(cls.code, 500) is errors.ServerError
+    assert not issubclass(errors.LogsUnsupported, errors.LeaseUnsupported)
+    assert errors.LogsUnsupported.__bases__ == (errors.ProtocolError,)
 
 
 @pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda c: c.__name__)

@@ -89,7 +89,8 @@ def _old_server(src: Path, head: LiveServer, tmp_path: Path) -> Iterator[OldServ
         api_key=head.api_key,
     )
     try:
-        yield old.start()
+        old.start()
+        yield old
     finally:
         old.stop(timeout=15)
         old.kill()

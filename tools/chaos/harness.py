@@ -442,49 +442,8 @@ class ChaosRun:
     def _inject(self, fault: Fault) -> None:
         kind = fault.kind
         if kind in ("agent_kill", "agent_stop", "agent_interrupt"):
-            assert fault.target is not None
-            agent = self.agents[fault.target]
-            if agent.busy or not agent.running():
-                self.skipped[kind] += 1
+            if not self._inject_agent(fault):
                 return
-            with_job = fault.detail == "agent+job"
-            if (
-                kind in ("agent_kill", "agent_stop")
-                and not with_job
-                and not self._early_in_a_long_job(agent)
-                and self._now() < fault.at + _AIM_SECONDS
-            ):
-                # Aim where an orphan (kill) or a zombie (stop) would outlive its lease and
-                # overlap the job's re-run, which is what the watchdog must prevent.
-                self._at(self._now() + 0.2, kind, functools.partial(self._inject, fault))
-                return
-            if kind == "agent_kill":
-                agent.kill(with_job)
-                if not with_job:
-                    self.kills.append((agent.slot, time.time()))
-                self._at(self._now() + fault.duration, "agent restart", agent.start)
-            elif kind == "agent_interrupt":
-                if not children(agent.pid) and self._now() < fault.at + 3:
-                    # Interrupting an idle agent tests little: wait for it to hold a job.
-                    self._at(self._now() + 0.25, kind, functools.partial(self._inject, fault))
-                    return
-                agent.interrupt()
-                self._at(
-                    self._now() + fault.duration,
-                    "agent restart",
-                    functools.partial(self._restart_interrupted, agent),
-                )
-            else:
-                agent.stop(with_job)
-                stopped = time.time()
-
-                def resume(agent: Agent = agent, stopped: float = stopped) -> None:
-                    agent.cont()
-                    self.pauses.append((agent.slot, stopped, time.time()))
-                    if with_job:
-                        self.freezes.append((agent.slot, stopped, time.time()))
-
-                self._at(self._now() + fault.duration, "agent cont", resume)
         elif kind == "server_restart":
             assert fault.target is not None
             index = fault.target % len(self.servers)
@@ -514,6 +473,54 @@ class ChaosRun:
             self._at(self._now() + fault.duration, "proxy clear", self._clear_proxy)
         self.injected[kind] += 1
         self.log(f"inject {fault.describe()}")
+
+    def _inject_agent(self, fault: Fault) -> bool:
+        """An agent fault: whether it was injected now (not skipped, nor aimed later)."""
+        kind = fault.kind
+        assert fault.target is not None
+        agent = self.agents[fault.target]
+        if agent.busy or not agent.running():
+            self.skipped[kind] += 1
+            return False
+        with_job = fault.detail == "agent+job"
+        if (
+            kind in ("agent_kill", "agent_stop")
+            and not with_job
+            and not self._early_in_a_long_job(agent)
+            and self._now() < fault.at + _AIM_SECONDS
+        ):
+            # Aim where an orphan (kill) or a zombie (stop) would outlive its lease and
+            # overlap the job's re-run, which is what the watchdog must prevent.
+            self._at(self._now() + 0.2, kind, functools.partial(self._inject, fault))
+            return False
+        if kind == "agent_kill":
+            agent.kill(with_job)
+            if not with_job:
+                self.kills.append((agent.slot, time.time()))
+            self._at(self._now() + fault.duration, "agent restart", agent.start)
+        elif kind == "agent_interrupt":
+            if not children(agent.pid) and self._now() < fault.at + 3:
+                # Interrupting an idle agent tests little: wait for it to hold a job.
+                self._at(self._now() + 0.25, kind, functools.partial(self._inject, fault))
+                return False
+            agent.interrupt()
+            self._at(
+                self._now() + fault.duration,
+                "agent restart",
+                functools.partial(self._restart_interrupted, agent),
+            )
+        else:
+            agent.stop(with_job)
+            stopped = time.time()
+
+            def resume(agent: Agent = agent, stopped: float = stopped) -> None:
+                agent.cont()
+                self.pauses.append((agent.slot, stopped, time.time()))
+                if with_job:
+                    self.freezes.append((agent.slot, stopped, time.time()))
+
+            self._at(self._now() + fault.duration, "agent cont", resume)
+        return True
 
     def _early_in_a_long_job(self, agent: Agent) -> bool:
         """Whether ``agent`` runs a job whose script still has more than a lease + reap
@@ -681,6 +688,16 @@ class ChaosRun:
                     break
             time.sleep(0.3)
         self.log(f"settled: {settled}")
+        self._drain_agents()
+        self._reap_orphans()
+        if settled is None:
+            # Claims of agents we just stopped are legitimately held until their lease runs
+            # out and a reaper runs: give them that long before calling anything "left".
+            self._wait_for_claims_to_lapse()
+        return settled
+
+    def _drain_agents(self) -> None:
+        """Ask every agent to finish its job and exit; an agent that does not is killed."""
         for agent in self.agents:
             agent.drain()
         drain_deadline = time.monotonic() + _DRAIN_TIMEOUT
@@ -697,12 +714,6 @@ class ChaosRun:
                 self.agent_exits.append(
                     f"agent {agent.slot} drained with exit {code}: {agent.log_tail(3)}"
                 )
-        self._reap_orphans()
-        if settled is None:
-            # Claims of agents we just stopped are legitimately held until their lease runs
-            # out and a reaper runs: give them that long before calling anything "left".
-            self._wait_for_claims_to_lapse()
-        return settled
 
     def _wait_for_claims_to_lapse(self) -> None:
         cfg = self.config

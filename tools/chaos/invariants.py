@@ -8,6 +8,7 @@ import contextlib
 import itertools
 import re
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from tools.chaos.proxy import Exchange
 
 __all__ = [
+    "INVARIANTS",
     "TERMINAL",
     "CheckResult",
     "Evidence",
@@ -226,52 +228,208 @@ def _classify(ex: Exchange) -> tuple[str, str | None]:
     return "other", None
 
 
-def check(ev: Evidence) -> CheckResult:
-    v: dict[str, list[str]] = {
-        "every job terminal": [],
-        "exactly one accepted successful report": [],
-        "stale writes rejected": [],
-        "no job left inProgress": [],
-        "attempts explain every re-run": [],
-        "every lease loss explained by a fault": [],
-        "no overlap after an agent kill or stop (watchdog)": [],
-        "no overlap after an operator's requeue": [],
-        "records well formed": list(ev.bad_records),
-        "no answer of 500 (a fault is a 503, never an internal error)": [],
-    }
+@dataclass
+class _Index:
+    """The three witnesses indexed once, for every invariant and figure to read."""
+
+    attempts_by_claim: dict[tuple[str, str], dict[str, Any]]
+    executions_by_job: dict[str, list[Execution]]
+    # The proxy's view: accepted successful reports, renewals and stale writes refused.
+    accepted_success: dict[str, set[str]]
+    first_success_at: dict[tuple[str, str], float]
+    renewals: dict[tuple[str, str], float]
+    rejected: Counter[str]
+    jobs: list[_Job]
+    caused: list[tuple[Overlap, str]]  # each witnessed overlap with its cause
+
+
+@dataclass
+class _Job:
+    """One job as the database tells it, next to its executions and accepted reports."""
+
+    job_id: str
+    status: Any
+    rows: list[dict[str, Any]]  # its attempts, by number
+    completed: list[dict[str, Any]]
+    successes: set[str]  # claims whose successful report the proxy saw accepted
+    rerun_by_operator: set[str]  # completed attempts an operator's requeue followed
+    expected: int  # accepted successes expected: one, plus one per such requeue
+    runs: list[Execution]
+    seen: Counter[str]  # executions per claim
+
+
+def _proxy_exchanges(ev: Evidence) -> Iterator[tuple[str, str, Exchange]]:
+    """``(kind, job id, exchange)`` of every answered heartbeat and status write."""
+    for ex in ev.exchanges:
+        kind, job_id = _classify(ex)
+        if kind in ("heartbeat", "status") and job_id is not None and ex.status is not None:
+            yield kind, job_id, ex
+
+
+def _index(ev: Evidence) -> _Index:
     attempts_by_claim: dict[tuple[str, str], dict[str, Any]] = {}
     for owner_id, owner_rows in ev.attempts.items():
         for owner_row in owner_rows:
             if owner_row.get("claimId"):
                 attempts_by_claim[(owner_id, str(owner_row["claimId"]))] = owner_row
+    executions_by_job: dict[str, list[Execution]] = defaultdict(list)
+    for exe in ev.executions:
+        executions_by_job[exe.job_id].append(exe)
+    accepted_success, first_success_at, renewals, rejected = _proxy_view(ev, attempts_by_claim)
+    return _Index(
+        attempts_by_claim=attempts_by_claim,
+        executions_by_job=executions_by_job,
+        accepted_success=accepted_success,
+        first_success_at=first_success_at,
+        renewals=renewals,
+        rejected=rejected,
+        jobs=[
+            _job(ev, job_id, job, accepted_success, executions_by_job)
+            for job_id, job in ev.jobs.items()
+        ],
+        caused=_overlap_causes(ev, executions_by_job),
+    )
 
-    # --- the proxy's view: accepted successes, stale writes, renewals ------------------------
+
+def _proxy_view(
+    ev: Evidence, attempts_by_claim: dict[tuple[str, str], dict[str, Any]]
+) -> tuple[
+    dict[str, set[str]], dict[tuple[str, str], float], dict[tuple[str, str], float], Counter[str]
+]:
+    """What the proxy saw: the claims whose successful report was accepted (and when first),
+    each claim's last renewal (its grant or a heartbeat), and the stale writes refused."""
     accepted_success: dict[str, set[str]] = defaultdict(set)
     first_success_at: dict[tuple[str, str], float] = {}
     renewals: dict[tuple[str, str], float] = {}
     rejected: Counter[str] = Counter()
     for ex in ev.exchanges:
-        kind, job_id = _classify(ex)
+        kind, _ = _classify(ex)
         if kind == "claim" and ex.status == 200 and ex.response:
             granted = ex.response.get("claimId")
             if granted and ex.t_fwd is not None:
                 key = (str(ex.response.get("id")), str(granted))
                 renewals[key] = max(renewals.get(key, 0.0), ex.t_fwd)
-            continue
-        if kind not in ("heartbeat", "status") or job_id is None or ex.status is None:
-            continue
-        claim_id = ex.claim_id
-        body = ex.request or {}
+    for kind, job_id, ex in _proxy_exchanges(ev):
+        assert ex.status is not None
         if ex.status == 409 and ex.error_code in _STALE_CODES:
             rejected[kind] += 1
-            holder = attempts_by_claim.get((job_id, claim_id)) if claim_id else None
+            continue
+        claim_id = ex.claim_id
+        if not 200 <= ex.status < 300 or claim_id is None:
+            continue
+        if (job_id, claim_id) not in attempts_by_claim:
+            continue
+        assert ex.t_fwd is not None
+        if kind == "status" and (ex.request or {}).get("status") == "successful":
+            accepted_success[job_id].add(claim_id)
+            first_success_at.setdefault((job_id, claim_id), ex.t_fwd)
+        if kind == "heartbeat":
+            renewals[(job_id, claim_id)] = max(renewals.get((job_id, claim_id), 0.0), ex.t_fwd)
+    return accepted_success, first_success_at, renewals, rejected
+
+
+def _job(
+    ev: Evidence,
+    job_id: str,
+    job: dict[str, Any],
+    accepted_success: dict[str, set[str]],
+    executions_by_job: dict[str, list[Execution]],
+) -> _Job:
+    rows = sorted(ev.attempts.get(job_id, []), key=lambda r: int(r["attempt"]))
+    # An operator's requeue that lands just after the job completed (the harness picks a
+    # running job, which may finish before the request arrives) runs it again by request:
+    # each completed attempt an operator requeue followed is one more expected success.
+    rerun_by_operator = {
+        str(r["attempt"])
+        for r in rows[:-1]
+        if r.get("outcome") == "completed"
+        and (done := _ts(r.get("endedAt"))) is not None
+        and any(j == job_id and at >= done - TIME_SLACK - 5.0 for j, at in ev.requeues)
+    }
+    runs = executions_by_job.get(job_id, [])
+    return _Job(
+        job_id=job_id,
+        status=job.get("status"),
+        rows=rows,
+        completed=[r for r in rows if r.get("outcome") == "completed"],
+        successes=accepted_success.get(job_id, set()),
+        rerun_by_operator=rerun_by_operator,
+        expected=1 + len(rerun_by_operator),
+        runs=runs,
+        seen=Counter(exe.claim_id for exe in runs),
+    )
+
+
+# --- the invariants, one function each: the messages of what broke it ------------------------
+
+
+def _every_job_terminal(ev: Evidence, ix: _Index) -> list[str]:
+    return [f"job {j.job_id} is {j.status}" for j in ix.jobs if j.status not in TERMINAL]
+
+
+def _one_accepted_success(ev: Evidence, ix: _Index) -> list[str]:
+    out = []
+    for j in ix.jobs:
+        if (
+            j.status != "successful"
+            or len(j.successes) != j.expected
+            or len(j.completed) != j.expected
+        ):
+            out.append(
+                f"job {j.job_id}: status {j.status}, {len(j.successes)} accepted successful "
+                f"report(s) (claims {sorted(j.successes)}), {len(j.completed)} completed "
+                "attempt(s)"
+            )
+        elif str(j.completed[-1].get("claimId")) not in j.successes:
+            out.append(
+                f"job {j.job_id}: completed by claim {j.completed[0].get('claimId')}, but the "
+                f"accepted report carried {sorted(j.successes)}"
+            )
+        if j.completed:
+            out += _success_after_the_work(j, ix)
+    for line in ev.reports:
+        if line.get("status") == "successful" and line.get("reported"):
+            job_id, claim_id = str(line.get("jobId")), str(line.get("claimId"))
+            if claim_id not in ix.accepted_success.get(job_id, set()):
+                out.append(
+                    f"agent says job {job_id} was reported successful with claim {claim_id}; "
+                    "the proxy saw no such accepted report"
+                )
+    return out
+
+
+def _success_after_the_work(j: _Job, ix: _Index) -> list[str]:
+    """The accepted success came from an execution that finished, and after it finished."""
+    claim_id = str(j.completed[0].get("claimId"))
+    finished = [exe for exe in j.runs if exe.claim_id == claim_id and exe.ended]
+    if not finished:
+        return [f"job {j.job_id}: successful by claim {claim_id}, whose execution never finished"]
+    reported_at = ix.first_success_at.get((j.job_id, claim_id))
+    ended_at = finished[0].ended
+    if reported_at is not None and ended_at is not None and ended_at > reported_at + TIME_SLACK:
+        return [
+            f"job {j.job_id}: success reported {ended_at - reported_at:.2f}s "
+            "before its execution ended"
+        ]
+    return []
+
+
+def _stale_writes_rejected(ev: Evidence, ix: _Index) -> list[str]:
+    """A write with a claim that is not current is refused; one with the current claim is
+    not; none is accepted after its attempt ended (but a repeated terminal status)."""
+    out = []
+    for kind, job_id, ex in _proxy_exchanges(ev):
+        assert ex.status is not None
+        claim_id = ex.claim_id
+        if ex.status == 409 and ex.error_code in _STALE_CODES:
+            holder = ix.attempts_by_claim.get((job_id, claim_id)) if claim_id else None
             ended = _ts(holder.get("endedAt")) if holder else None
             if (
                 holder is not None
                 and ex.t_resp is not None
                 and (ended is None or ex.t_resp < ended - TIME_SLACK)
             ):
-                v["stale writes rejected"].append(
+                out.append(
                     f"{kind} for job {job_id} with its current claim {claim_id} (attempt "
                     f"{holder['attempt']}) was refused {ex.error_code} while the attempt was open"
                 )
@@ -279,235 +437,212 @@ def check(ev: Evidence) -> CheckResult:
         if not 200 <= ex.status < 300:
             continue
         if claim_id is None:
-            v["stale writes rejected"].append(
+            out.append(
                 f"{kind} for job {job_id} was accepted without a claimId (agents always send one)"
             )
             continue
-        found = attempts_by_claim.get((job_id, claim_id))
-        if found is None:
-            v["stale writes rejected"].append(
+        row = ix.attempts_by_claim.get((job_id, claim_id))
+        if row is None:
+            out.append(
                 f"{kind} for job {job_id} accepted with claim {claim_id}, which no attempt has"
             )
             continue
-        row = found
         ended = _ts(row.get("endedAt"))
         assert ex.t_fwd is not None
-        if kind == "status" and body.get("status") == "successful":
-            accepted_success[job_id].add(claim_id)
-            first_success_at.setdefault((job_id, claim_id), ex.t_fwd)
-        if kind == "heartbeat":
-            renewals[(job_id, claim_id)] = max(renewals.get((job_id, claim_id), 0.0), ex.t_fwd)
         idempotent_repeat = (
             kind == "status"
             and row.get("outcome") == "completed"
-            and ev.jobs.get(job_id, {}).get("status") == body.get("status")
+            and ev.jobs.get(job_id, {}).get("status") == (ex.request or {}).get("status")
         )
         if ended is not None and ex.t_fwd > ended + TIME_SLACK and not idempotent_repeat:
-            v["stale writes rejected"].append(
+            out.append(
                 f"stale {kind} for job {job_id} accepted {ex.t_fwd - ended:.2f}s after its "
                 f"attempt {row['attempt']} ended ({row.get('outcome')}); claim {claim_id}"
             )
+    return out
 
-    # --- the database's view -----------------------------------------------------------------
-    lost = 0
-    double = 0
-    if ev.claim_rows:
-        v["no job left inProgress"].append(f"{ev.claim_rows} job_claim row(s) left behind")
-    executions_by_job: dict[str, list[Execution]] = defaultdict(list)
-    for exe in ev.executions:
-        executions_by_job[exe.job_id].append(exe)
-    for exe_job in executions_by_job:
-        if exe_job not in ev.jobs:
-            v["attempts explain every re-run"].append(f"an execution of unknown job {exe_job}")
-    reruns = 0
-    expired = released = unexecuted = 0
-    recovery: list[tuple[float, float, str]] = []
-    bound = ev.lease_seconds + ev.reap_interval
-    for job_id, job in ev.jobs.items():
-        status = job.get("status")
-        rows = sorted(ev.attempts.get(job_id, []), key=lambda r: int(r["attempt"]))
-        completed = [r for r in rows if r.get("outcome") == "completed"]
-        if status not in TERMINAL:
-            v["every job terminal"].append(f"job {job_id} is {status}")
-        if status == "inProgress":
-            v["no job left inProgress"].append(f"job {job_id} is still inProgress")
-        open_rows = [r for r in rows if r.get("outcome") is None]
+
+def _none_left_in_progress(ev: Evidence, ix: _Index) -> list[str]:
+    out = [f"{ev.claim_rows} job_claim row(s) left behind"] if ev.claim_rows else []
+    for j in ix.jobs:
+        if j.status == "inProgress":
+            out.append(f"job {j.job_id} is still inProgress")
+        open_rows = [r for r in j.rows if r.get("outcome") is None]
         if open_rows:
-            v["no job left inProgress"].append(
-                f"job {job_id}: attempt(s) {[r['attempt'] for r in open_rows]} never closed"
+            out.append(
+                f"job {j.job_id}: attempt(s) {[r['attempt'] for r in open_rows]} never closed"
             )
-        if status != "successful":
-            lost += 1  # the script always exits 0: any other end is a job lost to a fault
-        successes = accepted_success.get(job_id, set())
-        # An operator's requeue that lands just after the job completed (the harness picks a
-        # running job, which may finish before the request arrives) runs it again by request:
-        # each completed attempt an operator requeue followed is one more expected success.
-        rerun_by_operator = {
-            str(r["attempt"])
-            for r in rows[:-1]
-            if r.get("outcome") == "completed"
-            and (done := _ts(r.get("endedAt"))) is not None
-            and any(j == job_id and at >= done - TIME_SLACK - 5.0 for j, at in ev.requeues)
-        }
-        expected = 1 + len(rerun_by_operator)
-        if len(successes) > expected or len(completed) > expected:
-            double += 1
-        if status != "successful" or len(successes) != expected or len(completed) != expected:
-            v["exactly one accepted successful report"].append(
-                f"job {job_id}: status {status}, {len(successes)} accepted successful "
-                f"report(s) (claims {sorted(successes)}), {len(completed)} completed attempt(s)"
-            )
-        elif str(completed[-1].get("claimId")) not in successes:
-            v["exactly one accepted successful report"].append(
-                f"job {job_id}: completed by claim {completed[0].get('claimId')}, but the "
-                f"accepted report carried {sorted(successes)}"
-            )
-        # Attempts: 1..n, every one but the last ended expired/released, the last completed.
-        numbers = [int(r["attempt"]) for r in rows]
-        if numbers != list(range(1, len(rows) + 1)):
-            v["attempts explain every re-run"].append(f"job {job_id}: attempts {numbers}")
-        for r in rows[:-1]:
-            if (
-                r.get("outcome") not in _RERUN_OUTCOMES
-                and str(r["attempt"]) not in rerun_by_operator
-            ):
-                v["attempts explain every re-run"].append(
-                    f"job {job_id}: attempt {r['attempt']} ended {r.get('outcome')} yet the "
-                    "job was claimed again"
-                )
-        expired += sum(1 for r in rows if r.get("outcome") == "expired")
-        released += sum(1 for r in rows if r.get("outcome") == "released")
-        # Executions: each one belongs to an attempt, one per claim, never more than attempts.
-        runs = executions_by_job.get(job_id, [])
-        by_claim = {str(r.get("claimId")): r for r in rows}
-        seen: Counter[str] = Counter(exe.claim_id for exe in runs)
-        for claim_id, count in seen.items():
-            if count > 1:
-                v["attempts explain every re-run"].append(
-                    f"job {job_id}: claim {claim_id} was executed {count} times"
-                )
-        for exe in runs:
+    return out
+
+
+def _attempts_explain_reruns(ev: Evidence, ix: _Index) -> list[str]:
+    """Attempts 1..n, each but the last ended expired or released (or completed before an
+    operator's requeue), the last completed; each execution belongs to one attempt, once."""
+    out = [
+        f"an execution of unknown job {exe_job}"
+        for exe_job in ix.executions_by_job
+        if exe_job not in ev.jobs
+    ]
+    for j in ix.jobs:
+        numbers = [int(r["attempt"]) for r in j.rows]
+        if numbers != list(range(1, len(j.rows) + 1)):
+            out.append(f"job {j.job_id}: attempts {numbers}")
+        out += [
+            f"job {j.job_id}: attempt {r['attempt']} ended {r.get('outcome')} yet the "
+            "job was claimed again"
+            for r in j.rows[:-1]
+            if r.get("outcome") not in _RERUN_OUTCOMES
+            and str(r["attempt"]) not in j.rerun_by_operator
+        ]
+        out += [
+            f"job {j.job_id}: claim {claim_id} was executed {count} times"
+            for claim_id, count in j.seen.items()
+            if count > 1
+        ]
+        by_claim = {str(r.get("claimId")): r for r in j.rows}
+        for exe in j.runs:
             owner = by_claim.get(exe.claim_id)
             if owner is None or int(owner["attempt"]) != exe.attempt:
-                v["attempts explain every re-run"].append(
-                    f"job {job_id}: an execution (attempt {exe.attempt}, claim {exe.claim_id}) "
-                    "that no attempt row explains"
+                out.append(
+                    f"job {j.job_id}: an execution (attempt {exe.attempt}, claim "
+                    f"{exe.claim_id}) that no attempt row explains"
                 )
-        if len(runs) > len(rows):
-            v["attempts explain every re-run"].append(
-                f"job {job_id}: {len(runs)} executions but {len(rows)} attempts"
-            )
-        reruns += max(0, len(runs) - 1)
-        unexecuted += sum(1 for r in rows if str(r.get("claimId")) not in seen)
-        if completed:
-            claim_id = str(completed[0].get("claimId"))
-            finished = [exe for exe in runs if exe.claim_id == claim_id and exe.ended]
-            if not finished:
-                v["exactly one accepted successful report"].append(
-                    f"job {job_id}: successful by claim {claim_id}, whose execution never finished"
-                )
-            else:
-                reported_at = first_success_at.get((job_id, claim_id))
-                ended_at = finished[0].ended
-                if (
-                    reported_at is not None
-                    and ended_at is not None
-                    and ended_at > reported_at + TIME_SLACK
-                ):
-                    v["exactly one accepted successful report"].append(
-                        f"job {job_id}: success reported {ended_at - reported_at:.2f}s "
-                        "before its execution ended"
-                    )
-        # Recovery: how long after its last renewal an expired claim was reaped.
-        for r in rows:
+        if len(j.runs) > len(j.rows):
+            out.append(f"job {j.job_id}: {len(j.runs)} executions but {len(j.rows)} attempts")
+    return out
+
+
+def _no_overlap_after_kill_or_stop(ev: Evidence, ix: _Index) -> list[str]:
+    if not ev.watchdog:
+        return []
+    return [
+        f"job {o.job_id}: attempt {o.attempt} (agent {o.slot}) started while attempt "
+        f"{o.earlier}'s tree still lived, after its agent's {cause}: the watchdog should "
+        "have stopped it before the lease ended"
+        for o, cause in ix.caused
+        if cause in WATCHDOG_CAUSES
+    ]
+
+
+def _no_overlap_after_requeue(ev: Evidence, ix: _Index) -> list[str]:
+    return [
+        f"job {o.job_id}: attempt {o.attempt} (agent {o.slot}) started while attempt "
+        f"{o.earlier}'s tree still lived, after an operator requeued it: the job should have "
+        "waited for the revoked claim's agent to let go"
+        for o, cause in ix.caused
+        if cause == "operator_requeue"
+    ]
+
+
+def _records_well_formed(ev: Evidence, ix: _Index) -> list[str]:
+    return list(ev.bad_records)
+
+
+def _internal_errors(ev: Evidence) -> list[Exchange]:
+    """The answers of 500: a database or server fault is the service being unavailable (503
+    with Retry-After, or the proxy's own 502/504), so a 500 is a defect whatever the fault."""
+    return [ex for ex in ev.exchanges if ex.status == 500]
+
+
+def _no_answer_of_500(ev: Evidence, ix: _Index) -> list[str]:
+    return [
+        f"{ex.method} {ex.path} answered 500 ({(ex.response or {}).get('message', '')!s:.120})"
+        for ex in _internal_errors(ev)
+    ]
+
+
+# Each invariant by the name a run reports, in the order of the summary. A new one is a
+# function above and a row here.
+INVARIANTS: dict[str, Callable[[Evidence, _Index], list[str]]] = {
+    "every job terminal": _every_job_terminal,
+    "exactly one accepted successful report": _one_accepted_success,
+    "stale writes rejected": _stale_writes_rejected,
+    "no job left inProgress": _none_left_in_progress,
+    "attempts explain every re-run": _attempts_explain_reruns,
+    "every lease loss explained by a fault": lambda ev, ix: _unexplained_losses(ev),
+    "no overlap after an agent kill or stop (watchdog)": _no_overlap_after_kill_or_stop,
+    "no overlap after an operator's requeue": _no_overlap_after_requeue,
+    "records well formed": _records_well_formed,
+    "no answer of 500 (a fault is a 503, never an internal error)": _no_answer_of_500,
+}
+
+
+def check(ev: Evidence) -> CheckResult:
+    """Every invariant over ``ev``, and the run's figures."""
+    ix = _index(ev)
+    violations = {name: invariant(ev, ix) for name, invariant in INVARIANTS.items()}
+    recovery = _recovery(ev, ix)
+    return CheckResult(violations=violations, figures=_figures(ev, ix, recovery), recovery=recovery)
+
+
+def _recovery(ev: Evidence, ix: _Index) -> list[tuple[float, float, str]]:
+    """How long after its last renewal each expired claim was reaped, and the bound then."""
+    bound = ev.lease_seconds + ev.reap_interval
+    recovery: list[tuple[float, float, str]] = []
+    for j in ix.jobs:
+        for r in j.rows:
             if r.get("outcome") != "expired":
                 continue
             claim_id = str(r.get("claimId"))
             ended = _ts(r.get("endedAt"))
-            start = max(renewals.get((job_id, claim_id), 0.0), _ts(r.get("claimedAt")) or 0.0)
+            start = max(ix.renewals.get((j.job_id, claim_id), 0.0), _ts(r.get("claimedAt")) or 0.0)
             if ended is None:
                 continue
             detection = ended - start
             allowed = bound + _overlap(start, ended, ev.outages)
-            recovery.append((detection, allowed, f"{job_id}/{r['attempt']}"))
+            recovery.append((detection, allowed, f"{j.job_id}/{r['attempt']}"))
+    return recovery
 
-    # --- agents' own reports -----------------------------------------------------------------
-    agent_successes = 0
-    lease_lost_reports = 0
-    for line in ev.reports:
-        if line.get("reason") == "lease_lost":
-            lease_lost_reports += 1
-        if line.get("status") == "successful" and line.get("reported"):
-            agent_successes += 1
-            job_id, claim_id = str(line.get("jobId")), str(line.get("claimId"))
-            if claim_id not in accepted_success.get(job_id, set()):
-                v["exactly one accepted successful report"].append(
-                    f"agent says job {job_id} was reported successful with claim {claim_id}; "
-                    "the proxy saw no such accepted report"
-                )
 
-    v["every lease loss explained by a fault"] += _unexplained_losses(ev)
-
-    # A database or server fault is the service being unavailable (503 with Retry-After, or
-    # the proxy's own 502/504): a 500 is a defect whatever the fault.
-    internal = [ex for ex in ev.exchanges if ex.status is not None and ex.status == 500]
-    v["no answer of 500 (a fault is a 503, never an internal error)"] += [
-        f"{ex.method} {ex.path} answered 500 ({(ex.response or {}).get('message', '')!s:.120})"
-        for ex in internal
-    ]
-
+def _figures(ev: Evidence, ix: _Index, recovery: list[tuple[float, float, str]]) -> dict[str, Any]:
+    bound = ev.lease_seconds + ev.reap_interval
+    # The script always exits 0: any other end is a job lost to a fault.
+    lost = sum(1 for j in ix.jobs if j.status != "successful")
+    double = sum(
+        1 for j in ix.jobs if len(j.successes) > j.expected or len(j.completed) > j.expected
+    )
     overlapping = 0
-    for runs in executions_by_job.values():
+    for runs in ix.executions_by_job.values():
         spans = sorted((e.started, e.ended or float("inf")) for e in runs)
         overlapping += sum(1 for a, b in itertools.pairwise(spans) if b[0] < a[1])
-    caused = _overlap_causes(ev, executions_by_job)
-    causes = Counter(cause for _, cause in caused)
     if ev.overlaps is not None:
-        overlapping = len(caused)
-    if ev.watchdog:
-        v["no overlap after an agent kill or stop (watchdog)"] += [
-            f"job {o.job_id}: attempt {o.attempt} (agent {o.slot}) started while attempt "
-            f"{o.earlier}'s tree still lived, after its agent's {cause}: the watchdog should "
-            "have stopped it before the lease ended"
-            for o, cause in caused
-            if cause in WATCHDOG_CAUSES
-        ]
-    v["no overlap after an operator's requeue"] += [
-        f"job {o.job_id}: attempt {o.attempt} (agent {o.slot}) started while attempt "
-        f"{o.earlier}'s tree still lived, after an operator requeued it: the job should have "
-        "waited for the revoked claim's agent to let go"
-        for o, cause in caused
-        if cause == "operator_requeue"
-    ]
+        overlapping = len(ix.caused)
+    causes = Counter(cause for _, cause in ix.caused)
     worst = max(recovery, default=None)
     clean = max((r for r in recovery if r[1] == bound), default=None)
     over = [r for r in recovery if r[0] > r[1] + RECOVERY_TOLERANCE]
-    figures: dict[str, Any] = {
+    outcomes = Counter(r.get("outcome") for j in ix.jobs for r in j.rows)
+    return {
         "jobs": len(ev.jobs),
         "executions": len(ev.executions),
-        "re-runs": reruns,
+        "re-runs": sum(max(0, len(j.runs) - 1) for j in ix.jobs),
         "overlapping executions (zombies)": overlapping,
         **{f"overlaps: {cause}": causes.get(cause, 0) for cause in OVERLAP_CAUSES},
         "attempts": sum(len(rows) for rows in ev.attempts.values()),
-        "attempts expired": expired,
-        "attempts released": released,
-        "claims never executed": unexecuted,
-        "stale heartbeats rejected (proxy)": rejected["heartbeat"],
-        "stale status writes rejected (proxy)": rejected["status"],
+        "attempts expired": outcomes["expired"],
+        "attempts released": outcomes["released"],
+        "claims never executed": sum(
+            1 for j in ix.jobs for r in j.rows if str(r.get("claimId")) not in j.seen
+        ),
+        "stale heartbeats rejected (proxy)": ix.rejected["heartbeat"],
+        "stale status writes rejected (proxy)": ix.rejected["status"],
         "lease-lost rejections (server metrics)": (
             ("" if ev.metrics_complete else "≥ ") + f"{sum(ev.metrics_rejections.values()):.0f}"
         ),
-        "lease lost (agent reports)": lease_lost_reports,
-        "successes (agent reports)": agent_successes,
+        "lease lost (agent reports)": sum(
+            1 for line in ev.reports if line.get("reason") == "lease_lost"
+        ),
+        "successes (agent reports)": sum(
+            1 for line in ev.reports if line.get("status") == "successful" and line.get("reported")
+        ),
         "lost jobs": lost,
         "double completions": double,
-        "answers of 500": len(internal),
+        "answers of 500": len(_internal_errors(ev)),
         "worst detection (s)": round(worst[0], 2) if worst else None,
         "worst detection outside outages (s)": round(clean[0], 2) if clean else None,
         "detection bound lease+reap (s)": round(bound, 2),
         "detections over bound (outside outages)": len(over),
     }
-    return CheckResult(violations=v, figures=figures, recovery=recovery)
 
 
 def _unexplained_losses(ev: Evidence) -> list[str]:
@@ -536,32 +671,7 @@ def _unexplained_losses(ev: Evidence) -> list[str]:
         finished = _ts(line.get("finishedAt")) or 0.0
         if claim is None or claim.t_resp is None:
             continue  # the claim's answer never came through the proxy: a fault by itself
-        begin = claim.t_recv
-        if claim.fault:
-            continue
-        # An outage while the claim was still waiting (a long-poll) does not touch the lease:
-        # it starts when the server answered; only an outage since then explains a loss.
-        since = claim.t_resp - ev.lease_seconds
-        if any(lo < finished and hi > since for lo, hi in ev.downs):
-            continue
-        if any(s == slot and lo < finished and hi > begin for s, lo, hi in ev.pauses):
-            continue
-        if any(j == job_id and begin < at <= finished for j, at in ev.requeues):
-            continue  # an operator took the job back
-        mine = [e for e in by_slot.get(slot, []) if begin < e.t_recv <= finished]
-        if any(e.fault for e in mine):
-            continue
-        if any(
-            e.status is None or e.status >= 500 or (e.t_resp or finished) - e.t_recv > 0.5
-            for e in mine
-        ):
-            continue
-        # Starvation: the job was in hand, yet no heartbeat left the agent within a lease.
-        sends = [claim.t_resp] + [
-            e.t_recv for e in mine if _classify(e)[0] == "heartbeat" and e.claim_id == claim_id
-        ]
-        gaps = [b - a for a, b in itertools.pairwise([*sorted(sends), finished])]
-        if max(gaps) >= 0.8 * ev.lease_seconds and finished - claim.t_resp > 1.0:
+        if _loss_explained(ev, slot, job_id, claim_id, claim, finished, by_slot):
             continue
         out.append(
             f"agent {slot} gave up job {job_id} (claim {claim_id}) "
@@ -570,3 +680,41 @@ def _unexplained_losses(ev: Evidence) -> list[str]:
             f"had been waiting {claim.t_resp - claim.t_recv:.2f}s"
         )
     return out
+
+
+def _loss_explained(
+    ev: Evidence,
+    slot: int,
+    job_id: str,
+    claim_id: str,
+    claim: Exchange,
+    finished: float,
+    by_slot: dict[int, list[Exchange]],
+) -> bool:
+    """Whether a fault, an outage, a pause, a requeue or starvation explains the loss."""
+    assert claim.t_resp is not None
+    begin = claim.t_recv
+    if claim.fault:
+        return True
+    # An outage while the claim was still waiting (a long-poll) does not touch the lease:
+    # it starts when the server answered; only an outage since then explains a loss.
+    since = claim.t_resp - ev.lease_seconds
+    if any(lo < finished and hi > since for lo, hi in ev.downs):
+        return True
+    if any(s == slot and lo < finished and hi > begin for s, lo, hi in ev.pauses):
+        return True
+    if any(j == job_id and begin < at <= finished for j, at in ev.requeues):
+        return True  # an operator took the job back
+    mine = [e for e in by_slot.get(slot, []) if begin < e.t_recv <= finished]
+    if any(e.fault for e in mine):
+        return True
+    if any(
+        e.status is None or e.status >= 500 or (e.t_resp or finished) - e.t_recv > 0.5 for e in mine
+    ):
+        return True
+    # Starvation: the job was in hand, yet no heartbeat left the agent within a lease.
+    sends = [claim.t_resp] + [
+        e.t_recv for e in mine if _classify(e)[0] == "heartbeat" and e.claim_id == claim_id
+    ]
+    gaps = [b - a for a, b in itertools.pairwise([*sorted(sends), finished])]
+    return max(gaps) >= 0.8 * ev.lease_seconds and finished - claim.t_resp > 1.0

@@ -137,21 +137,7 @@ async def _read_message(
     if no_body:
         pass
     elif "chunked" in headers.get("transfer-encoding", "").lower():
-        while True:
-            size_line = await reader.readuntil(b"\r\n")
-            raw += size_line
-            size = int(size_line.split(b";")[0].strip(), 16)
-            if size == 0:
-                # Trailers (none from our server) end with an empty line.
-                while True:
-                    trailer = await reader.readuntil(b"\r\n")
-                    raw += trailer
-                    if trailer == b"\r\n":
-                        break
-                break
-            chunk = await reader.readexactly(size + 2)
-            raw += chunk
-            body += chunk[:-2]
+        await _read_chunked(reader, raw, body)
     elif "content-length" in headers:
         length = int(headers["content-length"])
         chunk = await reader.readexactly(length) if length else b""
@@ -163,6 +149,66 @@ async def _read_message(
         body += chunk
         headers["connection"] = "close"
     return _Message(lines[0], headers, bytes(raw), bytes(body))
+
+
+async def _read_chunked(reader: asyncio.StreamReader, raw: bytearray, body: bytearray) -> None:
+    """A chunked body: its bytes as sent onto ``raw``, the decoded body onto ``body``."""
+    while True:
+        size_line = await reader.readuntil(b"\r\n")
+        raw += size_line
+        size = int(size_line.split(b";")[0].strip(), 16)
+        if size == 0:
+            # Trailers (none from our server) end with an empty line.
+            while True:
+                trailer = await reader.readuntil(b"\r\n")
+                raw += trailer
+                if trailer == b"\r\n":
+                    return
+        chunk = await reader.readexactly(size + 2)
+        raw += chunk
+        body += chunk[:-2]
+
+
+async def _forward(
+    upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    request: _Message,
+    method: str,
+    ex: Exchange,
+) -> _Message | None:
+    """``request`` sent to the server and its answer; None when the server went away."""
+    up_reader, up_writer = upstream
+    try:
+        up_writer.write(request.raw)
+        await up_writer.drain()
+        ex.t_fwd = time.time()
+        return await asyncio.wait_for(
+            _read_message(up_reader, request=False, method=method), _UPSTREAM_READ_TIMEOUT
+        )
+    except (_Closed, ConnectionError, asyncio.IncompleteReadError, TimeoutError, OSError):
+        return None
+
+
+async def _deliver(
+    writer: asyncio.StreamWriter,
+    response: _Message,
+    ex: Exchange,
+    hold_response: float,
+    reset_after: bool,
+) -> bool:
+    """The answer handed to the client (held, or replaced by a reset, as the fault says);
+    whether the connection lives on."""
+    if reset_after:
+        _reset(writer)
+        return False
+    if hold_response:
+        await asyncio.sleep(hold_response)
+    try:
+        writer.write(response.raw)
+        await writer.drain()
+    except (ConnectionError, OSError):
+        return False
+    ex.delivered = True
+    return True
 
 
 def _json_or_none(data: bytes) -> dict[str, Any] | None:
@@ -322,33 +368,15 @@ class FaultProxy:
                     t_recv=time.time(),
                 )
                 self.exchanges.append(ex)
-                fault = self.fault
-                if fault is not None and not fault.targets(slot):
-                    fault = None
-                if fault is not None and not self._roll(fault.probability):
-                    fault = None
+                fault = self._fault_for(slot)
                 hold_response = 0.0
                 reset_after = False
                 if fault is not None:
-                    self.applied[fault.label] += 1
-                    if fault.kind == "drop":
-                        ex.fault = "drop"
-                        return  # the finally closes the client connection: a plain FIN
-                    if fault.kind == "reset":
-                        if self._roll(0.5):
-                            ex.fault = "reset_before"
-                            _reset(writer)
-                            return
-                        ex.fault = "reset_after"
-                        reset_after = True
-                    if fault.kind == "delay":
-                        seconds = self._uniform(*fault.delay)
-                        if self._roll(0.5):
-                            ex.fault = f"delay_request:{seconds:.2f}"
-                            await asyncio.sleep(seconds)
-                        else:
-                            ex.fault = f"delay_response:{seconds:.2f}"
-                            hold_response = seconds
+                    go_on, hold_response, reset_after = await self._before_forwarding(
+                        fault, ex, writer
+                    )
+                    if not go_on:
+                        return  # the finally closes the client connection (drop: a plain FIN)
                 if upstream is None:
                     opened = await self._connect(slot)
                     if opened is None:
@@ -357,22 +385,8 @@ class FaultProxy:
                         return
                     upstream_index, upstream = opened
                 ex.upstream = upstream_index
-                up_reader, up_writer = upstream
-                try:
-                    up_writer.write(request.raw)
-                    await up_writer.drain()
-                    ex.t_fwd = time.time()
-                    response = await asyncio.wait_for(
-                        _read_message(up_reader, request=False, method=method),
-                        _UPSTREAM_READ_TIMEOUT,
-                    )
-                except (
-                    _Closed,
-                    ConnectionError,
-                    asyncio.IncompleteReadError,
-                    TimeoutError,
-                    OSError,
-                ):
+                response = await _forward(upstream, request, method, ex)
+                if response is None:
                     # The server went away mid-exchange (a restart): so does the client's
                     # connection, as with a plain TCP proxy.
                     _reset(writer)
@@ -381,17 +395,8 @@ class FaultProxy:
                 with contextlib.suppress(IndexError, ValueError):
                     ex.status = int(response.start.split(" ", 2)[1])
                 ex.response = _json_or_none(response.body)
-                if reset_after:
-                    _reset(writer)
+                if not await _deliver(writer, response, ex, hold_response, reset_after):
                     return
-                if hold_response:
-                    await asyncio.sleep(hold_response)
-                try:
-                    writer.write(response.raw)
-                    await writer.drain()
-                except (ConnectionError, OSError):
-                    return
-                ex.delivered = True
                 if not response.keep_alive or not request.keep_alive:
                     return
         except asyncio.CancelledError:
@@ -401,6 +406,44 @@ class FaultProxy:
             if upstream is not None:
                 upstream[1].close()
             writer.close()
+
+    def _fault_for(self, slot: int) -> ProxyFault | None:
+        """The fault this exchange meets, if any (counted as applied)."""
+        fault = self.fault
+        if fault is not None and not fault.targets(slot):
+            fault = None
+        if fault is not None and not self._roll(fault.probability):
+            fault = None
+        if fault is not None:
+            self.applied[fault.label] += 1
+        return fault
+
+    async def _before_forwarding(
+        self, fault: ProxyFault, ex: Exchange, writer: asyncio.StreamWriter
+    ) -> tuple[bool, float, bool]:
+        """``fault`` applied to a request: whether to forward it, how long to hold the
+        answer, and whether to reset the connection once the answer came."""
+        hold_response = 0.0
+        reset_after = False
+        if fault.kind == "drop":
+            ex.fault = "drop"
+            return False, hold_response, reset_after
+        if fault.kind == "reset":
+            if self._roll(0.5):
+                ex.fault = "reset_before"
+                _reset(writer)
+                return False, hold_response, reset_after
+            ex.fault = "reset_after"
+            reset_after = True
+        if fault.kind == "delay":
+            seconds = self._uniform(*fault.delay)
+            if self._roll(0.5):
+                ex.fault = f"delay_request:{seconds:.2f}"
+                await asyncio.sleep(seconds)
+            else:
+                ex.fault = f"delay_response:{seconds:.2f}"
+                hold_response = seconds
+        return True, hold_response, reset_after
 
     async def _connect(
         self, slot: int

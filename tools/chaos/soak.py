@@ -176,16 +176,31 @@ class _Pool:
 async def _worker(
     n: int, st: _State, pool: _Pool, base: str, agent: str, key: str, stop: asyncio.Event
 ) -> None:
-    cfg = st.config
-    rng = random.Random(f"{cfg.seed}-{n}")
-    headers = {"X-API-Key": key}
-    # Stagger the start over one lease, so heartbeats spread evenly instead of in waves.
-    await asyncio.sleep(rng.uniform(0, cfg.lease_seconds))
+    worker = _Worker(
+        st, pool, base, agent, {"X-API-Key": key}, stop, random.Random(f"{st.config.seed}-{n}")
+    )
+    await worker.run()
 
-    async def call(op: str, method: str, path: str, body: Any) -> tuple[int, Any, float]:
+
+@dataclass
+class _Worker:
+    """One lease at a time: enqueue a job, claim it, heartbeat through its hold, complete."""
+
+    st: _State
+    pool: _Pool
+    base: str
+    agent: str
+    headers: dict[str, str]
+    stop: asyncio.Event
+    rng: random.Random
+
+    async def call(self, op: str, method: str, path: str, body: Any) -> tuple[int, Any, float]:
+        st = self.st
         while True:
             try:
-                status, data, sent, latency = await pool.request(method, path, body, headers)
+                status, data, sent, latency = await self.pool.request(
+                    method, path, body, self.headers
+                )
             except (OSError, HTTPError, asyncio.IncompleteReadError) as exc:
                 st.errors[f"{op}: {type(exc).__name__}"] += 1
                 await asyncio.sleep(0.2)
@@ -195,65 +210,76 @@ async def _worker(
                 st.errors[f"{op}: HTTP {status}"] += 1
             return status, (json.loads(data) if data else None), sent
 
-    while not stop.is_set():
-        status, _, _ = await call("enqueue", "POST", f"{base}/job-agents/{agent}/jobs", {})
-        if status != 201:
-            st.errors[f"enqueue: HTTP {status}"] += 1
-            await asyncio.sleep(0.5)
-            continue
-        body = {"leaseSeconds": cfg.lease_seconds, "waitSeconds": 5}
-        status, job, claim_sent = await call(
-            "claim", "POST", f"{base}/job-agents/{agent}/claim", body
-        )
-        if status != 200 or not job:
-            if status != 204:
-                st.errors[f"claim: HTTP {status}"] += 1
-            continue
-        job_id, claim_id = job["id"], job["claimId"]
-        deadline = claim_sent + job["leaseSeconds"]
-        st.track_held(+1)
-        try:
-            end = time.monotonic() + rng.uniform(*cfg.hold)
-            interval = cfg.lease_seconds / 3
-            lost = False
-            while not lost:
-                pause = min(interval * rng.uniform(0.75, 1.0), end - time.monotonic())
-                if pause <= 0:
-                    break
-                await asyncio.sleep(pause)
-                if time.monotonic() >= end or stop.is_set():
-                    break  # at the end of the soak, complete at once rather than hold on
-                in_time = time.monotonic() < deadline - IN_TIME_MARGIN
-                status, answer, sent = await call(
-                    "heartbeat", "POST", f"{base}/jobs/{job_id}/heartbeat", {"claimId": claim_id}
-                )
-                if status == 200:
-                    deadline = max(deadline, sent + answer["leaseSeconds"])
-                elif status == 409:
-                    lost = True
-                    if in_time:
-                        st.lost.append(f"heartbeat of {job_id} refused {answer}")
-                    else:
-                        st.late += 1
-                else:
-                    st.errors[f"heartbeat: HTTP {status}"] += 1
-            if lost:
+    async def run(self) -> None:
+        cfg, st, base, agent = self.st.config, self.st, self.base, self.agent
+        # Stagger the start over one lease, so heartbeats spread evenly instead of in waves.
+        await asyncio.sleep(self.rng.uniform(0, cfg.lease_seconds))
+        while not self.stop.is_set():
+            status, _, _ = await self.call("enqueue", "POST", f"{base}/job-agents/{agent}/jobs", {})
+            if status != 201:
+                st.errors[f"enqueue: HTTP {status}"] += 1
+                await asyncio.sleep(0.5)
                 continue
-            in_time = time.monotonic() < deadline - IN_TIME_MARGIN
-            report = {"status": "successful", "claimId": claim_id}
-            status, answer, _ = await call(
-                "complete", "PUT", f"{base}/jobs/{job_id}/status", report
+            body = {"leaseSeconds": cfg.lease_seconds, "waitSeconds": 5}
+            status, job, claim_sent = await self.call(
+                "claim", "POST", f"{base}/job-agents/{agent}/claim", body
             )
-            if status == 202:
-                st.completed += 1
-            elif status == 409 and in_time:
-                st.lost.append(f"completion of {job_id} refused {answer}")
+            if status != 200 or not job:
+                if status != 204:
+                    st.errors[f"claim: HTTP {status}"] += 1
+                continue
+            job_id, claim_id = job["id"], job["claimId"]
+            deadline = claim_sent + job["leaseSeconds"]
+            st.track_held(+1)
+            try:
+                held = await self.hold(job_id, claim_id, deadline)
+                if held is not None:
+                    await self.complete(job_id, claim_id, held)
+            finally:
+                st.track_held(-1)
+
+    async def hold(self, job_id: str, claim_id: str, deadline: float) -> float | None:
+        """Heartbeat through the job's hold; the lease's deadline then, None if it was lost."""
+        cfg, st = self.st.config, self.st
+        end = time.monotonic() + self.rng.uniform(*cfg.hold)
+        interval = cfg.lease_seconds / 3
+        while True:
+            pause = min(interval * self.rng.uniform(0.75, 1.0), end - time.monotonic())
+            if pause <= 0:
+                return deadline
+            await asyncio.sleep(pause)
+            if time.monotonic() >= end or self.stop.is_set():
+                return deadline  # at the end of the soak, complete at once rather than hold on
+            in_time = time.monotonic() < deadline - IN_TIME_MARGIN
+            status, answer, sent = await self.call(
+                "heartbeat", "POST", f"{self.base}/jobs/{job_id}/heartbeat", {"claimId": claim_id}
+            )
+            if status == 200:
+                deadline = max(deadline, sent + answer["leaseSeconds"])
             elif status == 409:
-                st.late += 1
+                if in_time:
+                    st.lost.append(f"heartbeat of {job_id} refused {answer}")
+                else:
+                    st.late += 1
+                return None
             else:
-                st.errors[f"complete: HTTP {status}"] += 1
-        finally:
-            st.track_held(-1)
+                st.errors[f"heartbeat: HTTP {status}"] += 1
+
+    async def complete(self, job_id: str, claim_id: str, deadline: float) -> None:
+        st = self.st
+        in_time = time.monotonic() < deadline - IN_TIME_MARGIN
+        report = {"status": "successful", "claimId": claim_id}
+        status, answer, _ = await self.call(
+            "complete", "PUT", f"{self.base}/jobs/{job_id}/status", report
+        )
+        if status == 202:
+            st.completed += 1
+        elif status == 409 and in_time:
+            st.lost.append(f"completion of {job_id} refused {answer}")
+        elif status == 409:
+            st.late += 1
+        else:
+            st.errors[f"complete: HTTP {status}"] += 1
 
 
 async def _lag_probe(st: _State, stop: asyncio.Event) -> None:

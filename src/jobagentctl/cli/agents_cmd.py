@@ -29,12 +29,13 @@ def list_agents(
     presence: AgentState | None = typer.Option(
         None,
         "--state",
-        help="Only agents in this state: busy (running a job), idle (seen within the server's "
-        "presence window), offline.",
+        help="Only agents in this state: busy (seen, running a job), idle (seen, no job), "
+        "offline (not seen within the server's presence window, whatever it holds).",
         show_default=False,
     ),
 ) -> None:
-    """List the workspace's job agents, with their presence (STATE, LAST SEEN).
+    """List the workspace's job agents, with their presence (STATE, LAST SEEN, and HELD:
+    its jobs in progress and revoked claims not let go, shown whatever its state).
 
     --state filters on the server. A server without presence (ctrlplane) shows STATE and
     LAST SEEN as "-", and --state then matches nothing (said on stderr).

@@ -5,8 +5,9 @@ how long each has been quiet (no output). Also the stuck-claim check for monitor
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any
@@ -16,7 +17,7 @@ import typer
 from jobagentctl.cli import context
 from jobagentctl.cli.claims_watch import STUCK_MARKS, mark_of, quiet_seconds
 from jobagentctl.cli.context import get_state
-from jobagentctl.errors import JobAgentError, StuckClaims, UsageError
+from jobagentctl.errors import JobAgentError, StuckClaims, UsageError, ValidationError
 from jobagentctl.models import QUIET_MARK, STALE_MARK, ClaimState
 
 if TYPE_CHECKING:
@@ -119,6 +120,7 @@ def inspect_claims(
       jobagentctl inspect-claims --fail-if-stuck -q >/dev/null || alert "stuck jobs"
     """
     from jobagentctl.cli import output
+    from jobagentctl.cli.list_cmd import agent_names_for_table
     from jobagentctl.durations import parse_duration
 
     state = get_state(ctx)
@@ -133,15 +135,36 @@ def inspect_claims(
         raise UsageError("--interval must be a finite duration above 0")
     agent = state.agent_filter()
     title = f"claims ({state_filter})" + (f" of agent {agent}" if agent else "")
-    with state.client() as client:
+    with state.client() as client, _state_known(state_filter):
         snapshot = partial(_snapshot, client, agent, state_filter, stale, quiet)
         if watch:
             stuck = _watch(state, client, agent, state_filter, (stale, quiet), every, fail_if_stuck)
         else:
             claims, overrides, stuck = snapshot()
-            output.emit(state, "claim", claims, overrides=overrides, title=title)
+            names = agent_names_for_table(state, client)
+            title = output.count_title(title, len(claims), len(claims))
+            output.emit(state, "claim", claims, overrides=overrides, title=title, agents=names)
     if fail_if_stuck and stuck:
-        raise StuckClaims(f"{stuck} stuck claim(s): expired, unleased, stale or quiet")
+        what = "stuck claim" if stuck == 1 else "stuck claims"
+        raise StuckClaims(f"{stuck:,} {what}: expired, unleased, stale or quiet")
+
+
+@contextlib.contextmanager
+def _state_known(state_filter: str) -> Iterator[None]:
+    """A server older than a claim state (``revoked`` came with 0.4) refuses it as a malformed
+    query: said as what it is, not as the framework's validation message."""
+    try:
+        yield
+    except ValidationError as exc:
+        fields = (exc.details or {}).get("errors") or []
+        named = [f.get("field", "") for f in fields if isinstance(f, dict)]
+        if not any(str(field).endswith("state") for field in named):
+            raise
+        raise UsageError(
+            f"--state {state_filter}: the server does not support this state (it is older "
+            "than this jobagentctl); use --state all, or one of: "
+            + ", ".join(s for s in STATES if s not in (state_filter, "revoked", "all"))
+        ) from None
 
 
 def _snapshot(

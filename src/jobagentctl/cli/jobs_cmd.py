@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from jobagentctl.cli.context import get_state
 from jobagentctl.cli.status import EVERY_STATUS, filter_choices
+
+if TYPE_CHECKING:
+    from datetime import datetime
+    from uuid import UUID
+
+    from jobagentctl.cli.context import AppState
+    from jobagentctl.cli.output import LogPrinter
+    from jobagentctl.models import AttemptOutcome, Job, JobStatus
 
 __all__ = ["jobs_app", "register"]
 
@@ -33,6 +43,7 @@ def list_jobs(
       jobagentctl jobs list --status failure
     """
     from jobagentctl.cli import output
+    from jobagentctl.cli.list_cmd import agent_names_for_table
     from jobagentctl.cli.status import status_filter
     from jobagentctl.client import iter_cursor_pages
 
@@ -50,9 +61,12 @@ def list_jobs(
         else:
             page = client.list_jobs(status=wanted, limit=limit)
             jobs, total = page.items, page.total
-    output.emit(state, "job", jobs, title=f"jobs ({status})")
+        names = agent_names_for_table(state, client)
+    shown = len(jobs)
+    title = output.count_title(f"jobs ({status})", shown, shown if all_pages else total)
+    output.emit(state, "job", jobs, title=title, agents=names)
     if not all_pages:
-        output.more_hint(state, len(jobs), total)
+        output.more_hint(state, shown, total)
 
 
 @jobs_app.command("get")
@@ -60,7 +74,8 @@ def get_job(
     ctx: typer.Context,
     job_id: str = typer.Argument(..., metavar="ID", help="The job."),
 ) -> None:
-    """Show one job, with its config, dispatch context and metadata.
+    """Show one job, with its config, dispatch context and metadata, and whether an agent
+    still holds a claim on it (claimHeld: a requeued job waits for it to be let go).
 
     \b
     Example:
@@ -73,7 +88,32 @@ def get_job(
     job = uuid_arg(job_id, "ID")
     with state.client() as client:
         found = client.get_job(job)
-    output.emit(state, "job", found)
+    # Absent means no claim is held (the server says it only when true): said in every format.
+    held = {"claimHeld": bool(found.claim_held)}
+    if state.output == "env":
+        output.emit_env(state, _job_env(found, held["claimHeld"]))
+    else:
+        output.emit(state, "job-detail", found, overrides=[held])
+
+
+def _job_env(job: Job, claim_held: bool) -> dict[str, object]:
+    """``jobs get -o env``: the job's fields as ``JOBAGENTCTL_JOB_*`` variables."""
+    from jobagentctl.cli.output import rfc3339
+
+    def when(value: datetime | None) -> str | None:
+        return rfc3339(value) if value is not None else None
+
+    return {
+        "JOBAGENTCTL_JOB_ID": job.id,
+        "JOBAGENTCTL_JOB_STATUS": job.status.value,
+        "JOBAGENTCTL_JOB_AGENT_ID": job.agent_id,
+        "JOBAGENTCTL_JOB_CREATED_AT": when(job.created_at),
+        "JOBAGENTCTL_JOB_STARTED_AT": when(job.started_at),
+        "JOBAGENTCTL_JOB_COMPLETED_AT": when(job.completed_at),
+        "JOBAGENTCTL_JOB_EXTERNAL_ID": job.external_id,
+        "JOBAGENTCTL_JOB_MESSAGE": job.message,
+        "JOBAGENTCTL_JOB_CLAIM_HELD": "true" if claim_held else "false",
+    }
 
 
 @jobs_app.command("enqueue")
@@ -139,13 +179,16 @@ def logs(
         None, "--attempt", min=1, metavar="N", help="This attempt (default: the latest)."
     ),
     follow: bool = typer.Option(
-        False, "--follow", "-f", help="Print new output until the attempt ends."
+        False, "--follow", "-f", help="Print new output until the job (or --attempt N) ends."
     ),
 ) -> None:
     """Print what a job attempt printed (both streams, in order), as it was stored.
 
-    With --follow, wait for new output until the attempt ends: exit 0 if it succeeded, 8
-    otherwise. -o json prints one object per chunk (seq, offset, stream, at, data).
+    With --follow, follow the job: wait for its first attempt if it is not claimed yet, keep
+    going through server restarts, move on to the next attempt (a marker line) when one is
+    requeued or expires, and exit by the job's final attempt: 0 if it succeeded, 8 otherwise.
+    With --attempt N --follow, follow that attempt alone. -o json prints one object per chunk
+    (seq, offset, stream, at, data).
 
     \b
     Example:
@@ -153,13 +196,27 @@ def logs(
     """
     from jobagentctl.cli import output
     from jobagentctl.cli.params import uuid_arg
-    from jobagentctl.client import iter_log_pages
-    from jobagentctl.errors import AttemptFailed
-    from jobagentctl.models import AttemptOutcome, JobStatus
 
     state = get_state(ctx)
     job = uuid_arg(job_id, "ID")
     printer = output.LogPrinter(state)
+    if follow and attempt is None:
+        _follow_job(state, job, printer)
+    else:
+        _print_attempt(state, job, attempt, follow, printer)
+
+
+def _print_attempt(
+    state: AppState, job: UUID, attempt: int | None, follow: bool, printer: LogPrinter
+) -> None:
+    """One attempt's log: as stored now, or (``follow``) to the attempt's end."""
+    from jobagentctl.cli.logs_follow import NO_OUTPUT
+    from jobagentctl.cli.messages import info
+    from jobagentctl.client import iter_log_pages
+    from jobagentctl.errors import AttemptFailed
+    from jobagentctl.models import AttemptOutcome, JobStatus
+
+    printed = False
     with state.client() as client:
         pages = iter_log_pages(
             lambda n, after, wait: client.read_logs(job, attempt=n, after=after, wait_seconds=wait),
@@ -168,15 +225,55 @@ def logs(
         )
         for page in pages:
             printer.write(page.chunks)
+            printed = printed or bool(page.chunks)
+    if not printed:
+        info(state, NO_OUTPUT if page.ended else f"{NO_OUTPUT} yet: it is still running")
     if follow and (page.outcome, page.job_status) != (
         AttemptOutcome.COMPLETED,
         JobStatus.SUCCESSFUL,
     ):
-        outcome = page.outcome.value if page.outcome else "ended"
-        raise AttemptFailed(
-            f"attempt {page.attempt} of job {job} did not succeed: {outcome}, "
-            f"job {page.job_status.value}"
+        raise AttemptFailed(_did_not_succeed(job, page.attempt, page.outcome, page.job_status))
+
+
+def _follow_job(state: AppState, job: UUID, printer: LogPrinter) -> None:
+    """``--follow`` of the whole job (cli/logs_follow.py): exit 0 if its final attempt
+    succeeded, else :class:`AttemptFailed` (8)."""
+    from jobagentctl.cli.logs_follow import JobFollow
+    from jobagentctl.cli.messages import info
+    from jobagentctl.client import LOG_FOLLOW_WAIT
+    from jobagentctl.errors import AttemptFailed
+
+    with state.client() as client:
+        follow = JobFollow(
+            job,
+            read=lambda n, after, wait: client.read_logs(
+                job, attempt=n, after=after, wait_seconds=wait
+            ),
+            job_status=lambda: client.get_job(job).status,
+            chunks=printer.write,
+            marker=printer.marker,
+            note=lambda text: info(state, text),
+            wait_seconds=LOG_FOLLOW_WAIT,
         )
+        ended = follow.run()
+    if ended.succeeded:
+        return
+    if ended.attempt is None:
+        raise AttemptFailed(
+            f"job {job} ended without being claimed: its status is {ended.job_status.value}"
+        )
+    raise AttemptFailed(_did_not_succeed(job, ended.attempt, ended.outcome, ended.job_status))
+
+
+def _did_not_succeed(
+    job: UUID, attempt: int, outcome: AttemptOutcome | None, status: JobStatus
+) -> str:
+    """Why ``jobs logs --follow`` exits 8, e.g. ``attempt 2 of job … did not succeed: outcome
+    completed, job status failure``."""
+    how = outcome.value if outcome else "ended"
+    return (
+        f"attempt {attempt} of job {job} did not succeed: outcome {how}, job status {status.value}"
+    )
 
 
 def register(app: typer.Typer) -> None:

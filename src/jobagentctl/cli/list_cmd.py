@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import typer
 
 from jobagentctl.cli.context import get_state
 from jobagentctl.cli.status import filter_choices
 from jobagentctl.models import JobStatus
 
-__all__ = ["register"]
+if TYPE_CHECKING:
+    from uuid import UUID
+
+    from jobagentctl.cli.context import AppState
+    from jobagentctl.client import Client
+
+__all__ = ["agent_names_for_table", "register"]
 
 STATUS_HELP = "Job status to show, or 'all' (statuses: queued, inProgress, successful, failure, …)."
 
@@ -52,8 +61,21 @@ def list_jobs(
         else:
             page = client.list_agent_jobs(agent, status=wanted, limit=limit)
             jobs, total = page.items, page.total
-    output.emit(state, "job", jobs, title=f"{len(jobs)} of {total} jobs ({status})")
+        names = agent_names_for_table(state, client)
+    title = output.count_title(f"jobs ({status})", len(jobs), total)
+    output.emit(state, "job", jobs, title=title, agents=names)
     output.more_hint(state, len(jobs), total)
+
+
+def agent_names_for_table(state: AppState, client: Client) -> Callable[[UUID], str | None] | None:
+    """The agents' names for a table's AGENT column: read (once, every page) only when a
+    person will see the table."""
+    from jobagentctl.cli import context
+    from jobagentctl.cli.claims_watch import agent_names
+
+    if state.output != "table" or not context.stdout_is_tty():
+        return None
+    return agent_names(client)
 
 
 def register(app: typer.Typer) -> None:

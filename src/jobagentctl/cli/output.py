@@ -53,9 +53,11 @@ __all__ = [
     "Column",
     "LogPrinter",
     "View",
+    "count_title",
     "emit",
     "emit_accepted",
     "emit_env",
+    "fit_list",
     "info",
     "live",
     "more_hint",
@@ -142,11 +144,14 @@ def to_jsonable(value: Any, *, as_sent: bool = False) -> Any:
 
 @dataclass(frozen=True)
 class Column:
-    """One column: its wire key (json/tsv order), its table header, and how to show it."""
+    """One column: its wire key (json/tsv order), its table header, and how to show it.
+    ``gives_way``: when a list table is wider than the terminal, the columns with the highest
+    go first (0: never; the message column is narrowed instead, as the watch does)."""
 
     key: str
     header: str
     kind: str = "text"  # text | time (absolute in tsv, relative on a TTY) | age | until
+    gives_way: int = 5
 
 
 @dataclass(frozen=True)
@@ -157,46 +162,56 @@ class View:
 
 
 # The lease of a claim, as the results of claim, heartbeat and the claims list show it.
-_LEASE = (Column("claimId", "CLAIM"), Column("attempt", "ATTEMPT"), Column("leaseSeconds", "LEASE"))
-_EXPIRES = Column("claimExpiresAt", "EXPIRES", "until")
+_LEASE = (
+    Column("claimId", "CLAIM", gives_way=8),
+    Column("attempt", "ATTEMPT", gives_way=6),
+    Column("leaseSeconds", "LEASE", gives_way=7),
+)
+_EXPIRES = Column("claimExpiresAt", "EXPIRES", "until", gives_way=1)
+
+_JOB_COLUMNS = (
+    Column("id", "JOB", gives_way=0),
+    Column("status", "STATUS", gives_way=0),
+    Column("jobAgentId", "AGENT", gives_way=4),
+    Column("createdAt", "CREATED", "age", gives_way=3),
+    Column("startedAt", "STARTED", "age", gives_way=7),
+    Column("completedAt", "COMPLETED", "age", gives_way=6),
+    Column("externalId", "EXTERNAL ID", gives_way=8),
+    Column("message", "MESSAGE", gives_way=5),
+)
 
 VIEWS: dict[str, View] = {
-    "job": View(
-        (
-            Column("id", "JOB"),
-            Column("status", "STATUS"),
-            Column("jobAgentId", "AGENT"),
-            Column("createdAt", "CREATED", "age"),
-            Column("startedAt", "STARTED", "age"),
-            Column("completedAt", "COMPLETED", "age"),
-            Column("externalId", "EXTERNAL ID"),
-            Column("message", "MESSAGE"),
-        )
-    ),
+    "job": View(_JOB_COLUMNS),
     "claimed": View((Column("id", "JOB"), *_LEASE, _EXPIRES, Column("status", "STATUS"))),
+    # `jobs get`: the job's columns, then whether an agent still holds a claim on it (a
+    # queued job is not claimable meanwhile); last, so tsv readers of `jobs list` cut alike.
+    "job-detail": View((*_JOB_COLUMNS, Column("claimHeld", "CLAIM HELD"))),
     "heartbeat": View((Column("jobId", "JOB"), *_LEASE, _EXPIRES)),
     "accepted": View((Column("id", "ID"), Column("message", "MESSAGE"))),
     "claim": View(
         (
-            Column("jobId", "JOB"),
-            Column("state", "STATE"),
-            Column("jobAgentId", "AGENT"),
+            Column("jobId", "JOB", gives_way=0),
+            Column("state", "STATE", gives_way=0),
+            Column("jobAgentId", "AGENT", gives_way=3),
             *_LEASE,
-            Column("claimedAt", "CLAIMED", "age"),
-            Column("lastHeartbeatAt", "LAST HEARTBEAT", "age"),
+            Column("claimedAt", "CLAIMED", "age", gives_way=5),
+            Column("lastHeartbeatAt", "LAST HEARTBEAT", "age", gives_way=4),
             _EXPIRES,
             # inspect-claims adds it: how long the command printed nothing (last: tsv readers
             # cut the columns before it).
-            Column("quietSeconds", "QUIET"),
+            Column("quietSeconds", "QUIET", gives_way=2),
         )
     ),
     "agent": View(
         (
-            Column("id", "ID"),
-            Column("name", "NAME"),
-            Column("type", "TYPE"),
-            Column("state", "STATE"),  # presence: last, older scripts cut the first three
-            Column("lastSeenAt", "LAST SEEN", "age"),
+            Column("id", "ID", gives_way=0),
+            Column("name", "NAME", gives_way=0),
+            Column("type", "TYPE", gives_way=3),
+            # presence: last, older scripts cut the first three
+            Column("state", "STATE", gives_way=0),
+            Column("lastSeenAt", "LAST SEEN", "age", gives_way=1),
+            # beside the state: what an offline agent still holds
+            Column("heldClaims", "HELD", gives_way=2),
         )
     ),
     # `server …` results: printed once, the API key among them.
@@ -230,12 +245,12 @@ VIEWS: dict[str, View] = {
     "key-revoked": View((Column("id", "KEY ID"), Column("revoked", "REVOKED"))),
     "attempt": View(
         (
-            Column("attempt", "ATTEMPT"),
-            Column("outcome", "OUTCOME"),
-            Column("claimId", "CLAIM"),
-            Column("jobAgentId", "AGENT"),
-            Column("claimedAt", "CLAIMED", "age"),
-            Column("endedAt", "ENDED", "age"),
+            Column("attempt", "ATTEMPT", gives_way=0),
+            Column("outcome", "OUTCOME", gives_way=0),
+            Column("claimId", "CLAIM", gives_way=5),
+            Column("jobAgentId", "AGENT", gives_way=3),
+            Column("claimedAt", "CLAIMED", "age", gives_way=2),
+            Column("endedAt", "ENDED", "age", gives_way=1),
         )
     ),
 }
@@ -244,6 +259,8 @@ VIEWS: dict[str, View] = {
 def _tsv_cell(value: Any) -> str:
     if value is None:
         return ""
+    if isinstance(value, bool):  # as JSON spells it, for `[ "$x" = true ]`
+        return "true" if value else "false"
     if isinstance(value, dict | list):
         value = json.dumps(value, separators=(",", ":"))
     return tsv_text(str(value))
@@ -252,6 +269,8 @@ def _tsv_cell(value: Any) -> str:
 def _table_cell(column: Column, value: Any, now: datetime, *, detail: bool = False) -> str:
     if value is None:
         return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if column.kind in ("age", "until", "time") and isinstance(value, str):
         when = datetime.fromisoformat(value.replace("Z", "+00:00"))
         return relative(when, now)
@@ -282,10 +301,12 @@ def emit(
     *,
     overrides: Sequence[Mapping[str, Any]] | None = None,
     title: str | None = None,
+    agents: Callable[[UUID], str | None] | None = None,
 ) -> None:
     """Print a result (one model or mapping, or a list) on stdout in the state's output format.
 
-    ``overrides`` replace fields per item (e.g. ``state: stale``) in every format.
+    ``overrides`` replace fields per item (e.g. ``state: stale``) in every format; ``agents``
+    names the agents of a list table's AGENT column (the table only).
     """
     many = not (hasattr(data, "model_dump") or isinstance(data, Mapping))
     items: Sequence[Any] = data if many else [data]  # type: ignore[assignment]
@@ -300,16 +321,24 @@ def emit(
         if not many:
             render_table(state, _detail_table(state, VIEWS[view], rows[0]))
         elif rows or not state.quiet:
-            render_table(state, _list_table(state, VIEWS[view], rows, title=title))
+            table = _list_table(state, VIEWS[view], rows, title=title, agents=agents)
+            render_table(state, table)
     else:
         raise UsageError(f"-o {state.output} is not available for this command")
 
 
 def more_hint(state: AppState, shown: int, total: int) -> None:
     """``50 of 10,000 (use --all-pages or --limit)`` on stderr when one page holds less than
-    the whole list and a person is reading (a table, or stderr on a terminal); not with -q."""
-    if total > shown and (state.output == "table" or context.stderr_is_tty()):
+    the whole list, in every format (a script reading a pipe is told its list was cut too);
+    not with -q."""
+    if total > shown:
         info(state, f"{shown:,} of {total:,} (use --all-pages or --limit)")
+
+
+def count_title(what: str, shown: int, total: int) -> str:
+    """A list's title with its count, as :func:`more_hint` writes it: ``jobs (all): 50 of
+    10,000``, or ``jobs (all): 6`` when the list is whole."""
+    return f"{what}: {shown:,} of {total:,}" if total > shown else f"{what}: {shown:,}"
 
 
 def emit_accepted(state: AppState, accepted: BaseModel, confirmation: str) -> None:
@@ -351,36 +380,118 @@ def _styled(state: AppState, text: str) -> Any:
 
 
 _NEVER_CUT = frozenset({"state", "status"})
+# The columns of ids a list shortens (git-style unambiguous prefixes, as the watch does) when
+# the table is wider than the terminal; -o tsv and -o json always have them whole.
+_ID_KEYS = frozenset({"id", "jobId", "jobAgentId", "claimId"})
+# The narrowest a message column gets before the columns it outranks are dropped.
+_MESSAGE_MIN = 16
+_GAP = 2
+
+
+def fit_list(columns: Sequence[Column], cells: list[list[str]], width: int) -> list[str]:
+    """A list's header and rows as lines of at most ``width`` characters, one line per row.
+
+    When the whole table does not fit: ids are shortened first, then columns give way in
+    their ``gives_way`` order, the message column being narrowed (its end kept) rather than
+    dropped until nothing else can go; a line still too wide is cut."""
+    from jobagentctl.cli.claims_watch import short_ids
+
+    count = len(columns)
+
+    def widths() -> list[int]:
+        return [max([len(columns[i].header)] + [len(r[i]) for r in cells]) for i in range(count)]
+
+    def total(kept: list[int], w: list[int]) -> int:
+        return sum(w[i] for i in kept) + _GAP * (len(kept) - 1)
+
+    kept = list(range(count))
+    w = widths()
+    if total(kept, w) > width:
+        for i, column in enumerate(columns):
+            if column.key in _ID_KEYS:
+                ids = {cell: _as_uuid(cell) for cell in {r[i] for r in cells}}
+                short = short_ids([u for u in ids.values() if u is not None])
+                for r in cells:
+                    found = ids.get(r[i])
+                    if found is not None:
+                        r[i] = short[found]
+        w = widths()
+    message = next((i for i, c in enumerate(columns) if c.key == "message"), None)
+    order = sorted((i for i in kept if columns[i].gives_way), key=lambda i: -columns[i].gives_way)
+    for i in order:
+        if total(kept, w) <= width:
+            break
+        if i == message:
+            floor = max(_MESSAGE_MIN, len(columns[i].header))
+            w[i] = max(floor, w[i] - (total(kept, w) - width))
+            continue
+        kept.remove(i)
+    if total(kept, w) > width and message in kept:
+        kept.remove(message)
+
+    def cut(text: str, room: int) -> str:
+        return text if len(text) <= room else "…" + text[len(text) - room + 1 :]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(cut(values[i], w[i]).ljust(w[i]) for i in kept).rstrip()[:width]
+
+    header = line([c.header for c in columns])
+    rule = "─" * min(width, total(kept, w))
+    return [header, rule, *(line(r) for r in cells)]
+
+
+def _as_uuid(text: str) -> UUID | None:
+    try:
+        return UUID(text)
+    except ValueError:
+        return None
 
 
 def _list_table(
-    state: AppState, view: View, rows: Sequence[Mapping[str, Any]], *, title: str | None
+    state: AppState,
+    view: View,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    title: str | None,
+    agents: Callable[[UUID], str | None] | None = None,
 ) -> RenderableType:
-    from rich import box
-    from rich.table import Table
+    """A list as one line per row, fitted to the terminal (:func:`fit_list`), its state or
+    status coloured; ``agents`` names the agents of an AGENT column (ids otherwise)."""
+    from rich.console import Group
+    from rich.text import Text
 
     now = datetime.now(UTC)
-    table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False)
-    texts = [[_table_cell(c, row.get(c.key), now) for c in view.columns] for row in rows]
-    for index, column in enumerate(view.columns):
-        # A state or status is never cut (`qu…` says nothing): the other columns give way.
-        whole = column.key in _NEVER_CUT
-        widest = max((len(cells[index]) for cells in texts), default=0)
-        table.add_column(
-            column.header,
-            no_wrap=whole or column.key in ("id", "jobId"),
-            min_width=max(widest, len(column.header)) if whole else None,
-        )
-    for cells in texts:
-        table.add_row(
-            *(
-                _styled(state, text) if column.key in _NEVER_CUT else text
-                for column, text in zip(view.columns, cells, strict=True)
-            )
-        )
+    width = max(20, _console(state).width)
+    columns = view.columns
+    cells: list[list[str]] = []
+    for row in rows:
+        line: list[str] = []
+        for column in columns:
+            value = row.get(column.key)
+            name = None
+            if column.key == "jobAgentId" and agents is not None and isinstance(value, str):
+                found = _as_uuid(value)
+                name = agents(found) if found is not None else None
+            line.append(name if name else _table_cell(column, value, now))
+        cells.append(line)
+    lines = fit_list(columns, cells, width)
+    marked = next((i for i, c in enumerate(columns) if c.key in _NEVER_CUT), None)
+    texts = [Text(title)] if title else []
+    texts += [Text(lines[0]), Text(lines[1])]
+    for cells_of_row, text in zip(cells, lines[2:], strict=True):
+        styled = Text(text)
+        if marked is not None and state.color:
+            # A state or status is never dropped: found in the line by its value (the ids
+            # before it are hex, which no state word is).
+            value = cells_of_row[marked]
+            style = STATE_STYLES.get(value)
+            at = text.find(value) if style else -1
+            if style and at >= 0:
+                styled.stylize(style, at, at + len(value))
+        texts.append(styled)
     if not rows:
-        table.caption = "(none)"
-    return table
+        texts.append(Text("(none)"))
+    return Group(*texts)
 
 
 def _detail_table(state: AppState, view: View, row: Mapping[str, Any]) -> RenderableType:
@@ -498,6 +609,18 @@ class LogPrinter:
                 else:
                     out.write(raw)
                 self._line_start = raw.endswith(b"\n")
+        out.flush()
+
+    def marker(self, text: str, attempt: int) -> None:
+        """A line of our own between two attempts' logs (with ``-o json``, an object with
+        ``stream`` ``marker`` and the ``attempt`` that follows, without ``seq``)."""
+        out = sys.stdout.buffer
+        if self._json:
+            item = {"stream": LogStream.MARKER.value, "attempt": attempt, "data": text}
+            out.write(json.dumps(item).encode() + b"\n")
+        else:
+            out.write(("" if self._line_start else "\n").encode() + text.encode() + b"\n")
+            self._line_start = True
         out.flush()
 
 

@@ -17,9 +17,11 @@ def add() -> None:
     from then on it is replaced by [REDACTED] in what `run` sends to the server (the failure
     message, --report). One value per call: all of stdin, less one trailing newline; values
     under 6 characters are not redacted. Only the job's own processes can hand values over
-    (run names its socket in JOBAGENTCTL_REDACT_SOCKET).
+    (run names its socket in JOBAGENTCTL_REDACT_SOCKET and its pid in JOBAGENTCTL_RUN_PID), and
+    the value goes only to that run: a socket whose listener is another process gets nothing.
 
-    Exit codes: 0 added; 2 no value, or too short; 3 no `run` to hand it to.
+    Exit codes: 0 added; 2 no value, or too short; 3 no `run` to hand it to; 4 what listens
+    is not this job's `run` (the value was not sent).
 
     \b
     Example:
@@ -29,9 +31,9 @@ def add() -> None:
     import os
     import sys
 
-    from jobagentctl.errors import ServerUnavailable, UsageError
-    from jobagentctl.models import REDACT_SOCKET_ENV
-    from jobagentctl.supervisor.handover import MAX_VALUE_BYTES, hand_over
+    from jobagentctl.errors import AuthError, ServerUnavailable, UsageError
+    from jobagentctl.models import REDACT_SOCKET_ENV, RUN_PID_ENV
+    from jobagentctl.supervisor.handover import MAX_VALUE_BYTES, PeerRefused, hand_over
     from jobagentctl.supervisor.redact import MIN_SECRET_CHARS, redactable
 
     value = sys.stdin.buffer.read(MAX_VALUE_BYTES + 1)
@@ -49,8 +51,16 @@ def add() -> None:
         raise ServerUnavailable(
             f"no `jobagentctl run` supervises this process ({REDACT_SOCKET_ENV} is not set)"
         )
+    run_pid = os.environ.get(RUN_PID_ENV, "")
+    if not run_pid.isdecimal():
+        raise AuthError(
+            f"refused to hand the value over: {RUN_PID_ENV} does not name the `jobagentctl run`"
+            " of this job, so its socket cannot be checked (a `run` older than this command?)"
+        )
     try:
-        added = hand_over(path, value)
+        added = hand_over(path, value, run_pid=int(run_pid))
+    except PeerRefused as exc:
+        raise AuthError(f"refused to hand the value over: {exc}") from None
     except OSError as exc:
         raise ServerUnavailable(
             f"cannot reach the `jobagentctl run` of this job ({exc.strerror or exc})"

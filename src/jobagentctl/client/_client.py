@@ -122,6 +122,11 @@ class Client(LogCalls):
         """Close the connections (a ``with`` block does it on leaving)."""
         self._conn.close()
 
+    def interrupt(self) -> None:
+        """End the requests in flight at once (from another thread): a ``run`` told to stop
+        while its claim long-poll waits (:meth:`Connection.interrupt`)."""
+        self._conn.interrupt()
+
     # --- the workspace ----------------------------------------------------------------------
 
     def workspace_id(self) -> UUID:

@@ -62,7 +62,8 @@ _NO_LEASE_BY_ID = (
 )
 # What ctrlplane's job handlers answer (404) for a job they cannot find.
 _CTRLPLANE_NO_JOB = "Job not found"
-_NO_LOGS = "the server has no log support ({why}): job output is not stored there"
+# No parentheses of its own: `run` quotes it inside its own notice's parentheses.
+_NO_LOGS = "the server has no log support, {why}: job output is not stored there"
 _NO_WAIT = (
     "the server has no claim long-poll ({why}): a cancel reaches the command at its next heartbeat"
 )
@@ -275,6 +276,10 @@ class V1Fallback:
             raise LeaseUnsupported(_NO_WAIT.format(why=why), status=exc.status) from exc
 
     # --- job logs -------------------------------------------------------------------------------
+
+    def forget_no_logs(self) -> None:
+        """The next log call asks the server again, whatever this process learned."""
+        self._facts.no_logs = False
 
     @contextmanager
     def logs_route(self, method: str) -> Iterator[None]:

@@ -120,6 +120,11 @@ def translate(exc: Exception, *, v2_route: bool = False) -> JobAgentError:
         if tls is not None:
             return tls
         reason = str(exc) or type(exc).__name__
+        if isinstance(exc, httpx.RemoteProtocolError) and _has_request(exc):
+            url = exc.request.url
+            if url.scheme == "http" and _speaks_tls(url.host, url.port or 80):
+                https = f"https://{url.netloc.decode('ascii', 'replace')}"
+                reason = f"it answered in TLS, not plain HTTP: use {https}"
         return ServerUnavailable(f"cannot reach {where}: {reason}")
     if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
         return ProtocolError(f"malformed JSON from the server: {exc}")
@@ -168,6 +173,33 @@ def _tls_failure(exc: BaseException, where: str) -> TlsError | None:
     if reason == "WRONG_VERSION_NUMBER":
         reason = "the server does not speak TLS there (an http:// URL?)"
     return TlsError(f"TLS handshake with {where} failed: {reason}")
+
+
+# How long the check that an http:// server speaks TLS may take (it runs only after a failure).
+_TLS_PROBE_SECONDS = 2.0
+
+
+def _speaks_tls(host: str, port: int) -> bool:
+    """Whether ``host:port`` answers a TLS handshake: an http:// URL to an https server is cut
+    off without an answer, which says nothing by itself. Only a handshake is attempted (no
+    certificate checked, nothing sent after it): what comes back is all that is looked at."""
+    import socket
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with (
+            socket.create_connection((host, port), timeout=_TLS_PROBE_SECONDS) as raw,
+            context.wrap_socket(raw, server_hostname=host),
+        ):
+            return True
+    except ssl.SSLError as exc:
+        # An alert from the server is TLS too; a plain-HTTP answer is WRONG_VERSION_NUMBER.
+        return exc.reason not in ("WRONG_VERSION_NUMBER", "UNEXPECTED_EOF_WHILE_READING", None)
+    except OSError:
+        return False
 
 
 def _has_request(exc: httpx.TransportError) -> bool:

@@ -41,6 +41,11 @@ class LogCalls:
                 "POST", path, models.LogAppendResult.from_wire, body=body, v2_route=True
             )
 
+    def recheck_logs(self) -> None:
+        """Forget that the server was found without logs: the next call asks it again (a
+        long-lived ``run --loop`` outlives its server's upgrade)."""
+        self._v1.forget_no_logs()
+
     def read_logs(
         self,
         job_id: UUID,

@@ -11,7 +11,7 @@ from uuid import UUID
 
 from pydantic import Field
 
-from jobagentctl.models.wire import AttemptOutcome, JobStatus, RequestModel, WireModel
+from jobagentctl.models.wire import AttemptOutcome, JobStatus, RequestModel, WireModel, WireTime
 
 __all__ = [
     "LOG_CHUNK_MAX_BYTES",
@@ -50,7 +50,7 @@ class LogChunkIn(RequestModel):
     base64 (any bytes: output that is not UTF-8 is stored and read back exactly)."""
 
     stream: LogStream
-    at: datetime = Field(description="The agent's time of the chunk (RFC 3339)")
+    at: WireTime = Field(description="The agent's time of the chunk (RFC 3339, with an offset)")
     data: str = Field(description="The chunk's raw bytes, base64 (RFC 4648), at most 64 KiB")
 
     @classmethod

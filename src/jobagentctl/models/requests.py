@@ -1,15 +1,15 @@
 """The request bodies of the API (what clients send), re-exported by :mod:`jobagentctl.models`:
-strict where a wire value must not be coerced (a lease is an integer, not "30")."""
+strict wire types throughout (a lease is an integer, not "30"; ``force`` is ``true``, not
+"yes"; a time is an RFC 3339 string): a wrong type is a 400 naming the field."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from pydantic import Field, StrictFloat, StrictInt
+from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
-from jobagentctl.models.wire import JobStatus, RequestModel
+from jobagentctl.models.wire import JobStatus, RequestModel, WireTime
 
 __all__ = [
     "MAX_CLAIM_BATCH",
@@ -77,7 +77,7 @@ class HeartbeatRequest(RequestModel):
     lease_seconds: StrictInt | None = Field(default=None, ge=0)
     # When the job's command last printed anything (the agent's clock); the server keeps it
     # on the claim for inspect-claims' quiet time. Older servers ignore it.
-    last_output_at: datetime | None = None
+    last_output_at: WireTime | None = None
 
 
 class UpdateJobStatusRequest(RequestModel):
@@ -91,7 +91,7 @@ class UpdateJobStatusRequest(RequestModel):
     claim_next: ClaimNext | None = None
     # Without a claim id: end the claim without waiting for its holder to let go (a requeued
     # job is claimable at once, even while the old attempt's command may still run).
-    force: bool | None = None
+    force: StrictBool | None = None
 
 
 class CreateJobRequest(RequestModel):

@@ -4,9 +4,9 @@ and the log models."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Generic, Literal, Self, TypeVar
+from typing import Annotated, Any, Generic, Literal, Self, TypeVar
 from uuid import UUID
 
 from pydantic import (
@@ -14,9 +14,12 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     field_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 __all__ = [
     "AGENT_ENV",
@@ -34,6 +37,7 @@ __all__ = [
     "LEASE_SECONDS_ENV",
     "QUIET_MARK",
     "REDACT_SOCKET_ENV",
+    "RUN_PID_ENV",
     "SLUG_PATTERN",
     "STALE_MARK",
     "STOP_REASON_FILE_ENV",
@@ -57,6 +61,7 @@ __all__ = [
     "Page",
     "UrgentClaims",
     "WireModel",
+    "WireTime",
     "Workspace",
     "heartbeat_interval",
     "keep_wire",
@@ -116,9 +121,10 @@ CLAIM_ROW_STATES: frozenset[ClaimState] = frozenset(
 
 
 class AgentState(StrEnum):
-    """An agent's presence, as ``agents list`` shows and ``--state`` filters it: ``BUSY`` (a job
-    of its is in progress, or a claim of its was revoked and not let go yet), ``IDLE`` (seen
-    within the server's presence window), ``OFFLINE`` (not seen for longer, or never)."""
+    """An agent's presence, as ``agents list`` shows and ``--state`` filters it: ``OFFLINE``
+    (not seen within the server's presence window, or never — whatever it holds: a dead agent
+    is not busy), ``BUSY`` (seen, and a job of its is in progress or a claim of its was revoked
+    and not let go yet), ``IDLE`` (seen, holding nothing)."""
 
     BUSY = "busy"
     IDLE = "idle"
@@ -169,6 +175,8 @@ JOB_FILE_ENV = f"{ENV_PREFIX}JOB_FILE"
 STOP_REASON_FILE_ENV = f"{ENV_PREFIX}STOP_REASON_FILE"
 # Where `jobagentctl redact add` inside a job hands `run` a value to redact.
 REDACT_SOCKET_ENV = f"{ENV_PREFIX}REDACT_SOCKET"
+# The pid of that `run`: `redact add` hands a value only to a socket this process listens on.
+RUN_PID_ENV = f"{ENV_PREFIX}RUN_PID"
 # Client settings `run` hands its child, so a `jobagentctl` inside the job reaches the same
 # server (the API key only with --pass-api-key).
 URL_ENV = f"{ENV_PREFIX}URL"
@@ -223,6 +231,37 @@ def keep_wire(value: WireT, data: Any) -> WireT:
         for item, sent in zip(value, data, strict=True):
             keep_wire(item, sent)
     return value
+
+
+_TIME_FORMAT = "must be an RFC 3339 date-time string with an offset, e.g. 2026-01-02T03:04:05Z"
+
+
+def _wire_time(value: Any, parse: ValidatorFunctionWrapHandler) -> datetime:
+    """A date and time as text (``YYYY-MM-DDThh:mm…``; pydantic parses it), with an offset,
+    representable in UTC; normalised to UTC. One call per value: this runs for each of up to
+    1,000 chunks of a log append."""
+    # A datetime passes: the client builds requests from its own values. Text must hold a date
+    # and a time (digits alone would be read as epoch seconds, a date alone as midnight).
+    if not isinstance(value, datetime) and not (
+        isinstance(value, str) and len(value) >= 20 and value[10] in "Tt "
+    ):
+        raise PydanticCustomError("time_format", _TIME_FORMAT)
+    parsed: datetime = parse(value)
+    if parsed.tzinfo is None:  # a local time of somewhere unknown
+        raise PydanticCustomError("time_format", _TIME_FORMAT)
+    # 0001-01-01T00:00:00+14:00 is a valid text but year 0 in UTC: stored, it could not be read.
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise PydanticCustomError(
+            "time_range", "is out of range once converted to UTC (years 1 to 9999)"
+        ) from None
+
+
+# A time in a request body (a log chunk's ``at``, a heartbeat's ``lastOutputAt``): a date-time
+# string with an offset (RFC 3339), representable in UTC; held normalised to UTC. Every request
+# model takes its times as this type, so each endpoint refuses the same inputs with a 400.
+WireTime = Annotated[datetime, WrapValidator(_wire_time)]
 
 
 class RequestModel(BaseModel):
@@ -293,6 +332,9 @@ class JobAgent(WireModel):
     # Ours (absent from ctrlplane): presence, judged by the server when it answers.
     state: AgentState | None = None
     last_seen_at: datetime | None = None
+    # Ours: its jobs in progress plus its revoked claims not let go yet, whatever its state
+    # (an offline agent holding leases until they expire shows them here).
+    held_claims: int | None = None
 
 
 class Job(WireModel):

@@ -28,6 +28,10 @@ open connections. :func:`guarded_protocol` subclasses it with all of them:
   ``_REFUSAL_LOG_SECONDS`` with a count, not once per connection).
   :func:`raise_fd_limit` lifts the soft descriptor limit to the hard one at start, and the cap
   is kept below it (:func:`connection_cap`), so ``accept`` does not meet ``EMFILE``.
+- **Unparsable requests** (a malformed request line, header or chunked framing, e.g. a bad
+  ``Transfer-Encoding``) are answered ``400`` with the JSON error shape (``VALIDATION_ERROR``,
+  message ``malformed HTTP request``) and the connection closed: uvicorn's own answer is
+  ``text/plain``.
 - **TLS**: with a TLS context, each connection's handshake runs in a ``_Handshake`` layer
   below the HTTP protocol (not in the event loop's server, which neither counts handshakes
   against the cap nor lets their timeout be chosen): a handshake counts against the cap from
@@ -57,6 +61,7 @@ else:  # uvicorn's protocol is imported when a server is made, not with this mod
 
 __all__ = [
     "COUNTS",
+    "MALFORMED_MESSAGE",
     "EdgeCounts",
     "EdgeLimits",
     "connection_cap",
@@ -168,6 +173,11 @@ def _431() -> bytes:
 
 
 _RESPONSE_431 = _431()
+
+# The answer to bytes the HTTP parser cannot read: nothing of the request is known (not even
+# its path), so the body names no field.
+MALFORMED_MESSAGE = "malformed HTTP request"
+_BODY_400 = error_bytes(MALFORMED_MESSAGE, "VALIDATION_ERROR", None)
 
 
 class _Refusals:
@@ -349,6 +359,22 @@ class _Guarded(_Base):
         self._body_timer = None
         if self._body_pending and not self.transport.is_closing():
             self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        """The parser's refusal (uvicorn calls it, then stops reading), as our JSON error."""
+        content = [b"HTTP/1.1 400 Bad Request\r\n"]
+        for name, value in self.server_state.default_headers:
+            content.extend([name, b": ", value, b"\r\n"])
+        content.extend(
+            [
+                b"content-type: application/json\r\n",
+                b"content-length: " + str(len(_BODY_400)).encode() + b"\r\n",
+                b"connection: close\r\n\r\n",
+                _BODY_400,
+            ]
+        )
+        self.transport.write(b"".join(content))
+        self.transport.close()
 
     def _refuse_headers(self) -> None:
         self._cancel_header_timer()

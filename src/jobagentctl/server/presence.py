@@ -4,6 +4,9 @@ Every request made for an agent (claim, long-poll, heartbeat, its status reports
 its jobs) counts as seeing it; this process writes that to the store at most once per agent per
 ``interval`` seconds (the throttle is in memory, per server process: N replicas write at most N
 times per interval). ``agents list`` judges the state from the stored time and a window.
+
+A write names the request's workspace and changes nothing unless the agent is of it: a key of
+another workspace naming the agent (answered 404) must not make it look alive.
 """
 
 from __future__ import annotations
@@ -34,24 +37,28 @@ class Presence:
         self._store = store
         self.interval = interval
         self._clock = clock
-        self._written: dict[UUID, float] = {}
+        # By (workspace, agent): a foreign workspace's request naming an agent must not take
+        # the slot of the agent's own requests either.
+        self._written: dict[tuple[UUID, UUID], float] = {}
         self.writes = 0  # presence writes sent by this process (tests count them)
 
-    async def seen(self, agent_id: UUID | None) -> None:
-        """The agent was seen now: write it unless this process did within the interval.
+    async def seen(self, workspace_id: UUID, agent_id: UUID | None) -> None:
+        """The agent was seen now by a request on ``workspace_id``'s paths: write it unless
+        this process did within the interval (nothing when the agent is not of that workspace).
         Never raises: presence is bookkeeping, the request it rides on must not fail for it."""
         if agent_id is None:
             return
         now = self._clock()
-        last = self._written.get(agent_id)
+        slot = (workspace_id, agent_id)
+        last = self._written.get(slot)
         if last is not None and now - last < self.interval:
             return
         if len(self._written) >= _PRUNE_AT:
             self._written = {a: t for a, t in self._written.items() if now - t < self.interval}
         # Marked before the write: concurrent requests of the same agent write once.
-        self._written[agent_id] = now
+        self._written[slot] = now
         self.writes += 1
         try:
-            await self._store.touch_agent(agent_id)
+            await self._store.touch_agent(workspace_id, agent_id)
         except JobAgentError as exc:
             logger.debug("presence of agent %s not recorded: %s", agent_id, exc)

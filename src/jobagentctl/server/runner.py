@@ -33,7 +33,14 @@ from jobagentctl.server.settings import ServerSettings, redact_url
 from jobagentctl.server.store import Store
 from jobagentctl.server.tls import exposure_warnings, reload_certificate, server_context
 
-__all__ = ["READY_LINE", "configure_logging", "event_loop_factory", "run_server", "serve"]
+__all__ = [
+    "NOTHING_TO_RELOAD",
+    "READY_LINE",
+    "configure_logging",
+    "event_loop_factory",
+    "run_server",
+    "serve",
+]
 
 READY_LINE = "jobagentctl server listening on"
 
@@ -146,19 +153,28 @@ def _tls_context(settings: ServerSettings) -> ssl.SSLContext | None:
     return server_context(settings.tls_cert, settings.tls_key)
 
 
-def _reload_on_hangup(context: ssl.SSLContext, settings: ServerSettings) -> None:
-    """SIGHUP serves the certificate and key files anew: a renewed certificate without a
-    restart. Files that do not work are logged, and the current certificate stays."""
-    assert settings.tls_cert is not None and settings.tls_key is not None
-    cert, key = settings.tls_cert, settings.tls_key
+# The line a SIGHUP logs when nothing is reloadable: settings are read once, at start.
+NOTHING_TO_RELOAD = "SIGHUP: nothing to reload (plain HTTP; other settings take a restart)"
+
+
+def _reload_on_hangup(context: ssl.SSLContext | None, settings: ServerSettings) -> None:
+    """SIGHUP reloads what can be reloaded and the server keeps serving: with TLS, the
+    certificate and key files are served anew (a renewed certificate without a restart);
+    without, one line says there was nothing to reload. Without a handler the signal's default
+    action would end the process, and operators send it (``ExecReload=kill -HUP``).
+    Certificate files that do not work are logged, and the current certificate stays."""
 
     def reload() -> None:
+        if context is None or settings.tls_cert is None or settings.tls_key is None:
+            logger.info("%s", NOTHING_TO_RELOAD)
+            return
+        cert, key = settings.tls_cert, settings.tls_key
         try:
             reload_certificate(context, cert, key)
         except ConfigError as exc:
             logger.warning("TLS certificate not reloaded (still serving the previous one): %s", exc)
             return
-        logger.info("TLS certificate reloaded from %s", cert)
+        logger.info("SIGHUP: TLS certificate reloaded from %s", cert)
         for warning in exposure_warnings(settings):
             logger.warning("%s", warning)
 
@@ -182,6 +198,8 @@ async def serve(
     for warning in exposure_warnings(settings):
         logger.warning("%s", warning)
     tls = _tls_context(settings)
+    # From the start: a reload sent while the database is opened and migrated must not kill.
+    _reload_on_hangup(tls, settings)
     protocol = _protocol_options(settings, tls)  # refused before anything is opened
     if store is None:
         from jobagentctl.server.store import open_store
@@ -216,8 +234,6 @@ async def serve(
         **protocol,
     )
     server = _Server(config, app.state.service, tls=tls is not None, settle=settle)
-    if tls is not None:
-        _reload_on_hangup(tls, settings)
     logger.info(
         "starting: database %s (%s), lease %ss in [%s, %s], reap every %ss",
         redact_url(settings.database),

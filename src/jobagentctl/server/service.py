@@ -229,7 +229,7 @@ class JobService(Scopes):
         (an agent key: its own agent's)."""
         self._workspace(principal, ws)
         self._own_agent(principal, agent_id)
-        await self.presence.seen(agent_id)  # a V1 agent's poll
+        await self.presence.seen(ws, agent_id)  # a V1 agent's poll
         items, total, following = await self.store.list_jobs(
             ws,
             agent_id=agent_id,
@@ -310,7 +310,7 @@ class JobService(Scopes):
         self._workspace(principal, ws)
         self._own_agent(principal, agent_id)
         requested = body.lease_seconds if body is not None else None
-        await self.presence.seen(agent_id)
+        await self.presence.seen(ws, agent_id)
         lease = await self._lease_for(ws, agent_id, requested, claim_next=False)
         job = await self.store.claim_job(ws, agent_id, job_id, lease)
         self.metrics.claims.labels("byId", "true" if lease else "false").inc()
@@ -334,7 +334,7 @@ class JobService(Scopes):
         wait = body.wait_seconds if body is not None and body.wait_seconds is not None else 0.0
         wait = min(wait, self.settings.max_wait_seconds)
         limit = body.limit if body is not None and body.limit is not None else 1
-        await self.presence.seen(agent_id)
+        await self.presence.seen(ws, agent_id)
         lease = await self._lease_for(ws, agent_id, requested, claim_next=True)
         deadline = self._long_poll_ends.deadline(wait) if wait > 0 else time.monotonic()
         checked_agent = requested is None  # _lease_for already proved the agent exists
@@ -443,7 +443,7 @@ class JobService(Scopes):
             self.metrics.lease_lost.labels(exc.code).inc()
             raise
         self.metrics.heartbeats.inc()
-        await self.presence.seen(beat._job_agent_id)
+        await self.presence.seen(ws, beat._job_agent_id)
         return beat
 
     async def update_status(
@@ -477,7 +477,7 @@ class JobService(Scopes):
             self.metrics.lease_lost.labels(exc.code).inc()
             raise
         if body.claim_id is not None:  # the holder reporting, not an operator
-            await self.presence.seen(change.job_agent_id)
+            await self.presence.seen(ws, change.job_agent_id)
         changed = self._job_changed.get(job_id)
         if changed is not None:
             changed.set()

@@ -89,7 +89,12 @@ class Claimer:
                     return self._stopped()
                 return Claim(call.value, sent_at, time.monotonic())
             if not call.finished:
-                continue  # abandoned to a signal: the checks at the top decide
+                # Abandoned to a signal: end the long-poll now rather than at its end (the
+                # server then stops waiting without claiming); the checks at the top decide.
+                interrupt = getattr(self.client, "interrupt", None)
+                if policy.stopping and interrupt is not None:
+                    interrupt()
+                continue
             error = call.error
             if isinstance(error, NoJob):
                 if time.monotonic() >= deadline:

@@ -65,7 +65,12 @@ class Heartbeater(ClaimThread):
         except ClaimLost as exc:
             if exc.job_status == JobStatus.CANCELLED:
                 return self._verdict(Beat.CANCELLED, "the job was cancelled")
-            status = f" (job is {exc.job_status})" if exc.job_status else ""
+            if exc.job_status == JobStatus.QUEUED and self.clock() < self.lease.deadline:
+                # Queued again, answered before our lease's end: the reaper ends only expired
+                # leases (and ours never ends later than the server's), so an operator did.
+                # (An answer after it, from a server frozen meanwhile, may be the reaper's.)
+                return self._verdict(Beat.REQUEUED, "the job was requeued by an operator")
+            status = f" (job status {exc.job_status})" if exc.job_status else ""
             return self._verdict(Beat.LEASE_LOST, f"claim lost{status}: {exc.message}")
         except NotFound as exc:
             return self._verdict(Beat.JOB_GONE, f"the job is gone: {exc.message}")

@@ -1,8 +1,9 @@
 """The files and environment one job's command gets: the job as JSON (JOBAGENTCTL_JOB_FILE),
 the stop-reason file (JOBAGENTCTL_STOP_REASON_FILE), and the variables that name them.
 
-The files live in a private directory per job, removed when the job ends; one that a killed run
-left behind is swept by a later run (:func:`sweep_stale_job_files`).
+The files live in a private directory per job, and `redact add`'s socket in one of its own
+(:func:`socket_directory`); both are removed when the job ends, and those a killed run left
+behind are swept by a later run (:func:`sweep_stale_job_files`).
 """
 
 from __future__ import annotations
@@ -36,13 +37,16 @@ from jobagentctl.models import (
 from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.outcome import StopReason
 
-__all__ = ["JobFiles", "child_environment", "sweep_stale_job_files"]
+__all__ = ["JobFiles", "child_environment", "socket_directory", "sweep_stale_job_files"]
 
 # Variables that carry the API key (or point at it); never inherited unless --pass-api-key.
 _SECRET_VARIABLES = (API_KEY_ENV, API_KEY_FILE_ENV, CTRLPLANE_ENV["api_key"])
 # Job directories are named so a later run can find the ones a killed run left behind.
 _DIRECTORY_PREFIX = "jobagentctl-job-"
+_SOCKET_DIRECTORY_PREFIX = "jobagentctl-redact-"
 _LOCK_NAME = ".lock"
+# The longest path a Unix socket address takes (108 bytes on Linux, with the final NUL).
+_MAX_SOCKET_PATH = 100
 # A directory younger than this is never swept: its run may not have locked it yet.
 _SWEEP_MIN_AGE_SECONDS = 60.0
 
@@ -57,10 +61,7 @@ class JobFiles:
 
     def __init__(self, job: ClaimedJob) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix=f"{_DIRECTORY_PREFIX}{job.id}-"))
-        self._lock_fd = os.open(
-            self.directory / _LOCK_NAME, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600
-        )
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._lock_fd = _lock(self.directory)
         self.job_file = self.directory / "job.json"
         self.stop_reason_file = self.directory / "stop-reason"
         fd = os.open(self.job_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -84,13 +85,54 @@ class JobFiles:
             os.close(self._lock_fd)
 
 
+def socket_directory(socket_name: str) -> tuple[Path, int]:
+    """A new private directory (0700) for a Unix socket named ``socket_name``, and the fd of
+    its lock, held like a job directory's (close it once the directory is removed).
+
+    It is made under the temporary directory if the socket's path fits there, else in /tmp
+    (Unix socket paths are short).
+    """
+    directory = Path(tempfile.mkdtemp(prefix=_SOCKET_DIRECTORY_PREFIX, dir=_socket_base()))
+    if len(str(directory / socket_name)) > _MAX_SOCKET_PATH:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise OSError(f"the socket path {directory / socket_name} is too long")
+    try:
+        return directory, _lock(directory)
+    except OSError:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+
+
+def _socket_base() -> str:
+    base = tempfile.gettempdir()
+    if len(os.path.join(base, f"{_SOCKET_DIRECTORY_PREFIX}xxxxxxxx", "s")) > _MAX_SOCKET_PATH:
+        return "/tmp"  # a deep $TMPDIR
+    return base
+
+
+def _lock(directory: Path) -> int:
+    """Take the lock that tells a live run's directory from a leftover; its fd."""
+    fd = os.open(directory / _LOCK_NAME, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
 def sweep_stale_job_files(base: Path | None = None) -> int:
-    """Remove job directories whose run is gone (killed before it could); how many.
+    """Remove job and socket directories whose run is gone (killed before it could); how many.
 
     Only directories older than a minute whose lock nobody holds: a live run holds its lock,
-    and a directory that young may belong to a run that has not taken it yet.
+    and a directory that young may belong to a run that has not taken it yet. Without
+    ``base``: under the temporary directory, and where socket directories go if elsewhere.
     """
-    root = Path(base or tempfile.gettempdir())
+    roots = [str(base)] if base else list(dict.fromkeys([tempfile.gettempdir(), _socket_base()]))
+    return sum(_sweep(Path(root)) for root in roots)
+
+
+def _sweep(root: Path) -> int:
     removed = 0
     try:
         entries = list(os.scandir(root))
@@ -100,7 +142,7 @@ def sweep_stale_job_files(base: Path | None = None) -> int:
     for entry in entries:
         try:
             if not (
-                entry.name.startswith(_DIRECTORY_PREFIX)
+                entry.name.startswith((_DIRECTORY_PREFIX, _SOCKET_DIRECTORY_PREFIX))
                 and entry.is_dir(follow_symlinks=False)
                 and entry.stat(follow_symlinks=False).st_mtime < cutoff
             ):
@@ -109,7 +151,7 @@ def sweep_stale_job_files(base: Path | None = None) -> int:
                 os.path.join(entry.path, _LOCK_NAME), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
             )
         except OSError:
-            continue  # not a job directory of ours (or not ours to open)
+            continue  # not a directory of ours (or not ours to open)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

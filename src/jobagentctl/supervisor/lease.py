@@ -65,6 +65,7 @@ class Beat(enum.Enum):
     LEASE_LOST = enum.auto()  # the claim is gone: reaped, released, or another attempt's
     CANCELLED = enum.auto()  # an operator cancelled the job
     JOB_GONE = enum.auto()  # the job itself is gone (deleted: 404)
+    REQUEUED = enum.auto()  # an operator requeued the job while our lease held
 
     def __str__(self) -> str:
         """As the debug log spells it: ``lease_lost``."""
@@ -73,13 +74,15 @@ class Beat(enum.Enum):
     @property
     def ends_claim(self) -> bool:
         """Whether the claim is gone for good (the thread that heard it stops)."""
-        return self in (Beat.LEASE_LOST, Beat.CANCELLED, Beat.JOB_GONE)
+        return self in (Beat.LEASE_LOST, Beat.CANCELLED, Beat.JOB_GONE, Beat.REQUEUED)
 
     @property
     def stop_reason(self) -> StopReason:
         """What the command is told when this verdict stops it. A deleted job is
         ``lease_lost`` to the command too: nothing it reports would be kept either way."""
-        return StopReason.CANCELLED if self is Beat.CANCELLED else StopReason.LEASE_LOST
+        if self is Beat.CANCELLED:
+            return StopReason.CANCELLED
+        return StopReason.REQUEUED if self is Beat.REQUEUED else StopReason.LEASE_LOST
 
 
 @dataclass(frozen=True)

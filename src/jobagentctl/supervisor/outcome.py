@@ -40,6 +40,9 @@ class StopReason(enum.StrEnum):
     """
 
     LEASE_LOST = "lease_lost"  # the claim went away: nothing reported, the job runs elsewhere
+    # An operator requeued the job while its lease held: nothing reported (a lease lost, as
+    # scripts count it: exit 75), said as what it was.
+    REQUEUED = "requeued"
     CANCELLED = "cancelled"  # an operator cancelled the job
     TIMEOUT = "timeout"  # --timeout stopped the command, failure reported
     NO_OUTPUT = "no_output"  # --no-output-timeout stopped a silent command, failure reported
@@ -80,6 +83,7 @@ def exit_code(outcome: Outcome) -> int:
     | 5     | job_gone      | the job was deleted (404): nothing reported                     |
     | 7     | no_job        | nothing to claim (``--wait`` ran out; ``--job`` not queued)     |
     | 75    | lease_lost    | the lease was lost: nothing reported, the job runs elsewhere    |
+    | 75    | requeued      | an operator requeued the job: nothing reported, it runs again   |
     | 124   | timeout       | ``--timeout`` stopped the command, ``failure`` reported         |
     | 124   | no_output     | ``--no-output-timeout`` stopped a silent command, ``failure``   |
     | 125   | failed        | jobagentctl failed: config, server at claim, temp dir, report   |
@@ -100,6 +104,7 @@ def exit_code(outcome: Outcome) -> int:
         Verdict.JOB_GONE: EXIT_JOB_GONE,
         Verdict.FAILED: EXIT_FAILED,
         StopReason.LEASE_LOST: EXIT_LEASE_LOST,
+        StopReason.REQUEUED: EXIT_LEASE_LOST,
         StopReason.TIMEOUT: EXIT_TIMEOUT,
         # A silent command is a timeout too (of its output): a script that knows 124 from
         # timeout(1) needs no new case; --report's reason tells the two apart.

@@ -64,8 +64,12 @@ class SupervisorClient(Protocol):
 
     def append_logs(self, job_id: UUID, claim_id: UUID, chunks: list[LogChunkIn]) -> object:
         """Append output to the log of the attempt ``claim_id`` holds; ``ClaimLost`` /
-        ``ClaimMismatch`` when it is not the job's current claim, ``LogsUnsupported`` (a
-        ``LeaseUnsupported``) on a server without the log endpoint."""
+        ``ClaimMismatch`` when it is not the job's current claim, ``LogsUnsupported`` on a
+        server without the log endpoint."""
+        ...
+
+    def recheck_logs(self) -> None:
+        """Forget that the server was found without logs: the next append asks it again."""
         ...
 
     def close(self) -> None:

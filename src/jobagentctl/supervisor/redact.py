@@ -6,11 +6,14 @@ streams taken as one text in arrival order; the helpers below find the values to
 
 from __future__ import annotations
 
+import base64
 import bisect
 import fnmatch
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import partial
 from typing import Any
 
 __all__ = [
@@ -18,10 +21,13 @@ __all__ = [
     "MIN_SECRET_CHARS",
     "REDACTED",
     "Redactor",
+    "api_key_secrets",
     "name_matches",
     "redactable",
+    "secret_parts",
     "secrets_from_context",
     "secrets_from_environment",
+    "url_credentials",
 ]
 
 # What replaces a secret.
@@ -38,6 +44,12 @@ DEFAULT_PATTERNS = (
     "*_SECRET_KEY",
     "*_API_KEY",
 )
+# Values are indexed by their key: their first _KEY_BYTES bytes, or the whole value if shorter
+# (at least MIN_SECRET_CHARS characters, so at least that many bytes). A longer key is found
+# faster (bytes.find skips further) and names fewer values.
+_KEY_BYTES = 16
+# Up to this many keys are searched for one by one rather than by one regular expression.
+_FIND_ONE_BY_ONE = 8
 
 
 def _as_bytes(secret: bytes | str) -> bytes | None:
@@ -58,31 +70,201 @@ def redactable(secret: bytes | str) -> bool:
     return _as_bytes(secret) is not None
 
 
+# ``scheme://user:password@`` anywhere in a value (a URL, a DSN, a command line). The scheme
+# is bounded, and begins where a word does: tried at every offset of a long value, an unbounded
+# one would scan to its end each time (64 KiB of letters took seconds).
+_URL_CREDENTIALS = re.compile(
+    r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://([^\s/?#@:]*):([^\s/?#@]*)@"
+)
+# An HTTP ``Authorization`` value: the scheme, then the credentials.
+_AUTHORIZATION = re.compile(r"(?:Authorization:\s*)?(Basic|Bearer|Token)\s+(\S+)", re.IGNORECASE)
+# ``user:password`` alone (a registry login, curl's ``-u``, a Basic credential decoded).
+_USER_PASSWORD = re.compile(r"([^\s:/@]+):(\S+)")
+
+
+def secret_parts(secret: bytes | str) -> Iterator[str]:
+    """The parts of a composite secret that a command may print on their own, each a secret:
+
+    - of a URL with credentials (``scheme://user:password@host``): ``user:password`` and the
+      password, as written and percent-decoded;
+    - of an ``Authorization`` value (``Basic``, ``Bearer``, ``Token``): the credentials, and
+      for ``Basic`` the ``user:password`` they encode and its password;
+    - of a ``user:password`` pair: the password.
+
+    The API key's secret part is :func:`api_key_secrets`'s (only a key has that shape).
+    """
+    if isinstance(secret, bytes):
+        try:
+            secret = secret.decode("utf-8")
+        except UnicodeDecodeError:
+            return
+    yield from url_credentials(secret)
+    authorization = _AUTHORIZATION.fullmatch(secret.strip())
+    if authorization:
+        scheme, credentials = authorization.groups()
+        yield credentials
+        if scheme.lower() == "basic":
+            try:
+                decoded = base64.b64decode(credentials, validate=True).decode("utf-8")
+            except (ValueError, UnicodeDecodeError):
+                return
+            yield decoded
+            secret = decoded
+    pair = _USER_PASSWORD.fullmatch(secret)
+    if pair and not _URL_CREDENTIALS.search(secret):
+        yield pair.group(2)
+
+
+def url_credentials(text: str) -> Iterator[str]:
+    """``user:password`` and the password (as written and percent-decoded) of every URL with
+    credentials in ``text``: secrets, whatever the variable that holds them is called."""
+    for match in _URL_CREDENTIALS.finditer(text):
+        user, password = match.groups()
+        if password:
+            yield from (f"{user}:{password}", password, urllib.parse.unquote(password))
+
+
+def api_key_secrets(key: str) -> list[str]:
+    """The API key, and its secret part on its own: a key is ``<prefix>.<secret>``, and a
+    script that splits it may print the part that authenticates without the prefix."""
+    prefix, dot, rest = key.partition(".")
+    return [key, rest] if prefix and dot and rest else [key]
+
+
+class _Tier:
+    """A search for some of the values' keys."""
+
+    def __init__(self, keys: frozenset[bytes]) -> None:
+        self.keys = keys
+        # A few keys are found fastest one by one (bytes.find is a vectorised search); many,
+        # by one regular expression (one pass, whatever their number).
+        self.finders: tuple[Callable[[bytes, int], int], ...]
+        if len(keys) <= _FIND_ONE_BY_ONE:
+            self.finders = tuple(partial(_find, key) for key in sorted(keys))
+        else:
+            pattern = re.compile(b"|".join(re.escape(key) for key in sorted(keys)))
+            self.finders = (partial(_search, pattern),)
+
+
+def _find(key: bytes, data: bytes, pos: int) -> int:
+    return data.find(key, pos)
+
+
+def _search(pattern: re.Pattern[bytes], data: bytes, pos: int) -> int:
+    match = pattern.search(data, pos)
+    return -1 if match is None else match.start()
+
+
 class _Secrets:
-    """The values to redact, shared by redactors (so one added reaches all of them)."""
+    """The values to redact, shared by redactors (so one added reaches all of them).
+
+    Values are indexed by their key: their first :data:`_KEY_BYTES` bytes, or all of a shorter
+    value. Candidates are found by searching for keys (one by one when few, by regular
+    expressions over the keys only when many) and checked against the values of the keys that
+    begin there. The keys are compiled in tiers whose sizes are
+    distinct powers of two, merged as a binary counter carries: an add compiles the new key
+    and, amortised, O(log n) others, never one giant pattern of every value. Memory is the
+    values plus a few bytes per key.
+
+    Readers take no lock: values are only ever added, each structure is replaced or extended
+    in one step, and a value added while a reader scans is redacted from the next scan on.
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.values: frozenset[bytes] = frozenset()
-        self.pattern: re.Pattern[bytes] | None = None
+        self.values: set[bytes] = set()
+        # key → the values that begin with it, longest first (the longest wins at a position).
+        self.by_key: dict[bytes, tuple[bytes, ...]] = {}
+        # The lengths of the keys (a key that begins at an offset has one of them).
+        self.key_sizes: tuple[int, ...] = ()
+        # Every proper prefix of a key: what a tail too short to hold a key must be to be held.
+        self.stubs: set[bytes] = set()
+        self.tiers: tuple[_Tier, ...] = ()
+        self.finders: tuple[Callable[[bytes, int], int], ...] = ()
         self.longest = 0
 
     def add(self, values: Iterable[bytes | str]) -> None:
-        fresh = {data for value in values if (data := _as_bytes(value)) is not None}
+        whole = list(values)
+        parts = [part for value in whole for part in secret_parts(value)]
+        fresh = {data for value in (*whole, *parts) if (data := _as_bytes(value)) is not None}
         with self.lock:
-            if fresh <= self.values:
-                return
-            values_now = self.values | fresh
-            # Longest first: at a given position the longest secret wins, as it would with
-            # the whole text at hand.
-            ordered = sorted(values_now, key=lambda value: (-len(value), value))
-            self.pattern = re.compile(b"|".join(re.escape(value) for value in ordered))
-            self.values = values_now
-            self.longest = len(ordered[0])
+            for value in fresh - self.values:
+                self._add(value)
 
-    def snapshot(self) -> tuple[re.Pattern[bytes] | None, frozenset[bytes], int]:
-        with self.lock:
-            return self.pattern, self.values, self.longest
+    def _add(self, value: bytes) -> None:
+        key = value[:_KEY_BYTES]
+        known = self.by_key.get(key)
+        self.by_key[key] = tuple(sorted((*(known or ()), value), key=lambda v: (-len(v), v)))
+        self.values.add(value)
+        self.longest = max(self.longest, len(value))
+        if known is not None:
+            return
+        self.stubs.update(key[:size] for size in range(1, len(key)))
+        if len(key) not in self.key_sizes:
+            self.key_sizes = (*self.key_sizes, len(key))
+        tiers = list(self.tiers)
+        keys = frozenset([key])
+        while tiers and len(tiers[-1].keys) <= len(keys):
+            keys |= tiers.pop().keys
+        tiers.append(_Tier(keys))
+        self.tiers = tuple(tiers)
+        self.finders = tuple(finder for tier in tiers for finder in tier.finders)
+
+    def scan(self, data: bytes, *, final: bool) -> tuple[list[tuple[int, int]], int]:
+        """The secrets in ``data`` as ``(start, end)``, left to right, the longest where several
+        begin; and the offset from which ``data`` must be held back (``len(data)`` if none),
+        where a secret may begin that continues past the end. ``final``: nothing follows."""
+        finders, by_key, stubs, key_sizes = self.finders, self.by_key, self.stubs, self.key_sizes
+        size = len(data)
+        view = memoryview(data)
+        found: list[tuple[int, int]] = []
+        # Offsets near the end where a key may begin that the end cuts short: held unless final.
+        cut_keys = (
+            []
+            if final
+            else [
+                start
+                for start in range(max(0, size - _KEY_BYTES + 1), size)
+                if data[start:] in stubs
+            ]
+        )
+        # What each finder found at or after ``pos`` (-1: nothing left), searched again only
+        # once ``pos`` has passed it.
+        nexts = [-2] * len(finders)
+        pos = 0
+        while True:
+            start = next((at for at in cut_keys if at >= pos), -1)
+            for index, finder in enumerate(finders):
+                at = nexts[index]
+                if at == -2 or 0 <= at < pos:
+                    at = nexts[index] = finder(data, pos)
+                if at >= 0 and (start < 0 or at < start):
+                    start = at
+            if start < 0:
+                break
+            rest = size - start
+            values = sorted(
+                (
+                    value
+                    for key_size in key_sizes
+                    if key_size <= rest
+                    for value in by_key.get(data[start : start + key_size], ())
+                ),
+                key=len,
+                reverse=True,
+            )
+            if not final and (
+                (rest < _KEY_BYTES and data[start:] in stubs)
+                or any(len(value) > rest and value.startswith(view[start:]) for value in values)
+            ):
+                return found, start  # a longer secret may begin here: what follows decides
+            value = next((value for value in values if data.startswith(value, start)), None)
+            if value is None:
+                pos = start + 1
+            else:
+                found.append((start, start + len(value)))
+                pos = start + len(value)
+        return found, size
 
 
 class Redactor:
@@ -120,7 +302,7 @@ class Redactor:
     @property
     def holdback(self) -> int:
         """The most bytes :meth:`feed` may hold back now: the longest secret's length - 1."""
-        return max(0, self._secrets.snapshot()[2] - 1)
+        return max(0, self._secrets.longest - 1)
 
     @property
     def held(self) -> int:
@@ -131,14 +313,20 @@ class Redactor:
     @property
     def count(self) -> int:
         """How many values are redacted (not ``len``: an empty redactor is still one)."""
-        return len(self._secrets.snapshot()[1])
+        return len(self._secrets.values)
 
     def redact(self, data: bytes) -> bytes:
         """``data`` with every secret replaced (one-shot: nothing held back)."""
-        pattern, values, _ = self._secrets.snapshot()
-        if pattern is None or not any(value in data for value in values):
+        found, _ = self._secrets.scan(data, final=True)
+        if not found:
             return data
-        return pattern.sub(REDACTED, data)
+        out: list[bytes] = []
+        pos = 0
+        for start, end in found:
+            out += (data[pos:start], REDACTED)
+            pos = end
+        out.append(data[pos:])
+        return b"".join(out)
 
     def redact_text(self, text: str) -> str:
         """:meth:`redact` for text (UTF-8, undecodable characters kept as they were)."""
@@ -150,49 +338,35 @@ class Redactor:
         """Take ``data`` read from ``stream``; the segments that may now be released, in order
         (adjacent ones of the same stream merged)."""
         with self._feeding:
-            return self._feed(stream, data)
-
-    def _feed(self, stream: str, data: bytes) -> list[tuple[str, bytes]]:
-        pattern, values, longest = self._secrets.snapshot()
-        if pattern is None and not self._held:
-            return [(stream, bytes(data))] if data else []
-        parts = [*self._held, (stream, bytes(data))] if data else self._held
-        text = _Text(parts)
-        if pattern is None:
-            self._held = []
-            return text.cut(0, len(text.data))
-        holds = _possible_starts(text.data, values, longest)
-        out: list[tuple[str, bytes]] = []
-        pos = 0
-        for match in _matches(pattern, values, text.data):
-            hold = _first_at_or_after(holds, pos)
-            if hold is not None and hold <= match.start():
-                break  # a longer secret (or an earlier one) may still begin there
-            out += text.cut(pos, match.start())
-            out.append((text.stream_at(match.start()), REDACTED))
-            pos = match.end()
-        hold = _first_at_or_after(holds, pos)
-        end = len(text.data) if hold is None else hold
-        out += text.cut(pos, end)
-        self._held = text.cut(end, len(text.data))
-        return _merged(out)
+            if not self._secrets.finders and not self._held:
+                return [(stream, bytes(data))] if data else []
+            parts = [*self._held, (stream, bytes(data))] if data else self._held
+            out, self._held = _redacted(_Text(parts), self._secrets, final=False)
+            return out
 
     def flush(self) -> list[tuple[str, bytes]]:
         """At the end of the output: release everything held back (redacted)."""
-        pattern, values, _ = self._secrets.snapshot()
         with self._feeding:
             text = _Text(self._held)
             self._held = []
-        if pattern is None:
-            return text.cut(0, len(text.data))
-        out: list[tuple[str, bytes]] = []
-        pos = 0
-        for match in _matches(pattern, values, text.data):
-            out += text.cut(pos, match.start())
-            out.append((text.stream_at(match.start()), REDACTED))
-            pos = match.end()
-        out += text.cut(pos, len(text.data))
-        return _merged(out)
+        return _redacted(text, self._secrets, final=True)[0]
+
+
+def _redacted(
+    text: _Text, secrets: _Secrets, *, final: bool
+) -> tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]]:
+    """``text`` redacted: the segments to release, and those held back (none when ``final``)."""
+    found, hold = secrets.scan(text.data, final=final)
+    if not found and hold == len(text.data) and len(text.streams) == 1:
+        return [(text.streams[0], text.data)], []  # nearly all output: nothing to cut
+    out: list[tuple[str, bytes]] = []
+    pos = 0
+    for start, end in found:
+        out += text.cut(pos, start)
+        out.append((text.stream_at(start), REDACTED))
+        pos = end
+    out += text.cut(pos, hold)
+    return _merged(out), text.cut(hold, len(text.data))
 
 
 class _Text:
@@ -225,16 +399,6 @@ class _Text:
         return _merged(out)
 
 
-def _matches(
-    pattern: re.Pattern[bytes], values: frozenset[bytes], data: bytes
-) -> Iterator[re.Match[bytes]]:
-    """The secrets in ``data``, left to right, the longest where several begin."""
-    # Looking for each value first is many times faster than the pattern on output that holds
-    # none (nearly all of it): a substring search against the regex engine's alternation.
-    if any(value in data for value in values):
-        yield from pattern.finditer(data)
-
-
 def _merged(segments: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
     out: list[tuple[str, bytes]] = []
     for stream, data in segments:
@@ -245,28 +409,6 @@ def _merged(segments: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
     return out
 
 
-def _possible_starts(data: bytes, values: frozenset[bytes], longest: int) -> list[int]:
-    """Sorted offsets near the end of ``data`` where a secret may begin that continues past
-    the end (what follows ``data`` decides): the rest of ``data`` is a proper prefix of it."""
-    found: set[int] = set()
-    size = len(data)
-    window = max(0, size - (longest - 1))
-    for value in values:
-        lo = max(window, size - (len(value) - 1))
-        first = value[:1]
-        at = data.find(first, lo)
-        while at != -1:
-            if value.startswith(data[at:]):
-                found.add(at)
-            at = data.find(first, at + 1)
-    return sorted(found)
-
-
-def _first_at_or_after(offsets: list[int], pos: int) -> int | None:
-    index = bisect.bisect_left(offsets, pos)
-    return offsets[index] if index < len(offsets) else None
-
-
 def name_matches(name: str, patterns: Iterable[str]) -> bool:
     """Whether ``name`` matches one of the fnmatch ``patterns``, case-insensitively."""
     upper = name.upper()
@@ -274,11 +416,14 @@ def name_matches(name: str, patterns: Iterable[str]) -> bool:
 
 
 def secrets_from_environment(env: Mapping[str, str], patterns: Iterable[str]) -> Iterator[str]:
-    """The values of the variables of ``env`` whose names match ``patterns``."""
+    """The values of the variables of ``env`` whose names match ``patterns``, and the
+    credentials of URLs in any variable (``DATABASE_URL=postgres://app:pw@db/app``)."""
     kept = tuple(patterns)
     for name, value in env.items():
         if value and name_matches(name, kept):
             yield value
+        elif "://" in value:
+            yield from url_credentials(value)
 
 
 def secrets_from_context(
@@ -291,7 +436,8 @@ def secrets_from_context(
     - the ``value`` of any object flagged ``"sensitive": true`` or ``"isSensitive": true``
       (ctrlplane's resource and job variables, ``{key, value, sensitive}``);
     - variables (``variables``, ``release.variables``, ``resource.variables``) whose names
-      match ``patterns``.
+      match ``patterns``;
+    - the credentials of a URL in any string of the context (:func:`url_credentials`).
 
     A value that is not a string gives the text of each of its scalars.
     """
@@ -310,6 +456,9 @@ def secrets_from_context(
             if name in encrypted or name_matches(str(name), kept):
                 yield from _scalars(value)
     yield from _flagged(context)
+    for text in _scalars(context):
+        if "://" in text:
+            yield from url_credentials(text)
 
 
 def _mapping(value: object) -> Mapping[str, Any]:

@@ -102,6 +102,10 @@ class Reporter:
             self.log.warn(f"lease lost ({why}): the result is not reported")
             self.let_go(job)
             return Outcome(reason, rc)
+        if reason is StopReason.REQUEUED:
+            self.log.warn(f"job {job.id} was requeued by an operator: the result is not reported")
+            self.let_go(job)
+            return Outcome(reason, rc)
         assert rc is not None
         status, message = _result(rc, reason, timeout, no_output_timeout)
         message = None if message is None else redact(message)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from functools import partial
 
 from jobagentctl.durations import format_duration
-from jobagentctl.models import REDACT_SOCKET_ENV, ClaimedJob, ClaimNext, JobStatus
+from jobagentctl.models import REDACT_SOCKET_ENV, RUN_PID_ENV, ClaimedJob, ClaimNext, JobStatus
 from jobagentctl.supervisor.child import Child, SpawnError
 from jobagentctl.supervisor.claiming import Claim, Claimer
 from jobagentctl.supervisor.claimwatch import ClaimWatcher
@@ -35,7 +35,12 @@ from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.outcome import Outcome, StopReason, Verdict, exit_code
 from jobagentctl.supervisor.protocol import SupervisorClient
 from jobagentctl.supervisor.record import JobRecord, open_report, utc_now, write_record
-from jobagentctl.supervisor.redact import Redactor, secrets_from_context, secrets_from_environment
+from jobagentctl.supervisor.redact import (
+    Redactor,
+    api_key_secrets,
+    secrets_from_context,
+    secrets_from_environment,
+)
 from jobagentctl.supervisor.relay import LastOutput, Relay, relayed_stderr
 from jobagentctl.supervisor.reporting import Reporter
 from jobagentctl.supervisor.shipping import Shipper
@@ -70,12 +75,15 @@ class Supervisor:
         self.outcome: Outcome | None = None
         self._lease: JobLease | None = None
         self._relays: dict[str, Relay] = {}
-        # Ship output to the job's log (off for good once the server is found to have none).
+        # Ship output to the job's log (``--no-ship-output``, ``--no-capture``: never).
         self._ship = options.ship_output and options.capture
-        # Redacted from whatever leaves the machine, in every job: the API key in use and the
-        # values of the variables whose names say they are secrets.
+        # The last job found the server without logs (said once): the next asks it again, as
+        # the server may have been upgraded meanwhile.
+        self._no_logs = False
+        # Redacted from whatever leaves the machine, in every job: the API key in use (and its
+        # secret part alone) and the values of the variables whose names say they are secrets.
         self._secrets = [
-            *([options.api_key] if options.api_key else []),
+            *(api_key_secrets(options.api_key) if options.api_key else []),
             *secrets_from_environment(os.environ, options.redact_patterns),
         ]
 
@@ -344,8 +352,9 @@ class Supervisor:
         except OSError as exc:
             self._log.warn(f"cannot listen for `redact add` (it will fail in this job): {exc}")
             env.pop(REDACT_SOCKET_ENV, None)
+            env.pop(RUN_PID_ENV, None)
             return None
-        env[REDACT_SOCKET_ENV] = str(handover.path)
+        env.update(handover.environment())
         return handover
 
     def _start_and_watch(
@@ -390,12 +399,15 @@ class Supervisor:
             if shipper is not None:
                 # The last output reaches the log before the result is reported (bounded).
                 shipper.close()
+                if shipper.appends and self._no_logs:
+                    self._no_logs = False
+                    log.info("the server keeps job logs now: output is shipped again")
 
     def _shipper(self, job: ClaimedJob) -> Shipper | None:
         """A started :class:`Shipper` for the job's output, on a client of its own (a slow
         append never holds up a heartbeat); None when output is not shipped: ``--no-capture``,
-        ``--no-ship-output``, an unleased claim (no claim id to fence the log with: said
-        once), or a server that was found to keep no logs."""
+        ``--no-ship-output``, or an unleased claim (no claim id to fence the log with: said
+        once). A server found without logs is asked again at each job."""
         if not self._ship:
             return None
         if job.claim_id is None:
@@ -405,18 +417,24 @@ class Supervisor:
                 "to fence it with"
             )
             return None
+        client = self._factory()
+        if self._no_logs:
+            client.recheck_logs()
         shipper = Shipper(
-            self._factory(), job.id, job.claim_id,
+            client, job.id, job.claim_id,
             log=self._log, on_unsupported=self._logs_unsupported, rng=self._rng,
         )  # fmt: skip
         shipper.start()
         return shipper
 
     def _logs_unsupported(self, why: str) -> None:
-        """From a shipper's thread: the server has no log endpoint. Said once per run."""
-        if self._ship:
-            self._ship = False
-            self._log.warn(
-                f"the server keeps no job logs ({why}): output is not shipped "
-                "(the failure report still carries its tail)"
-            )
+        """From a shipper's thread: the server has no log endpoint. Said once until a job
+        finds it has one again."""
+        if self._no_logs:
+            self._log.debug(f"still no job logs on the server: {why}")
+            return
+        self._no_logs = True
+        self._log.warn(
+            f"{why}; each job asks the server again, and the failure report still carries "
+            "the output's tail"
+        )

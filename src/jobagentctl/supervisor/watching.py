@@ -193,22 +193,24 @@ class Watch:
             if verdict is None:
                 continue
             self.log.debug(f"heartbeat verdict: {verdict} ({self.lease.why})")
-            if verdict.stop_reason is StopReason.LEASE_LOST:
-                self._lease_lost()  # the verdict (job_gone or not) tells the report more
+            if verdict.stop_reason in (StopReason.LEASE_LOST, StopReason.REQUEUED):
+                # The verdict (job_gone or not) tells the report more.
+                self._lease_lost(verdict.stop_reason)
             else:
                 self._stop(verdict.stop_reason, self.opts.stop_signal)
 
-    def _lease_lost(self) -> None:
+    def _lease_lost(self, reason: StopReason = StopReason.LEASE_LOST) -> None:
         self.lease.lose()
         if self.opts.on_lease_lost == "stop":
-            self._stop(StopReason.LEASE_LOST, self.opts.stop_signal)
+            self._stop(reason, self.opts.stop_signal)
         else:
+            what = "requeued by an operator" if reason is StopReason.REQUEUED else "lease lost"
             self.log.warn(
-                "lease lost: letting the child finish (--on-lease-lost "
+                f"{what}: letting the child finish (--on-lease-lost "
                 "continue); its result will not be reported"
             )
             if self.reason is None:
-                self.reason = StopReason.LEASE_LOST
+                self.reason = reason
 
     def _on_signal(self, signum: signal.Signals) -> None:
         if signum == signal.SIGTSTP:

@@ -20,6 +20,7 @@ from jobagentctl.models import (
     JobWait,
     LogChunkIn,
 )
+from jobagentctl.supervisor.protocol import SupervisorClient
 
 __all__ = ["Call", "FakeClient", "claimed_job"]
 
@@ -50,8 +51,12 @@ class Call:
 
 
 @dataclass
-class FakeClient:
+class FakeClient(SupervisorClient):
     """Queued jobs are handed out by ``claim_next``; other answers come from hooks.
+
+    It subclasses the Protocol the supervisor is typed against, so that mypy (``make
+    typecheck`` covers tests/) fails when the two drift apart: a method missing or of
+    another signature.
 
     A hook (``on_heartbeat``, ``on_update_status``, …) returns a value or raises; by default
     heartbeats and status updates succeed.
@@ -65,7 +70,9 @@ class FakeClient:
     # The claim long-poll: by default the server has none (as an older server).
     on_wait: Callable[[int], JobWait] | None = None
     # Log appends: by default accepted (and recorded); a hook may raise or stall.
-    on_append: Callable[[int], None] | None = None
+    on_append: Callable[[int], object] | None = None
+    # What an accepted append answers (by default a bare acknowledgement).
+    append_answer: Callable[[int], object] | None = None
     # A server whose status update claims the next jobs when asked (claimNext);
     # by default it ignores the request, as ctrlplane and older servers do.
     claims_next: bool = False
@@ -162,7 +169,12 @@ class FakeClient:
             self.on_append(n)
         with self._lock:
             self.appended.append(list(chunks))
+        if self.append_answer is not None:
+            return self.append_answer(n)
         return {"jobId": str(job_id)}
+
+    def recheck_logs(self) -> None:
+        self._record("recheck_logs")
 
     def shipped(self) -> list[tuple[str, bytes]]:
         """Every chunk the fake server took so far, in order: ``(stream, raw bytes)``."""

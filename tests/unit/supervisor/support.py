@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from jobagentctl.models import JobStatus
 from jobagentctl.supervisor import Log, RunOptions, Supervisor
@@ -35,7 +36,7 @@ def options(tmp_path: Path, command: list[str], **overrides: object) -> RunOptio
     return RunOptions(**base)  # type: ignore[arg-type]
 
 
-def run(client: FakeClient, opts: RunOptions) -> tuple[int, list[str], list[dict[str, object]]]:
+def run(client: FakeClient, opts: RunOptions) -> tuple[int, list[str], list[dict[str, Any]]]:
     logs: list[str] = []
     log = Log(info=logs.append, warn=logs.append, debug=logs.append)
     code = Supervisor(opts, lambda: client, log=log).run()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -152,10 +151,8 @@ def test_child_leads_its_own_process_group() -> None:
     assert not child.signal_group(0)  # nothing left in the group
 
 
-def test_sweep_removes_only_old_directories_whose_run_is_gone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+def test_sweep_removes_only_old_directories_whose_run_is_gone(short_tempdir: Path) -> None:
+    tmp_path = short_tempdir
     old = time.time() - 3600
     live, dead, young = JobFiles(claimed_job()), JobFiles(claimed_job()), JobFiles(claimed_job())
     os.close(dead._lock_fd)  # as if its run had been SIGKILLed: the kernel drops the lock

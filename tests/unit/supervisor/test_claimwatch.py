@@ -57,7 +57,7 @@ def test_a_cancel_seen_by_the_long_poll_stops_the_child_before_any_heartbeat(
     assert (records[0]["status"], records[0]["reason"]) == ("cancelled", "cancelled")
 
 
-def test_a_claim_ended_otherwise_is_confirmed_by_a_heartbeat_then_lease_lost(
+def test_a_claim_ended_otherwise_is_confirmed_by_a_heartbeat_then_requeued(
     tmp_path: Path,
 ) -> None:
     def requeued(_: int) -> JobWait:
@@ -72,11 +72,12 @@ def test_a_claim_ended_otherwise_is_confirmed_by_a_heartbeat_then_lease_lost(
     client = FakeClient(jobs=[job], on_wait=requeued, on_heartbeat=lost)
     opts = options(tmp_path, sh(trap_reason(tmp_path)), timeout=DEADLINE)
     code, logs, _ = run(client, opts)
+    # Queued while the lease held: an operator's requeue, said as such (exit 75 as a lost lease).
     assert code == 75
-    assert (tmp_path / "reason").read_text() == "lease_lost\n"
+    assert (tmp_path / "reason").read_text() == "requeued\n"
     assert len(client.named("heartbeat")) == 1  # the confirmation
     assert reports(client) == []
-    assert any("claim lost (job is queued)" in line for line in logs)
+    assert any("was requeued by an operator" in line for line in logs)
 
 
 def test_a_heartbeat_that_still_holds_the_claim_wins_over_the_long_poll(tmp_path: Path) -> None:

@@ -102,7 +102,9 @@ def test_a_successful_heartbeat_moves_the_deadline_from_its_send_time() -> None:
     ("error", "beat"),
     [
         (ClaimLost("gone", details={"jobStatus": "cancelled"}), Beat.CANCELLED),
-        (ClaimLost("gone", details={"jobStatus": "queued"}), Beat.LEASE_LOST),
+        # Queued again while the lease holds: only an operator does that (not the reaper).
+        (ClaimLost("gone", details={"jobStatus": "queued"}), Beat.REQUEUED),
+        (ClaimLost("gone", details={"jobStatus": "failure"}), Beat.LEASE_LOST),
         (ClaimLost("gone"), Beat.LEASE_LOST),
         (ClaimMismatch("another attempt holds it"), Beat.LEASE_LOST),
         (NotFound("no such job"), Beat.JOB_GONE),
@@ -157,7 +159,7 @@ def test_the_thread_beats_until_stopped_then_stops_promptly() -> None:
             beaten.set()
 
     hb, _, _, _ = make(FakeClient(on_heartbeat=count))
-    hb.next_delay = lambda failures: 0.01  # type: ignore[method-assign]
+    hb.next_delay = lambda failures_in_a_row: 0.01  # type: ignore[method-assign]
     hb.start()
     assert beaten.wait(30)
     hb.stop(30)
@@ -181,8 +183,8 @@ def test_the_thread_retries_failures_then_reports_the_verdict() -> None:
     hb, verdicts, _, _ = make(client, posted=done)
     delays: list[int] = []
 
-    def fast(failures: int) -> float:
-        delays.append(failures)
+    def fast(failures_in_a_row: int) -> float:
+        delays.append(failures_in_a_row)
         return 0.01
 
     hb.next_delay = fast  # type: ignore[method-assign]

@@ -22,7 +22,7 @@ from jobagentctl.errors import (
     NotFound,
     ServerUnavailable,
 )
-from jobagentctl.models import JobStatus
+from jobagentctl.models import ClaimedJob, JobStatus
 from jobagentctl.supervisor import Log, Supervisor
 from jobagentctl.supervisor.child import enforcement_window
 
@@ -254,20 +254,20 @@ def test_nothing_to_claim_is_7(tmp_path: Path) -> None:
 
 
 def test_a_job_that_is_not_claimable_is_7(tmp_path: Path) -> None:
-    def taken() -> None:
+    def taken() -> ClaimedJob:
         raise NotClaimable("job is inProgress")
 
-    client = FakeClient(on_claim=taken)  # type: ignore[arg-type]
+    client = FakeClient(on_claim=taken)
     code, _, _ = run(client, options(tmp_path, ["true"], job_id=uuid.uuid4()))
     assert code == 7
     assert len(client.named("claim_job")) == 1
 
 
 def test_server_down_at_claim_is_125_without_loop(tmp_path: Path) -> None:
-    def down() -> None:
+    def down() -> ClaimedJob:
         raise ServerUnavailable("connection refused")
 
-    client = FakeClient(on_claim=down)  # type: ignore[arg-type]
+    client = FakeClient(on_claim=down)
     code, _, _ = run(client, options(tmp_path, ["true"]))
     assert code == 125
 
@@ -290,11 +290,11 @@ def test_a_claim_that_took_much_of_the_lease_heartbeats_at_once(tmp_path: Path) 
     # the send time, the lease has 0.5 s left. An immediate heartbeat re-anchors it.
     job = claimed_job(lease_seconds=3)
 
-    def slow() -> object:
+    def slow() -> ClaimedJob:
         time.sleep(2.5)
         return job
 
-    client = FakeClient(on_claim=slow)  # type: ignore[arg-type]
+    client = FakeClient(on_claim=slow)
     code, _, records = run(client, options(tmp_path, ["sleep", "1"], lease_seconds=60))
     assert code == 0
     assert records[0]["heartbeats"] >= 1
@@ -304,14 +304,14 @@ def test_a_claim_that_took_much_of_the_lease_heartbeats_at_once(tmp_path: Path) 
 def test_a_claim_gone_before_the_command_starts_never_runs_it(tmp_path: Path) -> None:
     job = claimed_job(lease_seconds=3)
 
-    def slow() -> object:
+    def slow() -> ClaimedJob:
         time.sleep(1.5)
         return job
 
     def cancelled(_: int) -> None:
         raise ClaimLost("claim gone", details={"jobStatus": "cancelled"})
 
-    client = FakeClient(on_claim=slow, on_heartbeat=cancelled)  # type: ignore[arg-type]
+    client = FakeClient(on_claim=slow, on_heartbeat=cancelled)
     code, _, records = run(client, options(tmp_path, ["touch", str(tmp_path / "ran")]))
     assert code == 143
     assert not (tmp_path / "ran").exists()
@@ -363,7 +363,7 @@ def test_heartbeats_keep_the_lease(tmp_path: Path) -> None:
 
 def test_on_lease_lost_continue_lets_the_child_finish_unreported(tmp_path: Path) -> None:
     def lost(_: int) -> None:
-        raise ClaimLost("claim gone", details={"jobStatus": "queued"})
+        raise ClaimLost("claim gone", details={"jobStatus": "failure"})
 
     client = FakeClient(jobs=[claimed_job(lease_seconds=3)], on_heartbeat=lost)
     go = tmp_path / "go"
@@ -530,13 +530,13 @@ def test_loop_retries_a_server_that_is_down(tmp_path: Path) -> None:
     calls = iter([ServerUnavailable("down"), ServerUnavailable("down")])
     job = claimed_job()
 
-    def flaky() -> object:
+    def flaky() -> ClaimedJob:
         error = next(calls, None)
         if error is not None:
             raise error
         return job
 
-    client = FakeClient(on_claim=flaky)  # type: ignore[arg-type]
+    client = FakeClient(on_claim=flaky)
     code, _, records = run(
         client, options(tmp_path, ["true"], loop=True, max_jobs=1, wait=math.inf)
     )
@@ -566,12 +566,12 @@ def test_a_job_claimed_while_stopping_is_released(tmp_path: Path) -> None:
     job = claimed_job()
     in_flight, gate = threading.Event(), threading.Event()
 
-    def slow_claim() -> object:
+    def slow_claim() -> ClaimedJob:
         in_flight.set()
         gate.wait(DEADLINE)
         return job
 
-    client = FakeClient(on_claim=slow_claim)  # type: ignore[arg-type]
+    client = FakeClient(on_claim=slow_claim)
     sup = Supervisor(options(tmp_path, ["true"], loop=True), lambda: client, log=Log())
     when(in_flight.is_set, lambda: os.kill(os.getpid(), signal.SIGTERM))
     # The long-poll answers only after the supervisor stopped waiting for it.
@@ -605,7 +605,7 @@ def test_no_job_and_a_command_exiting_7_differ_by_verdict(tmp_path: Path) -> Non
 
 def test_lease_lost_and_a_command_exiting_75_differ_by_verdict(tmp_path: Path) -> None:
     def lost(n: int) -> None:
-        raise ClaimLost("claim expired", job_status="queued")
+        raise ClaimLost("claim expired", details={"jobStatus": "queued"})
 
     client = FakeClient(jobs=[claimed_job(lease_seconds=3)], on_heartbeat=lost)
     code, _, [record] = run(client, options(tmp_path, sh("sleep 60")))
@@ -614,10 +614,10 @@ def test_lease_lost_and_a_command_exiting_75_differ_by_verdict(tmp_path: Path) -
 
 
 def test_run_failing_and_a_command_exiting_125_differ_by_verdict(tmp_path: Path) -> None:
-    def down() -> None:
+    def down() -> ClaimedJob:
         raise ServerUnavailable("connection refused")
 
-    code, _, [record] = run(FakeClient(on_claim=down), options(tmp_path, ["true"]))  # type: ignore[arg-type]
+    code, _, [record] = run(FakeClient(on_claim=down), options(tmp_path, ["true"]))
     assert (code, record["verdict"]) == (125, "failed")
 
     def refused(n: int) -> None:

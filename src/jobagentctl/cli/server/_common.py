@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 
 if TYPE_CHECKING:
+    from pydantic import ValidationError as PydanticValidationError
+
     from jobagentctl.server.settings import ServerSettings
 
 __all__ = ["LOCAL_PROFILE", "database_option", "run_async", "server_settings", "slug_option"]
@@ -41,6 +43,25 @@ def slug_option(derived_from: str) -> Any:
     )
 
 
+def _problems(exc: PydanticValidationError, flags: dict[str, Any]) -> str:
+    """Each refused setting by the name it was given as (``--log-max-bytes`` for a flag,
+    ``JOBAGENTCTL_SERVER_LOG_MAX_BYTES`` otherwise) and what is wrong, in our words: never
+    pydantic's phrasing nor the value (it may be a secret, e.g. in a URL)."""
+    from jobagentctl.settings import problem_text
+
+    said = []
+    for err in exc.errors(include_input=False, include_url=False):
+        field = str(err["loc"][0]) if err["loc"] else ""
+        if not field:
+            name = "settings"
+        elif field in flags:
+            name = "--" + field.replace("_", "-")
+        else:
+            name = f"JOBAGENTCTL_SERVER_{field.upper()}"
+        said.append(f"{name}: {problem_text(err)}")
+    return "; ".join(said)
+
+
 def server_settings(**overrides: Any) -> ServerSettings:
     """``ServerSettings`` from flags (those given) over ``JOBAGENTCTL_SERVER_*`` over defaults."""
     from pydantic import ValidationError as PydanticValidationError
@@ -48,7 +69,6 @@ def server_settings(**overrides: Any) -> ServerSettings:
     from jobagentctl.cli import output
     from jobagentctl.errors import ConfigError
     from jobagentctl.server.settings import ServerSettings, check_database_url, url_has_password
-    from jobagentctl.settings import validation_problems
 
     if overrides.get("database") and url_has_password(overrides["database"]):
         # A flag is in every local user's `ps` and in shell history: say so, and where the
@@ -63,7 +83,7 @@ def server_settings(**overrides: Any) -> ServerSettings:
     try:
         settings = ServerSettings(**given)
     except PydanticValidationError as exc:
-        raise ConfigError(f"invalid server settings: {validation_problems(exc)}") from None
+        raise ConfigError(f"invalid server settings: {_problems(exc, given)}") from None
     check_database_url(settings.database)
     return settings
 

@@ -28,7 +28,7 @@ def create_key(
     from jobagentctl.cli import output
     from jobagentctl.cli.params import uuid_arg
     from jobagentctl.cli.server._common import run_async, server_settings
-    from jobagentctl.errors import UsageError
+    from jobagentctl.errors import JobAgentError, UsageError
     from jobagentctl.server import admin
 
     state = get_state(ctx)
@@ -39,7 +39,21 @@ def create_key(
         # A key is bound to the agent's id (names may repeat): say where to find it.
         raise UsageError(f"{exc.message} (the agent's id: jobagentctl agents list)") from None
     settings = server_settings(database=database)
-    created = run_async(lambda: admin.create_key(settings.database, workspace_ref, agent_id))
+
+    async def checked_create() -> admin.CreatedKey:
+        # A schema past this release's window is refused here as by server start and migrate:
+        # a key written by a release that does not know the tables may not be what the newer
+        # servers read (exit 2, one line).
+        try:
+            async with admin.opened_store(settings.database) as store:
+                window = await store.schema_window()
+        except JobAgentError:
+            window = None  # not migrated, unreachable, a bad URL: create_key says so as before
+        if window is not None:
+            window.check()
+        return await admin.create_key(settings.database, workspace_ref, agent_id)
+
+    created = run_async(checked_create)
     output.emit(
         state,
         "key-created",

@@ -157,10 +157,37 @@ def start(
         tls_key=tls_key,
         behind_proxy=behind_proxy,
     )
+    if settings.tls_cert is not None and (expired := _expired(settings.tls_cert)) is not None:
+        from jobagentctl.cli.messages import warn
+
+        warn(
+            f"TLS certificate {settings.tls_cert} expired on {expired}: clients will refuse "
+            "it; renew it (SIGHUP loads the new one without a restart)"
+        )
     try:
         run_server(settings)
     except OSError as exc:
         raise JobAgentError(f"server failed: {exc}") from None
+
+
+def _expired(cert: Path) -> str | None:
+    """When the certificate ``cert`` (its first, the leaf) expired (RFC 3339), or None while
+    it is valid or cannot be read (the server then says what is wrong with the file). The
+    standard library decodes a certificate only through this private helper; it has done so
+    unchanged since Python 3.4, and a version without it just gives no warning."""
+    import ssl
+    from datetime import UTC, datetime
+
+    decode = getattr(getattr(ssl, "_ssl", None), "_test_decode_cert", None)
+    if decode is None:
+        return None
+    try:
+        ends = ssl.cert_time_to_seconds(decode(str(cert))["notAfter"])
+    except (OSError, ValueError, KeyError, ssl.SSLError):
+        return None
+    if ends > datetime.now(UTC).timestamp():
+        return None
+    return datetime.fromtimestamp(ends, UTC).isoformat().replace("+00:00", "Z")
 
 
 def register(app: typer.Typer) -> None:

@@ -177,10 +177,10 @@ class Entities:
         row = await self._db.one("get_agent_presence", params)
         return None if row is None else rows.agent_from_row(row)
 
-    async def touch_agent(self, agent_id: UUID) -> None:
-        """Record that the agent was seen now (nothing for an unknown agent). One write: the
-        caller throttles (``server/presence.py``)."""
-        await self._db.one("touch_agent", {"agent_id": agent_id})
+    async def touch_agent(self, workspace_id: UUID, agent_id: UUID) -> None:
+        """Record that the agent was seen now (nothing for an agent not of ``workspace_id``).
+        One write: the caller throttles (``server/presence.py``)."""
+        await self._db.one("touch_agent", {"agent_id": agent_id, "workspace_id": workspace_id})
 
     async def agent_state_counts(self, presence_window: float) -> dict[str, int]:
         """For ``/metrics``: how many agents (every workspace) are in each state."""

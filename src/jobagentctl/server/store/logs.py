@@ -28,7 +28,8 @@ __all__ = ["LOG_ROW_COST", "LogStore", "NewChunk"]
 # What the cap counts for each stored chunk beside its bytes: its row's fixed cost on disk
 # (tuple header, key, primary-key index entry), measured at about 260 bytes on PostgreSQL and
 # 170 on SQLite. Without it a log of tiny chunks kept the cap's worth of bytes in as many rows:
-# 1-byte chunks under a 64 KiB cap took 16 MB on SQLite and 28 MB on PostgreSQL.
+# 1-byte chunks under a 64 KiB cap kept 65,345 rows, 10.8 MB of SQLite pages and 28.4 MB of
+# PostgreSQL job_log (docs/reliability.md, section 11).
 LOG_ROW_COST = 256
 
 
@@ -63,8 +64,9 @@ class LogStore:
         print while it is stopped); its row stays locked until the append commits, so the
         attempt's end and this append are ordered. Any other ``claim_id`` → ``ClaimLost`` /
         ``ClaimMismatch`` as a heartbeat's, and nothing is written; unknown job →
-        ``LogNotFound``. Past ``max_bytes`` stored, the log is
-        cut (:meth:`_trim`): its first half-cap kept, then one marker, then the newest."""
+        ``LogNotFound``. Past ``max_bytes`` stored (each chunk's bytes plus ``LOG_ROW_COST``),
+        the log is cut (:meth:`_trim`): its first half-cap kept, then one marker, then the
+        newest. A request's neighbours of one stream are stored as one chunk (:func:`_merged`)."""
         chunks = _merged(chunks)
         listing = []
         position = 0
@@ -127,8 +129,9 @@ class LogStore:
         raise heartbeat_failure(state)
 
     async def _trim(self, job_id: UUID, attempt: int, max_bytes: int) -> Row | None:
-        """Cut the log of an attempt over ``max_bytes`` down to seven eighths of it: the head
-        (chunks beginning in the first half of the cap) stays, the oldest chunks after it go,
+        """Cut the log of an attempt over ``max_bytes`` (each chunk's bytes plus
+        ``LOG_ROW_COST``) down to seven eighths of it: the head (chunks beginning in the first
+        half of the cap, counted the same way) stays, the oldest chunks after it go,
         and the first one cut becomes the one truncation marker (its text: how many bytes were
         cut in all). Seven eighths, so that a log at its cap is trimmed once per eighth of the
         cap appended rather than on every append."""

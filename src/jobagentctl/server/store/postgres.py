@@ -41,6 +41,7 @@ from jobagentctl.server.store.postgres_url import (
     url_options,
 )
 from jobagentctl.server.store.queries import NOTIFY_CHANNEL, migrations
+from jobagentctl.server.store.rows import pg_timestamptz_in, pg_timestamptz_out
 from jobagentctl.server.store.schema_window import compat_of
 from jobagentctl.server.store.waiters import Waiters
 
@@ -207,6 +208,14 @@ async def _init(conn: Conn) -> None:
     # JSON read as Python values; parameters arrive already dumped (rows.dump_json).
     for name in ("json", "jsonb"):
         await conn.set_type_codec(name, encoder=str, decoder=json.loads, schema="pg_catalog")
+    # Times clamped into datetime's range on read (rows.pg_timestamptz_in), not a failed read.
+    await conn.set_type_codec(
+        "timestamptz",
+        encoder=pg_timestamptz_out,
+        decoder=pg_timestamptz_in,
+        schema="pg_catalog",
+        format="tuple",
+    )
 
 
 async def _reset(conn: Conn) -> None:

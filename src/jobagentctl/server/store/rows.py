@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -45,6 +45,8 @@ __all__ = [
     "job_from_row",
     "log_chunk_from_row",
     "merge_metadata",
+    "pg_timestamptz_in",
+    "pg_timestamptz_out",
     "status_change_from_row",
     "status_context_from_row",
     "workspace_from_row",
@@ -97,12 +99,56 @@ def id_list(value: Any) -> list[UUID]:
     return [_uuid(v) for v in (_json(value) or ())]
 
 
+# A stored time no datetime can hold (written before the edge refused such times, or by hand)
+# reads as the nearest one that can: a read must never fail on a value already stored.
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+_LATEST = datetime.max.replace(tzinfo=UTC)
+
+
 def _ts(value: Any) -> datetime:
     if isinstance(value, datetime):
-        return value.astimezone(UTC)
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:
+            return _EARLIEST if value.year < 5000 else _LATEST
     # SQLite stores REAL epoch seconds computed from julianday(), whose float arithmetic leaves
     # noise below a millisecond; 'now' itself only has millisecond resolution, so round there.
-    return datetime.fromtimestamp(round(float(value), 3), tz=UTC)
+    seconds = round(float(value), 3)
+    try:
+        return datetime.fromtimestamp(seconds, tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        return _EARLIEST if seconds < 0 else _LATEST
+
+
+# PostgreSQL's binary timestamptz: microseconds since 2000-01-01 UTC, infinities at the ends of
+# int64. The driver's own decoder raises on a value outside datetime's years (1 to 9999), which
+# would fail the whole read; these clamp it instead (pg_timestamptz_in) and encode as the
+# driver did (pg_timestamptz_out: a naive datetime is local time, a date its local midnight).
+_PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+_PG_INFINITY = 2**63 - 1
+_PG_MIN_US = int((_EARLIEST - _PG_EPOCH) / timedelta(microseconds=1))
+_PG_MAX_US = int((_LATEST - _PG_EPOCH) / timedelta(microseconds=1))
+
+
+def pg_timestamptz_in(value: tuple[int]) -> datetime:
+    """A timestamptz in the driver's tuple format, within datetime's range."""
+    (micros,) = value
+    if micros <= _PG_MIN_US:
+        return _EARLIEST
+    if micros >= _PG_MAX_US:
+        return _LATEST
+    return _PG_EPOCH + timedelta(microseconds=micros)
+
+
+def pg_timestamptz_out(value: datetime | date) -> tuple[int]:
+    """A datetime (or date) as the driver's tuple format of timestamptz."""
+    if not isinstance(value, datetime):
+        value = datetime(value.year, value.month, value.day).astimezone()
+    if value == datetime.max:
+        return (_PG_INFINITY,)
+    if value == datetime.min:
+        return (-_PG_INFINITY - 1,)
+    return ((value.astimezone(UTC) - _PG_EPOCH) // timedelta(microseconds=1),)
 
 
 def _opt_ts(value: Any) -> datetime | None:
@@ -140,6 +186,7 @@ def agent_from_row(row: Row) -> JobAgent:
         metadata=_obj(row["metadata"]),
         state=None if row.get("state") is None else AgentState(row["state"]),
         last_seen_at=_opt_ts(row.get("last_seen_at")),
+        held_claims=None if row.get("held_claims") is None else int(row["held_claims"]),
     )
 
 

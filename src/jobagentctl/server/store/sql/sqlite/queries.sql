@@ -86,17 +86,23 @@ RETURNING *
 SELECT * FROM job_agent WHERE id = :id AND workspace_id = :workspace_id
 
 -- fragment: agent_presence
--- An agent's presence, after "SELECT a.*, …": when it was last seen, and its state — busy (a
--- job of its in progress, or a revoked claim of its not let go yet), idle (seen within
--- :window seconds), offline.
+-- An agent's presence, after "SELECT a.*, …": when it was last seen, what it holds (its jobs in
+-- progress and its revoked claims not let go yet), and its state — offline (not seen within
+-- the window, or never: whatever it holds, a dead agent is not busy), busy (holding
+-- something), idle.
            p.last_seen_at,
-           CASE WHEN EXISTS (SELECT 1 FROM job AS j
+           (SELECT COUNT(*) FROM job AS j
+             WHERE j.job_agent_id = a.id AND j.status = 'inProgress')
+           + (SELECT COUNT(*) FROM job_revoked_claim AS r WHERE r.job_agent_id = a.id)
+               AS held_claims,
+           CASE WHEN p.last_seen_at IS NULL
+                     OR p.last_seen_at < (julianday('now') - 2440587.5) * 86400.0 - :window
+                    THEN 'offline'
+                WHEN EXISTS (SELECT 1 FROM job AS j
                              WHERE j.job_agent_id = a.id AND j.status = 'inProgress')
                      OR EXISTS (SELECT 1 FROM job_revoked_claim AS r
                                 WHERE r.job_agent_id = a.id) THEN 'busy'
-                WHEN p.last_seen_at >= (julianday('now') - 2440587.5) * 86400.0 - :window
-                    THEN 'idle'
-                ELSE 'offline' END AS state
+                ELSE 'idle' END AS state
     FROM job_agent AS a
     LEFT JOIN job_agent_presence AS p ON p.job_agent_id = a.id
 
@@ -658,9 +664,11 @@ SELECT a.*,
 WHERE a.id = :id AND a.workspace_id = :workspace_id
 
 -- name: touch_agent
--- The agent was seen now (a request made for it); the server throttles these writes.
+-- The agent was seen now (a request made for it); the server throttles these writes. Only an
+-- agent of the request's workspace: another workspace's key naming it writes nothing.
 INSERT INTO job_agent_presence (job_agent_id, last_seen_at)
-SELECT a.id, (julianday('now') - 2440587.5) * 86400.0 FROM job_agent AS a WHERE a.id = :agent_id
+SELECT a.id, (julianday('now') - 2440587.5) * 86400.0 FROM job_agent AS a
+WHERE a.id = :agent_id AND a.workspace_id = :workspace_id
 ON CONFLICT (job_agent_id) DO UPDATE SET last_seen_at = excluded.last_seen_at
 RETURNING job_agent_id
 
