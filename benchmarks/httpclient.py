@@ -25,9 +25,13 @@ class HTTPError(Exception):
     pass
 
 
-@cache
 def _context() -> ssl.SSLContext:
-    return ssl.create_default_context(cafile=os.environ.get("JOBAGENTCTL_BENCH_CA"))
+    return _context_for(os.environ.get("JOBAGENTCTL_BENCH_CA"))
+
+
+@cache
+def _context_for(cafile: str | None) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=cafile)
 
 
 class Connection:
