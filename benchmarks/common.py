@@ -223,7 +223,8 @@ class Server:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        self.url = f"http://127.0.0.1:{port}"
+        scheme = "https" if "tls_cert" in self.settings else "http"
+        self.url = f"{scheme}://127.0.0.1:{port}"
         wait_for_port(self.proc, port)
 
     @property

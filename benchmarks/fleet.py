@@ -3,7 +3,8 @@ half running jobs that heartbeat, with enqueues arriving for the idle ones.
 
 Usage: python -m benchmarks.fleet [--db postgres sqlite] [--agents 1000 5000 10000 20000]
 [--seconds 60] [--wait 30] [--lease 60] [--every 20] [--rate 10] [--per-generator 2500]
-[--settle 10] [--json PATH] [--gc tuned|cpython] [--timeline]
+[--settle 10] [--json PATH] [--gc tuned|cpython] [--timeline] [--scheme http https]
+[--heartbeat-connection keep new]
 
 For each database and fleet size: a live ``jobagentctl server start`` (its connection cap raised
 past the fleet, its descriptor limit the machine's hard limit); AGENTS agents registered; half of
@@ -11,8 +12,15 @@ them (the busy ones) each claim a job with a ``--lease`` lease. Generator proces
 ``--per-generator`` agents, so that none of them is the bound: each one's CPU is printed) then
 hold the fleet: an idle agent loops claim-next with ``waitSeconds`` ``--wait`` on its own
 keep-alive connection (a claimed job is completed at once, then it polls again); a busy agent
-heartbeats every ``--every`` seconds (starting at a random phase), each heartbeat on a new
-connection as the server closes idle keep-alive connections after 5 s. Once every idle agent
+heartbeats every ``--every`` seconds (starting at a random phase): with
+``--heartbeat-connection keep`` on one connection kept across heartbeats (as the client does
+since the server keeps a keyed connection 75 s), with ``new`` each on a new connection (as
+before, when the server closed it after 5 s idle). ``--scheme https`` serves the fleet over TLS
+(a test CA made here; every new connection a full handshake: asyncio cannot resume a session).
+For each scheme and mode side by side, one row each, so that rows share the machine's load.
+Server CPU per heartbeat is the server's CPU in the window over the heartbeats in it (all
+traffic: the long-polls and pickups are the same in every row), and connections and TLS
+handshakes per heartbeat come from the server's ``/metrics``. Once every idle agent
 waits, this process measures for SECONDS: it enqueues ``--rate`` jobs a second, each for an idle
 agent picked at random, and the generators time every heartbeat (send to answer) and every pickup
 (enqueue sent to claim answered, one machine's clock). Server RSS (peak of the samples) and CPU
@@ -44,10 +52,11 @@ __all__ = ["FleetFigure", "main", "measure"]
 GC_PROBE = Path(__file__).resolve().parent / "gc_probe"
 
 HEADER = (
-    "| db | agents (idle / busy) | server RSS MiB | server CPU % of a core | heartbeats | "
-    "heartbeat p50 / p99 ms | pickups | pickup p50 / p99 ms | errors | listen overflows | "
-    "busiest generator CPU % |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|"
+    "| db | scheme, heartbeat connection | agents (idle / busy) | server RSS MiB | "
+    "server CPU % of a core | server CPU ms per heartbeat | heartbeats | connections / "
+    "heartbeat | TLS handshakes / heartbeat (resumed) | heartbeat p50 / p99 ms | pickups | "
+    "pickup p50 / p99 ms | errors | listen overflows | busiest generator CPU % |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -70,12 +79,21 @@ class FleetFigure:
     full_collections: int = 0  # the server's, in the window (gc_probe)
     longest_collection_ms: float = 0.0  # its longest collection in the window, wall time
     collection_cpu_s: float = 0.0  # CPU of its logged collections in the window
+    scheme: str = "http"
+    heartbeat_connection: str = "keep"
+    cpu_ms_per_heartbeat: float = 0.0
+    connections_per_heartbeat: float = 0.0
+    handshakes_per_heartbeat: float = 0.0
+    resumed_per_heartbeat: float = 0.0
 
     def row(self) -> str:
         half = self.agents // 2
         return (
-            f"| {self.db} | {self.agents:,} ({self.agents - half:,} / {half:,}) | "
-            f"{self.rss_mib:.0f} | {self.cpu_percent:.0f} | {self.heartbeats:,} | "
+            f"| {self.db} | {self.scheme}, {self.heartbeat_connection} | "
+            f"{self.agents:,} ({self.agents - half:,} / {half:,}) | "
+            f"{self.rss_mib:.0f} | {self.cpu_percent:.0f} | {self.cpu_ms_per_heartbeat:.2f} | "
+            f"{self.heartbeats:,} | {self.connections_per_heartbeat:.2f} | "
+            f"{self.handshakes_per_heartbeat:.2f} ({self.resumed_per_heartbeat:.2f}) | "
             f"{self.heartbeat_p50_ms:.1f} / {self.heartbeat_p99_ms:.1f} | {self.pickups:,} | "
             f"{self.pickup_p50_ms:.1f} / {self.pickup_p99_ms:.1f} | {self.errors:,} | "
             f"{self.listen_overflows:,} | "
@@ -98,6 +116,7 @@ class _Plan:
     every: float
     start: float  # wall time the window opens
     end: float  # wall time it closes
+    keep: bool = True  # heartbeats keep their connection
 
 
 class _Generator:
@@ -144,16 +163,23 @@ class _Generator:
     async def busy(self, job: str, claim: str) -> None:
         path = f"{self.plan.prefix}/jobs/{job}/heartbeat"
         await asyncio.sleep(random.uniform(0, self.plan.every))
+        conn: Connection | None = None
         while time.time() < self.plan.end:
             t0 = time.perf_counter()
             try:
-                conn = await Connection.open(self.plan.url)
+                if conn is None:
+                    conn = await Connection.open(self.plan.url)
                 try:
                     status, raw = await conn.request(
                         "POST", path, body={"claimId": claim}, headers=self.headers
                     )
-                finally:
+                except BaseException:
                     await conn.close()
+                    conn = None
+                    raise
+                if not self.plan.keep:
+                    await conn.close()
+                    conn = None
                 took = time.perf_counter() - t0
                 if status != 200:
                     self._error(f"heartbeat: {status} {raw[:120]!r}")
@@ -301,7 +327,45 @@ def _collections(log: Path, start: float, end: float) -> tuple[int, float, float
     )
 
 
-def measure(db: str, agents: int, args: argparse.Namespace) -> FleetFigure:
+def _tls_settings(directory: Path) -> dict[str, str]:
+    """A certificate for 127.0.0.1 from a CA made here; the client side trusts it through
+    ``JOBAGENTCTL_BENCH_CA`` (benchmarks.httpclient), which the generators inherit."""
+    import trustme
+
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1")
+    cert, key, ca_file = directory / "server.pem", directory / "server.key", directory / "ca.pem"
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    for pem in issued.cert_chain_pems[1:]:
+        pem.write_to_path(str(cert), append=True)
+    key.touch(mode=0o600)
+    issued.private_key_pem.write_to_path(str(key))
+    ca.cert_pem.write_to_path(str(ca_file))
+    os.environ["JOBAGENTCTL_BENCH_CA"] = str(ca_file)
+    return {"tls_cert": str(cert), "tls_key": str(key)}
+
+
+async def _edge_counts(server: Server) -> tuple[float, float, float]:
+    """Connections accepted, full and resumed TLS handshakes, from one /metrics read."""
+    conn = await Connection.open(server.url)
+    try:
+        _, raw = await conn.request("GET", "/metrics")
+    finally:
+        await conn.close()
+    values = {}
+    for line in raw.decode().splitlines():
+        name, _, value = line.rpartition(" ")
+        values[name] = float(value) if value[:1].isdigit() else 0.0
+    return (
+        values.get("jobagentctl_connections_accepted", 0.0),
+        values.get('jobagentctl_tls_handshakes{resumed="no"}', 0.0),
+        values.get('jobagentctl_tls_handshakes{resumed="yes"}', 0.0),
+    )
+
+
+def measure(
+    db: str, agents: int, args: argparse.Namespace, scheme: str = "http", keep: bool = True
+) -> FleetFigure:
     gc_log = Path(tempfile.mkdtemp(prefix="fleet-gc-"), "gc.log")
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     if str(GC_PROBE) not in paths:
@@ -312,6 +376,9 @@ def measure(db: str, agents: int, args: argparse.Namespace) -> FleetFigure:
         "max_connections": str(agents * 2 + 1000),
         "max_wait_seconds": str(args.wait),
     }
+    certs = Path(tempfile.mkdtemp(prefix="fleet-tls-"))
+    if scheme == "https":
+        settings.update(_tls_settings(certs))
     with database(db) as url, Server(url, settings=settings) as server:
         assert server.proc is not None
         idle, busy = asyncio.run(_setup(server, agents, args.lease))
@@ -333,6 +400,7 @@ def measure(db: str, agents: int, args: argparse.Namespace) -> FleetFigure:
                     args.every,
                     start,
                     end,
+                    keep,
                 )
                 plan_file, out = Path(tmp, f"plan{g}.json"), Path(tmp, f"out{g}.json")
                 plan_file.write_text(json.dumps(asdict(plan)))
@@ -346,11 +414,14 @@ def measure(db: str, agents: int, args: argparse.Namespace) -> FleetFigure:
                 if waiting < len(idle) * 0.95:
                     print(f"# warning: {waiting:.0f} of {len(idle)} idle agents waiting at start")
                 overflows0 = listen_overflows()
+                edge0 = asyncio.run(_edge_counts(server))
                 cpu0, gen0 = server.cpu(), [proc_cpu_seconds(p.pid) for p, _ in procs]
                 t0 = time.monotonic()
                 rss = [_rss_mib(server.proc.pid)]
                 sent, errors = asyncio.run(_enqueue_loop(server, idle, args.rate, end))
                 rss.append(_rss_mib(server.proc.pid))
+                cpu_s = server.cpu() - cpu0
+                edge1 = asyncio.run(_edge_counts(server))
                 overflows = listen_overflows() - overflows0
                 elapsed = time.monotonic() - t0
                 cpu = (server.cpu() - cpu0) / elapsed * 100
@@ -381,6 +452,12 @@ def measure(db: str, agents: int, args: argparse.Namespace) -> FleetFigure:
     errors += [e for r in results for e in r["errors"]]
     full, longest, gc_cpu = _collections(gc_log, start, end)
     shutil.rmtree(gc_log.parent, ignore_errors=True)
+    shutil.rmtree(certs, ignore_errors=True)
+    beats = max(1, len(heartbeats))
+    # Less the two /metrics reads and the enqueuer's connection (one each, full handshakes).
+    connections = max(0.0, edge1[0] - edge0[0] - 2)
+    full_tls = max(0.0, edge1[1] - edge0[1] - 2) if scheme == "https" else 0.0
+    resumed_tls = edge1[2] - edge0[2]
     return FleetFigure(
         db=db,
         agents=agents,
@@ -399,6 +476,12 @@ def measure(db: str, agents: int, args: argparse.Namespace) -> FleetFigure:
         full_collections=full,
         longest_collection_ms=longest,
         collection_cpu_s=gc_cpu,
+        scheme=scheme,
+        heartbeat_connection="keep" if keep else "new",
+        cpu_ms_per_heartbeat=cpu_s * 1000 / beats,
+        connections_per_heartbeat=connections / beats,
+        handshakes_per_heartbeat=(full_tls + resumed_tls) / beats,
+        resumed_per_heartbeat=resumed_tls / beats,
     )
 
 
@@ -424,6 +507,14 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--timeline", action="store_true", help="per second: requests begun, the slowest"
     )
+    parser.add_argument("--scheme", nargs="+", choices=["http", "https"], default=["http"])
+    parser.add_argument(
+        "--heartbeat-connection",
+        nargs="+",
+        choices=["keep", "new"],
+        default=["keep"],
+        help="heartbeats keep one connection (the client now), or each opens one (before)",
+    )
     return parser
 
 
@@ -442,23 +533,32 @@ def main(argv: list[str] | None = None) -> int:
     raise_fd_limit()
     figures = []
     print(HEADER, flush=True)
-    for db in args.db:
-        for agents in args.agents:
-            try:
-                figure = measure(db, agents, args)
-            except Exception as exc:  # a fleet too big for this machine is a result too
-                print(f"| {db} | {agents:,} | failed: {type(exc).__name__}: {exc} |", flush=True)
-                continue
-            figures.append(figure)
-            print(figure.row(), flush=True)
+    rows = [
+        (db, agents, scheme, mode)
+        for db in args.db
+        for agents in args.agents
+        for scheme in args.scheme
+        for mode in args.heartbeat_connection
+    ]
+    for db, agents, scheme, mode in rows:
+        try:
+            figure = measure(db, agents, args, scheme, keep=mode == "keep")
+        except Exception as exc:  # a fleet too big for this machine is a result too
             print(
-                f"#   server GC in the window: {figure.full_collections} full collections, "
-                f"longest {figure.longest_collection_ms:.0f} ms, "
-                f"{figure.collection_cpu_s:.2f} s CPU (collector: {args.gc})",
+                f"| {db} | {scheme}, {mode} | {agents:,} | failed: {type(exc).__name__}: {exc} |",
                 flush=True,
             )
-            if figure.error_sample:
-                print(f"#   first error: {figure.error_sample}", flush=True)
+            continue
+        figures.append(figure)
+        print(figure.row(), flush=True)
+        print(
+            f"#   server GC in the window: {figure.full_collections} full collections, "
+            f"longest {figure.longest_collection_ms:.0f} ms, "
+            f"{figure.collection_cpu_s:.2f} s CPU (collector: {args.gc})",
+            flush=True,
+        )
+        if figure.error_sample:
+            print(f"#   first error: {figure.error_sample}", flush=True)
     if args.json:
         args.json.write_text(json.dumps([asdict(f) for f in figures], indent=2))
     return 0

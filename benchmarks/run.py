@@ -28,8 +28,10 @@ from benchmarks.sections import (
     growth,
     heartbeats,
     logs,
+    peer_ctrlplane,
     pick_runs,
     pickup,
+    quiet_run,
     reaper,
     recovery,
     scaleout,
@@ -52,6 +54,8 @@ SECTIONS: dict[str, Callable[[str], list[Row]]] = {
     "shipping": shipping.rows,
     "logs": logs.rows,
     "fleet": fleet.rows,
+    "quiet_run": quiet_run.rows,
+    "peer_ctrlplane": peer_ctrlplane.rows,
 }
 
 

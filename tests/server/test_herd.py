@@ -8,6 +8,7 @@ import asyncio
 import time
 from collections import Counter
 from typing import Any
+from uuid import UUID
 
 import pytest
 
@@ -99,3 +100,53 @@ def test_long_polls_begun_together_do_not_end_together() -> None:
     after = time.monotonic()
     # Bracketed by the clock around the call, not a tolerance: a busy machine may pause us.
     assert before + 30.0 <= deadline <= after + 30.0
+
+
+async def test_regression_an_empty_long_poll_costs_one_statement(
+    database_url: str, anyio_backend: str
+) -> None:
+    """An empty long-poll asked the database three times: its claim attempt, "anything
+    queued?" after registering its wait, and again when the wait ran out. A fleet re-polling
+    every 30 s paid that per agent. Now the wait asks only when a job was signalled since the
+    claim attempt, and leaves the last check to the agent's next attempt: a long-poll that
+    waits costs what a claim-next without a wait costs. Statements are counted at the store's
+    connector; a job queued during a wait still wakes it at once."""
+    async with open_api(database_url) as api:
+        agent = await api.agent()
+        connector: Any = api.store._db
+        statements: list[str] = []
+        for name in ("one", "all", "each", "locked"):
+            _count_statements(connector, name, statements)
+
+        async def cost(body: dict[str, Any]) -> list[str]:
+            statements.clear()
+            response = await api.claim_next(agent, body)
+            assert response.status_code == 204, response.text
+            # The key lookup (a 2 s cache) and the presence write (one per interval) are
+            # throttled on their own; what is left is the claim-next path's.
+            return [s for s in statements if s not in ("get_api_key", "touch_agent")]
+
+        await cost({"leaseSeconds": 30})  # the first: the agent is looked up once (404 or not)
+        immediate = await cost({"leaseSeconds": 30})
+        waited = await cost({"leaseSeconds": 30, "waitSeconds": 0.3})
+        assert waited == immediate, (immediate, waited)
+        assert len(set(waited)) == 1, waited  # the claim attempt's statement alone
+
+        poll = asyncio.ensure_future(api.claim_next(agent, {"leaseSeconds": 30, "waitSeconds": 60}))
+        await await_until(
+            lambda: api.store._db.waiters.waiting(UUID(agent)) == 1,
+            what="the long-poll to wait",
+        )
+        job = await api.enqueue(agent)
+        claimed = await asyncio.wait_for(poll, 30)
+        assert claimed.status_code == 200 and claimed.json()["id"] == job["id"]
+
+
+def _count_statements(connector: Any, name: str, statements: list[str]) -> None:
+    method = getattr(connector, name)
+
+    async def counting(query: str, *args: Any, **kwargs: Any) -> Any:
+        statements.append(query)
+        return await method(query, *args, **kwargs)
+
+    setattr(connector, name, counting)

@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 import httpx
@@ -52,10 +53,10 @@ def _record_waits(api: Api) -> Waits:
     waits = Waits()
     wait_for_job = api.store.wait_for_job
 
-    async def recorded(agent_id: UUID, timeout: float) -> bool:
+    async def recorded(agent_id: UUID, timeout: float, **options: Any) -> bool:
         waits.started += 1
         began = time.monotonic()
-        result = await wait_for_job(agent_id, timeout)
+        result = await wait_for_job(agent_id, timeout, **options)
         if time.monotonic() - began < timeout:
             waits.woken += 1
         else:
@@ -218,7 +219,7 @@ async def test_a_failing_wait_is_503_not_a_busy_loop(api: Api) -> None:
     agent = await api.agent()
     calls = 0
 
-    async def broken(agent_id: object, timeout: float) -> bool:
+    async def broken(agent_id: object, timeout: float, **options: object) -> bool:
         nonlocal calls
         calls += 1
         raise ServerUnavailable("database unreachable")

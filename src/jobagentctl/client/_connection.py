@@ -27,6 +27,12 @@ __all__ = ["USER_AGENT", "Connection", "base_url"]
 
 USER_AGENT = f"jobagentctl/{__version__}"
 API_KEY_HEADER = "X-API-Key"
+# How long an idle pooled connection is kept (httpx's default is 5 s): longer than an agent's
+# heartbeat interval (lease/3, 20 s by default), so heartbeats reuse one connection where the
+# server keeps it open (its keyed_keep_alive_timeout, 75 s by default), and shorter than that,
+# so the client is not the one to find it closed. A connection the server has closed meanwhile
+# is seen as such before reuse, and replaced.
+KEEPALIVE_SECONDS = 60.0
 # Extra read time on top of a long-poll's wait, so the server answers 204 before we give up.
 LONG_POLL_MARGIN = 10.0
 
@@ -63,7 +69,8 @@ def _verify(base: str, ca_bundle: str | Path | None) -> ssl.SSLContext | bool:
     """How the server's certificate is checked: ``ca_bundle`` (a PEM file or a directory of
     them), else ``SSL_CERT_FILE`` as Python tools read it, else httpx's default (certifi's
     bundle, or ``SSL_CERT_DIR``). Never an unverified connection: a plain http:// server gets
-    no TLS context at all (``False`` is never used for https)."""
+    no TLS context at all (``False`` is never used for https). The context resumes the
+    server's TLS session when a connection is made anew (``_tls.py``)."""
     if not _needs_tls(base):
         return False
     if ca_bundle is None:
@@ -71,15 +78,15 @@ def _verify(base: str, ca_bundle: str | Path | None) -> ssl.SSLContext | bool:
         origin = "SSL_CERT_FILE"
     else:
         origin = "the CA bundle"
-    if ca_bundle is None:
-        return True
-    import ssl
+    from jobagentctl.client._tls import resuming_context
 
+    if ca_bundle is None:
+        return resuming_context()
     path = Path(ca_bundle).expanduser()
     try:
         if path.is_dir():
-            return ssl.create_default_context(capath=str(path))
-        return ssl.create_default_context(cafile=str(path))
+            return resuming_context(capath=path)
+        return resuming_context(cafile=path)
     except OSError as exc:  # ssl.SSLError is one: a file with no certificate in it
         reason = getattr(exc, "reason", None) or exc.strerror or str(exc)
         raise ConfigError(f"cannot use {origin} {path}: {reason}") from None
@@ -114,6 +121,7 @@ class Connection:
             base_url=f"{self.url}{API_PREFIX}",
             headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
             timeout=httpx.Timeout(timeout),
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS),
             transport=transport,
             event_hooks=hooks,
             verify=_verify(self.url, ca_bundle),

@@ -16,7 +16,12 @@ open connections. :func:`guarded_protocol` subclasses it with all of them:
   complete (a 401, ``/healthz``) closes the connection once written: nothing of the rest of the
   body is needed, and a body trickling in after it would keep the connection forever.
 - **Idle timeout**: a connection waiting for its first request, or between requests, is closed
-  after ``keep_alive_timeout`` seconds (uvicorn's own keep-alive timer, also armed at connect).
+  after ``keep_alive_timeout`` seconds (uvicorn's own keep-alive timer, also armed at connect);
+  once it has carried a request with a valid API key, after ``keyed_keep_alive_timeout``
+  seconds: an agent heartbeats every lease/3 (20 s by default), and a connection closed between
+  two heartbeats costs a new TCP connection and, over TLS, a handshake per heartbeat. Only a
+  valid key earns it, and such idle connections are still the first closed at the cap, so they
+  cannot crowd anyone out.
 - **Connection cap**: beyond ``max_connections`` open connections, one that serves no request
   (idle, or still sending headers) is closed to make room, else one still sending its body;
   when every one is busy, the new one is closed at once (logged once per
@@ -55,7 +60,9 @@ else:  # uvicorn's protocol is imported when a server is made, not with this mod
     _Base = object
 
 __all__ = [
+    "COUNTS",
     "MALFORMED_MESSAGE",
+    "EdgeCounts",
     "EdgeLimits",
     "connection_cap",
     "guarded_protocol",
@@ -81,6 +88,9 @@ _FD_RESERVE_BASE = 128
 # would grow the log by megabytes. One line at the first refusal, then one per this many seconds
 # with the count.
 _REFUSAL_LOG_SECONDS = 10.0
+# The scope key under which the edge puts an authenticated request's principal (edge.PRINCIPAL;
+# not imported: the edge imports the metrics, which read this module's counts).
+PRINCIPAL = "jobagentctl.principal"
 # After a TLS connection is closed, how long the peer's close_notify is awaited before the
 # socket is dropped (asyncio's default is 30 s: a closed connection would hold a place under
 # the cap that long, out of the eviction's reach).
@@ -96,6 +106,24 @@ class EdgeLimits:
     keep_alive_timeout: float
     max_connections: int
     body_timeout: float = 30.0
+    # Idle timeout of a connection that has carried a valid API key; 0: keep_alive_timeout.
+    keyed_keep_alive_timeout: float = 0.0
+
+
+class EdgeCounts:
+    """What this process's servers have accepted since it started (``/metrics``): connections
+    that reached the HTTP protocol, and TLS handshakes, full or resumed. A heartbeat that needs a
+    new connection, or a full handshake, is a cost the request counters do not show."""
+
+    __slots__ = ("connections", "tls_full", "tls_resumed")
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.tls_full = 0
+        self.tls_resumed = 0
+
+
+COUNTS = EdgeCounts()
 
 
 def raise_fd_limit() -> tuple[int, int]:
@@ -223,6 +251,7 @@ class _Guarded(_Base):
     _server: _Server  # set on the class guarded_protocol makes, one per server
     _awaiting_headers = True
     _body_pending = False  # headers parsed, body not yet complete
+    _keyed = False  # has carried a request with a valid API key
     _header_bytes = 0
     _tail = b""
     _header_timer: asyncio.TimerHandle | None = None
@@ -232,6 +261,7 @@ class _Guarded(_Base):
         server = self._server
         server.handshaking.pop(self, None)  # over TLS: its place under the cap is kept
         super().connection_made(transport)
+        COUNTS.connections += 1
         opened = len(self.connections) + len(server.handshaking)
         if opened > server.limits.max_connections and not server.evict_one():
             server.refusals.note(self.loop)
@@ -257,6 +287,15 @@ class _Guarded(_Base):
             # wanted, and trickling it would keep the connection open for good (each byte
             # cancels the keep-alive timer). Close once the response is written.
             self.transport.close()
+        if not self._keyed and self.cycle is not None and PRINCIPAL in self.cycle.scope:
+            # The edge authenticated this request (it puts the principal in the scope, which
+            # uvicorn shares with the app): from now on the connection waits for the agent's
+            # next heartbeat. uvicorn arms its idle timer with this attribute.
+            self._keyed = True
+            limits = self._server.limits
+            self.timeout_keep_alive = max(  # type: ignore[assignment]  # uvicorn says int
+                limits.keep_alive_timeout, limits.keyed_keep_alive_timeout
+            )
         super().on_response_complete()
         if not self.transport.is_closing() and self._awaiting_headers:
             self._server.idle[self] = None  # the most recently active end of the line
@@ -403,6 +442,15 @@ def _handshake_class(
         def connection_lost(self, exc: BaseException | None) -> None:
             server.handshaking.pop(self._app, None)
             super().connection_lost(exc)
+
+        def _on_handshake_complete(self, handshake_exc: BaseException | None) -> None:
+            state: Any = self  # asyncio's own attributes, which its stubs do not declare
+            if handshake_exc is None and state._sslobj is not None:
+                if state._sslobj.session_reused:
+                    COUNTS.tls_resumed += 1
+                else:
+                    COUNTS.tls_full += 1
+            super()._on_handshake_complete(handshake_exc)
 
         def _do_shutdown(self) -> None:
             # Send our close_notify and close, as TLS allows: asyncio would wait for the

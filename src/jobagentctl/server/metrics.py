@@ -9,6 +9,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from jobagentctl.models import ClaimState
+from jobagentctl.server.connections import COUNTS
 from jobagentctl.server.store import Store
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
@@ -112,6 +113,22 @@ class Metrics:
         self.logs_expired = Counter(
             "jobagentctl_logs_expired", "Attempt logs deleted by log retention.", registry=r
         )
+
+        # Read from the connection layer at scrape time (it sits below the app, per process).
+        connections = Gauge(
+            "jobagentctl_connections_accepted",
+            "Connections accepted by this process since start (over TLS: once handshaken).",
+            registry=r,
+        )
+        connections.set_function(lambda: COUNTS.connections)
+        handshakes = Gauge(
+            "jobagentctl_tls_handshakes",
+            "TLS handshakes completed by this process since start, full or resumed.",
+            ["resumed"],
+            registry=r,
+        )
+        handshakes.labels("no").set_function(lambda: COUNTS.tls_full)
+        handshakes.labels("yes").set_function(lambda: COUNTS.tls_resumed)
 
     async def render(self, store: Store, presence_window: float = 90.0) -> bytes:
         """The exposition text, with the claim and agent gauges refreshed from the database."""

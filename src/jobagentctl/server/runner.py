@@ -139,6 +139,7 @@ def _protocol_options(
         max_header_bytes=settings.max_header_bytes,
         header_timeout=settings.header_timeout,
         keep_alive_timeout=settings.keep_alive_timeout,
+        keyed_keep_alive_timeout=settings.keyed_keep_alive_timeout,
         max_connections=cap,
         body_timeout=settings.body_timeout,
     )

@@ -41,6 +41,7 @@ from jobagentctl.server.presence import Presence
 from jobagentctl.server.scopes import Scopes, no_agent
 from jobagentctl.server.settings import ServerSettings
 from jobagentctl.server.store import Store, WorkspaceRecord
+from jobagentctl.server.store.waiters import Mark
 
 __all__ = ["JobService", "resolve_lease"]
 
@@ -53,6 +54,11 @@ __all__ = ["JobService", "resolve_lease"]
 # so that long-polls begun together do not re-check together (a fleet that reconnected at once
 # would otherwise query at once, every slice).
 _WAIT_SLICE_SECONDS = 60.0
+# An empty claim-next must tell an unknown agent (404) from one with nothing queued (204); an
+# agent found this recently is not looked up again, so an idle fleet's re-polls cost only their
+# claim attempt. A deletion through another replica turns its long-polls into 404s this late.
+_KNOWN_AGENT_SECONDS = 30.0
+_KNOWN_AGENTS_MAX = 100_000
 
 
 # A cancellation wait re-reads the claim this often: status changes through other processes
@@ -113,6 +119,8 @@ class JobService(Scopes):
         # Job logs: appends, reads and their follow long-poll (logs.py).
         self.logs = JobLogs(store, settings, metrics, self._stopping)
         self.presence = Presence(store, settings.presence_interval)
+        # (workspace, agent) → when the agent was last found: see _KNOWN_AGENT_SECONDS.
+        self._known_agents: dict[tuple[UUID, UUID], float] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------
     def begin_shutdown(self) -> None:
@@ -129,6 +137,17 @@ class JobService(Scopes):
         if agent is None:
             raise no_agent(agent_id)
         return agent
+
+    async def _known_agent_or_404(self, ws: UUID, agent_id: UUID) -> None:
+        """:meth:`_agent_or_404`, skipped for an agent found within _KNOWN_AGENT_SECONDS."""
+        now = time.monotonic()
+        found = self._known_agents.get((ws, agent_id))
+        if found is not None and now - found < _KNOWN_AGENT_SECONDS:
+            return
+        await self._agent_or_404(ws, agent_id)
+        if len(self._known_agents) >= _KNOWN_AGENTS_MAX:
+            self._known_agents.clear()  # crude but bounded: costs one lookup per agent
+        self._known_agents[(ws, agent_id)] = now
 
     async def _job_or_404(self, principal: Principal, ws: UUID, job_id: UUID) -> Job:
         job = await self.store.get_job(ws, job_id, principal.agent_id)
@@ -188,6 +207,7 @@ class JobService(Scopes):
         """Delete an agent and its keys; its jobs stay (a workspace key only)."""
         self._workspace(principal, ws)
         self._workspace_key_only(principal)
+        self._known_agents.pop((ws, agent_id), None)
         if not await self.store.delete_agent(ws, agent_id):
             raise no_agent(agent_id)
         return AcceptedResponse(id=agent_id, message="Job agent deleted")
@@ -319,14 +339,17 @@ class JobService(Scopes):
         deadline = self._long_poll_ends.deadline(wait) if wait > 0 else time.monotonic()
         checked_agent = requested is None  # _lease_for already proved the agent exists
         while True:
+            # Marked before the attempt: the wait asks the queue again only if a job was
+            # signalled meanwhile (an empty long-poll costs one statement, its claim attempt).
+            mark = self.store.wait_mark(agent_id)
             jobs = await self._claim_batch(ws, agent_id, lease, limit)
             if jobs:
                 return jobs
             if not checked_agent:
                 # An unknown agent must be a 404, not an endless 204.
-                await self._agent_or_404(ws, agent_id)
+                await self._known_agent_or_404(ws, agent_id)
                 checked_agent = True
-            if not await self._wait_for_job(agent_id, deadline, disconnected):
+            if not await self._wait_for_job(agent_id, deadline, disconnected, mark):
                 return []  # the wait ran out, the server stops, or the client left
             if disconnected is not None and disconnected.is_set():
                 return []
@@ -343,10 +366,15 @@ class JobService(Scopes):
         return jobs
 
     async def _wait_for_job(
-        self, agent_id: UUID, deadline: float, disconnected: asyncio.Event | None
+        self,
+        agent_id: UUID,
+        deadline: float,
+        disconnected: asyncio.Event | None,
+        mark: Mark | None = None,
     ) -> bool:
         """True when a "job queued" signal came before ``deadline`` (monotonic); False when
-        the deadline passed, the server began shutting down or the client left."""
+        the deadline passed, the server began shutting down or the client left. ``mark``: the
+        store's wait mark, taken before the claim attempt that found nothing."""
         self.metrics.long_polls.inc()
         try:
             while True:
@@ -354,7 +382,11 @@ class JobService(Scopes):
                 if remaining <= 0 or self._stopping.is_set():
                     return False
                 piece = min(remaining, _WAIT_SLICE_SECONDS * random.uniform(0.5, 1.0))
-                if await self._wait_slice(agent_id, piece, disconnected):
+                # The first slice skips the queue check its claim attempt just made; the last
+                # leaves the final one to the agent's next claim attempt.
+                since, mark = mark, None
+                last = piece >= remaining
+                if await self._wait_slice(agent_id, piece, disconnected, since, last):
                     return True
                 if disconnected is not None and disconnected.is_set():
                     return False
@@ -362,10 +394,17 @@ class JobService(Scopes):
             self.metrics.long_polls.dec()
 
     async def _wait_slice(
-        self, agent_id: UUID, timeout: float, disconnected: asyncio.Event | None
+        self,
+        agent_id: UUID,
+        timeout: float,
+        disconnected: asyncio.Event | None,
+        since: Mark | None = None,
+        last: bool = False,
     ) -> bool:
         """One ``store.wait_for_job``, cut short by server shutdown or the client leaving."""
-        waiter = asyncio.ensure_future(self.store.wait_for_job(agent_id, timeout))
+        waiter = asyncio.ensure_future(
+            self.store.wait_for_job(agent_id, timeout, since=since, last=last)
+        )
         others = [asyncio.ensure_future(self._stopping.wait())]
         if disconnected is not None:
             others.append(asyncio.ensure_future(disconnected.wait()))

@@ -110,6 +110,9 @@ class ServerSettings(BaseSettings):
     header_timeout: float = Field(default=10.0, gt=0)
     body_timeout: float = Field(default=30.0, gt=0)
     keep_alive_timeout: float = Field(default=5.0, gt=0)
+    # The idle timeout once a connection has carried a valid API key: longer than an agent's
+    # heartbeat interval (lease/3, 20 s by default), so heartbeats reuse their connection.
+    keyed_keep_alive_timeout: float = Field(default=75.0, gt=0)
     max_connections: int = Field(default=10_000, ge=1)
     # The event loop of `server start`: uvloop when installed (auto), or one named.
     loop: Literal["auto", "uvloop", "asyncio"] = "auto"

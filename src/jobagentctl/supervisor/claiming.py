@@ -6,8 +6,9 @@ transient errors are retried with backoff, so an agent outlives a server restart
 
 from __future__ import annotations
 
+import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 from jobagentctl.errors import NoJob, NotClaimable
@@ -25,6 +26,10 @@ __all__ = ["Claim", "Claimer"]
 MAX_POLL_SECONDS = 30.0
 # A server that answers "nothing" long before the poll's end is not polled again sooner.
 MIN_POLL_GAP_SECONDS = 1.0
+# The first long-poll of a process waits a random part of its wait, from this fraction up:
+# agents started together (a host boot, a fleet reconnecting after a server restart) then
+# re-poll spread out, not all in the same second every 30 s. Later polls wait in full.
+FIRST_POLL_FRACTION = 0.5
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,7 @@ class Claimer:
     policy: SignalPolicy
     reporter: Reporter
     log: Log
+    _first_poll: bool = field(default=True, init=False)
 
     def _stopped(self) -> Outcome:
         if self.policy.draining:
@@ -68,6 +74,10 @@ class Claimer:
                 # The lease counts from when the request was sent, and a long-poll may claim
                 # at its very end: keep each poll to a third of the lease, as a heartbeat.
                 poll = min(poll, opts.lease_seconds / 3)
+            if self._first_poll and opts.job_id is None:
+                self._first_poll = False
+                if poll < remaining:  # not the budget's last poll: that one keeps its end
+                    poll *= random.uniform(FIRST_POLL_FRACTION, 1.0)
             sent_at = time.monotonic()
             call = self.waiter.call(
                 partial(self._claim_once, poll), "idle", on_abandoned=self.reporter.give_back

@@ -54,6 +54,7 @@ from jobagentctl.server.store.queries import migrations
 from jobagentctl.server.store.records import OutageGrace, ReapResult, StatusChange
 from jobagentctl.server.store.schema_window import SchemaWindow
 from jobagentctl.server.store.validation import check_claim_state, check_lease
+from jobagentctl.server.store.waiters import Mark
 
 __all__ = ["SqlStore", "Store"]
 
@@ -204,15 +205,22 @@ class SqlStore(Entities, LogStore):
         claimed = await self._claim(query, lambda: {**params, "new_claim_id": uuid4()}, limit)
         return [rows.claimed_job_from_row(row) for row in claimed]
 
-    async def wait_for_job(self, agent_id: UUID, timeout: float) -> bool:
+    def wait_mark(self, agent_id: UUID) -> Mark:
+        """Taken before a claim attempt, for :meth:`wait_for_job`'s ``since``."""
+        return self._db.waiters.mark(agent_id)
+
+    async def wait_for_job(
+        self, agent_id: UUID, timeout: float, *, since: Mark | None = None, last: bool = False
+    ) -> bool:
         """Block up to ``timeout`` seconds for a "job queued for this agent" signal (created,
         released, requeued by the reaper; from any replica on PostgreSQL). True if signalled.
-        May wake spuriously; the caller re-tries its claim."""
+        May wake spuriously; the caller re-tries its claim. ``since`` and ``last``: see
+        ``Waiters.wait`` (they spare the queue checks an empty long-poll need not make)."""
 
         async def queued() -> bool:
             return await self._db.one("queued_exists", {"agent_id": agent_id}) is not None
 
-        return await self._db.waiters.wait(agent_id, timeout, queued)
+        return await self._db.waiters.wait(agent_id, timeout, queued, since=since, last=last)
 
     async def heartbeat(
         self,

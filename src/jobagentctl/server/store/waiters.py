@@ -10,11 +10,15 @@ from uuid import UUID
 
 from jobagentctl.errors import JobAgentError
 
-__all__ = ["QueuedCounts", "Waiters"]
+__all__ = ["Mark", "QueuedCounts", "Waiters"]
 
 # What a poller asks the database: for each of these agents, how many jobs are queued ({} when
 # there is nothing to ask, e.g. no other process has written since the last poll).
 QueuedCounts = Callable[[list[UUID]], Awaitable[Mapping[UUID, int]]]
+# What :meth:`Waiters.mark` returns: compared, it tells whether a wake-up signal came since.
+Mark = tuple[int, int]
+# Agents whose signals are counted before the counts are reset (a reset changes every mark).
+_MAX_SIGNALLED = 100_000
 
 
 class Waiters:
@@ -27,6 +31,15 @@ class Waiters:
         # dict as an ordered set: the oldest waiter is woken first.
         self._events: dict[UUID, dict[asyncio.Event, None]] = {}
         self._poller: asyncio.Task[None] | None = None
+        # Wake-up signals per agent since the last reset (``_epoch``), waiters or not: a
+        # long-poll that marked them before its claim attempt can tell, once registered,
+        # whether a job may have been queued in between without asking the database.
+        self._signalled: dict[UUID, int] = {}
+        self._epoch = 0
+
+    def mark(self, agent_id: UUID) -> Mark:
+        """Take before a claim attempt; hand to :meth:`wait` as ``since``."""
+        return self._epoch, self._signalled.get(agent_id, 0)
 
     def start_poller(self, interval: float, queued: QueuedCounts) -> None:
         """Start the one poller of this process (see ``_poll``), asking ``queued``."""
@@ -41,22 +54,36 @@ class Waiters:
                 await poller
 
     async def wait(
-        self, agent_id: UUID, timeout: float, queued: Callable[[], Awaitable[bool]]
+        self,
+        agent_id: UUID,
+        timeout: float,
+        queued: Callable[[], Awaitable[bool]],
+        *,
+        since: Mark | None = None,
+        last: bool = False,
     ) -> bool:
         """Up to ``timeout`` seconds for a job of ``agent_id``: True as soon as ``queued()`` says
-        one is there or a wake-up comes, False when the time is up."""
+        one is there or a wake-up comes, False when the time is up.
+
+        ``since``: the :meth:`mark` taken before the caller's claim attempt; the queue is not
+        asked first unless a signal came since. ``last``: the caller's whole wait ends with
+        this one, and its next claim attempt asks the queue anyway, so it is not asked at the
+        end either: an empty long-poll then costs the database its claim attempt alone."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         event = self.register(agent_id)
         consumed = False
+        # Asked after registering, so a job queued since the caller's claim attempt is never
+        # missed between that attempt and the signal. Without a signal since the mark, one
+        # queued here is either signalled to the event from now on (this process's enqueues,
+        # LISTEN/NOTIFY) or found by the poller, which asks for every agent with waiters.
+        ask = since is None or since != self.mark(agent_id)
         try:
             while True:
-                # Asked after registering, so a job queued since the caller's claim attempt
-                # (here, on another replica or another process on the SQLite file) is never
-                # missed between that attempt and the signal.
-                if await queued():
+                if ask and await queued():
                     consumed = True
                     return True
+                ask = True
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     return False
@@ -65,6 +92,8 @@ class Waiters:
                 if await _wait_event(event, remaining):
                     consumed = True
                     return True
+                if last:
+                    return False
         finally:
             self.unregister(agent_id, event, consumed=consumed)
 
@@ -87,6 +116,10 @@ class Waiters:
 
     def notify(self, agent_id: UUID, jobs: int = 1) -> None:
         """``jobs`` jobs were queued for ``agent_id``: wake as many of its sleeping waiters."""
+        if len(self._signalled) >= _MAX_SIGNALLED:
+            self._signalled.clear()
+            self._epoch += 1
+        self._signalled[agent_id] = self._signalled.get(agent_id, 0) + 1
         left = jobs
         for event in self._events.get(agent_id, {}):
             if left <= 0:
@@ -108,6 +141,8 @@ class Waiters:
         """Wake every waiter: after a listener reconnect notifications may have been missed,
         and on close every waiter must return. Each re-tries its claim (a spurious wake-up is
         allowed)."""
+        self._signalled.clear()
+        self._epoch += 1
         for events in self._events.values():
             for event in events:
                 event.set()
