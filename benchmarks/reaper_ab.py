@@ -189,7 +189,7 @@ async def sqlite_pass(batch: int) -> float:
         ws, agent = await setup_store(store, 0)
         try:
             for _ in range(CLAIMS):
-                await store.create_job(ws, agent, {}, None, None)
+                await store.entities.create_job(ws, agent, {}, None, None)
             while await store.claim_batch(ws, agent, 3600, 100):
                 pass
             with sqlite3.connect(path) as conn:

@@ -170,7 +170,7 @@ async def _trace(url: str) -> tuple[list[Traced], dict[str, Any]]:
     store = open_store(url, min_size=1, max_size=1, listen=False)
     ws, agent = await setup_store(store, 1)
     try:
-        with _Recorder(store.connector) as recorder:
+        with _Recorder(store.db) as recorder:
             recorder.phase = "claim"
             job = await store.claim_next(ws, agent, 60)
             if job is None:

@@ -125,8 +125,8 @@ def test_sqlite_urls(url: str, path: str) -> None:
     assert sqlite_path(url) == path
     store = open_store(url)
     assert isinstance(store, SqlStore)
-    assert isinstance(store.connector, SqliteConnector)
-    assert store.connector.path == path
+    assert isinstance(store.db, SqliteConnector)
+    assert store.db.path == path
 
 
 @pytest.mark.parametrize(
@@ -149,13 +149,13 @@ def test_unknown_database_urls_are_config_errors(url: str) -> None:
 def test_postgres_urls(scheme: str) -> None:
     store = open_store(f"{scheme}://user:pw@host:5432/db", max_size=4)
     assert isinstance(store, SqlStore)
-    assert isinstance(store.connector, PostgresConnector)
+    assert isinstance(store.db, PostgresConnector)
     assert store.dialect == "postgres"
 
 
 def test_postgres_url_options_the_driver_knows_are_taken() -> None:
     url = "postgresql://u:pw@h/db?sslmode=verify-full&sslrootcert=/ca.pem&application_name=x"
-    assert isinstance(open_store(url).connector, PostgresConnector)
+    assert isinstance(open_store(url).db, PostgresConnector)
     with pytest.raises(ConfigError) as refused:
         open_store("postgresql://u:secret@h/db?sslmode=require&connect_timout=3")
     assert "connect_timout" in refused.value.message
@@ -169,7 +169,7 @@ def test_libpq_connect_timeout_is_taken_as_asyncpgs_timeout() -> None:
     given = driver_url(url)
     assert given.url == "postgresql://u:pw@h/db?sslmode=require&application_name=x"
     assert given.timeout == 7.0
-    connector = open_store(url).connector
+    connector = open_store(url).db
     assert isinstance(connector, PostgresConnector)
     assert connector._connect == {"timeout": 7.0}
     assert driver_url("postgresql://h/db")[:2] == ("postgresql://h/db", None)

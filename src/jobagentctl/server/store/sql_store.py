@@ -1,7 +1,8 @@
-"""``SqlStore``: every store operation written once, with its contract, over a small
-``Connector`` per database (``connector.py``); the lease operations here, those on workspaces,
-keys, agents and jobs in its base class (``entities.py``), those on job logs in its other base
-class (``logs.py``).
+"""``SqlStore``: every store operation written once, with its contract, over one ``Connector``
+per database (``connector.py``).
+
+The lifecycle and lease operations live here. ``store.entities`` (``entities.py``) holds those
+on workspaces, keys, agents and jobs. ``store.logs`` (``logs.py``) holds those on job logs.
 
 As procrastinate's ``manager.py`` over its connectors: the store names a query and passes
 parameters; the connector (``sqlite.py``, ``postgres.py``) runs the dialect's SQL of that name
@@ -42,7 +43,7 @@ from jobagentctl.models import (
 )
 from jobagentctl.server.store import rows
 from jobagentctl.server.store.connector import Connector, Params, Row
-from jobagentctl.server.store.entities import Entities
+from jobagentctl.server.store.entities import Entities, read_page
 from jobagentctl.server.store.fencing import (
     StatusContext,
     attempt_outcome_for,
@@ -58,7 +59,7 @@ from jobagentctl.server.store.validation import check_claim_state, check_lease
 __all__ = ["SqlStore", "Store"]
 
 
-class SqlStore(Entities, LogStore):
+class SqlStore:
     """Persistence and lease logic. All operations are coroutines; all times are the database's.
 
     Every lease decision happens inside the database, with the database clock, in one statement
@@ -70,33 +71,35 @@ class SqlStore(Entities, LogStore):
     ``workspace_id`` always scopes: an id of another workspace is ``NotFound``.
     """
 
-    def __init__(self, connector: Connector) -> None:
-        self.connector = connector
-        self.dialect = connector.dialect  # for reports: "sqlite" | "postgres"
-        self._db = connector
+    def __init__(self, db: Connector) -> None:
+        # The one connector: the entities and the logs hold it too.
+        self.db = db
+        self.dialect = db.dialect  # for reports: "sqlite" | "postgres"
+        self.entities = Entities(db)
+        self.logs = LogStore(db)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
     async def open(self) -> None:
         """Connect (pool / connection). Does not migrate."""
-        await self._db.open()
+        await self.db.open()
 
     async def close(self) -> None:
         """Disconnect; every long-poll still waiting returns."""
-        await self._db.close()
-        self._db.waiters.notify_all()
+        await self.db.close()
+        self.db.waiters.notify_all()
 
     async def migrate(self) -> list[int]:
         """Apply pending versioned migrations (idempotent, safe when replicas race); return the
         versions applied now. ``SchemaTooNew`` when the database is past this release's window
         (a newer release applied a migration that is not expand-only)."""
-        applied = await self._db.migrate()
+        applied = await self.db.migrate()
         (await self.schema_window()).check()
         return applied
 
     async def schema_window(self) -> SchemaWindow:
         """The applied versions as this release sees them (newer than it knows, and how)."""
-        applied = await self._db.all("applied_versions")
+        applied = await self.db.all("applied_versions")
         return SchemaWindow.of(applied, known=len(migrations(self.dialect)))
 
     async def schema_current(self, timeout: float | None = None) -> bool:
@@ -113,8 +116,8 @@ class SqlStore(Entities, LogStore):
         ``SchemaTooNew``."""
         try:
             async with asyncio.timeout(timeout):
-                applied = await self._db.all("applied_versions")
-                writable = await self._db.writable()
+                applied = await self.db.all("applied_versions")
+                writable = await self.db.writable()
         except TimeoutError:
             return ServerUnavailable("database unreachable: no answer in time")
         except JobAgentError as exc:  # its message says where and why (never a password)
@@ -132,7 +135,7 @@ class SqlStore(Entities, LogStore):
     async def _claim(self, name: str, params: Callable[[], Params], limit: int) -> list[Row]:
         for retry in (True, False):
             try:
-                return await self._db.each(name, params, limit)
+                return await self.db.each(name, params, limit)
             except Conflict:
                 # A unique violation, which the invariants rule out (no claim row outlives
                 # inProgress; the attempt number is counted on the job row under its lock):
@@ -163,7 +166,7 @@ class SqlStore(Entities, LogStore):
         if claimed:
             return rows.claimed_job_from_row(claimed[0])
         # Failure path only: tell unknown/foreign (404) from not queued (409).
-        state = await self._db.one("job_claim_state", params)
+        state = await self.db.one("job_claim_state", params)
         if state is None:
             raise NotFound("job not found")
         if state["status"] == JobStatus.QUEUED and state["revoked_held"]:
@@ -210,9 +213,9 @@ class SqlStore(Entities, LogStore):
         May wake spuriously; the caller re-tries its claim."""
 
         async def queued() -> bool:
-            return await self._db.one("queued_exists", {"agent_id": agent_id}) is not None
+            return await self.db.one("queued_exists", {"agent_id": agent_id}) is not None
 
-        return await self._db.waiters.wait(agent_id, timeout, queued)
+        return await self.db.waiters.wait(agent_id, timeout, queued)
 
     async def heartbeat(
         self,
@@ -238,11 +241,11 @@ class SqlStore(Entities, LogStore):
             "agent_scope": agent_scope,
             "last_output_at": _epoch(last_output_at),
         }
-        row = await self._db.one("heartbeat", params)
+        row = await self.db.one("heartbeat", params)
         if row is not None:
             return rows.heartbeat_from_row(row)
         # Failure path only: one more read to say why.
-        raise heartbeat_failure(await self._db.one("job_claim_state", params))
+        raise heartbeat_failure(await self.db.one("job_claim_state", params))
 
     async def set_status(
         self,
@@ -295,11 +298,11 @@ class SqlStore(Entities, LogStore):
         if (
             claim_id is not None
             and status != JobStatus.IN_PROGRESS
-            and (metadata is None or self._db.merges_json)
+            and (metadata is None or self.db.merges_json)
         ):
             # The common case, the claim's holder ending its attempt: one fenced statement.
             # Nothing comes back when it is refused or a repeat; the locked path says why.
-            done = await self._db.one("finish_claimed", {**fence, **write})
+            done = await self.db.one("finish_claimed", {**fence, **write})
             if done is not None:
                 return self._changed(done)
         rules = partial(
@@ -339,7 +342,7 @@ class SqlStore(Entities, LogStore):
             return await self._set_status_locked(fence, write, metadata, deciding)
         finally:
             if let_go and fence["claim_id"] is not None:
-                row = await self._db.one("release_revoked", fence)
+                row = await self.db.one("release_revoked", fence)
                 if row is not None:
                     self._changed(row)
 
@@ -368,7 +371,7 @@ class SqlStore(Entities, LogStore):
             wrote = True
             return "apply_status", write
 
-        row = await self._db.locked("status_context", fence, decide)
+        row = await self.db.locked("status_context", fence, decide)
         if row is None:  # pragma: no cover - the job row was locked by us
             raise NotFound("job not found")
         return self._changed(row, wrote=wrote)
@@ -376,7 +379,7 @@ class SqlStore(Entities, LogStore):
     def _changed(self, row: Row, *, wrote: bool = True) -> StatusChange:
         change = rows.status_change_from_row(row)
         if wrote and change.status == JobStatus.QUEUED and change.job_agent_id is not None:
-            self._db.notify(change.job_agent_id, 1)
+            self.db.notify(change.job_agent_id, 1)
         return change
 
     async def reap(
@@ -401,18 +404,18 @@ class SqlStore(Entities, LogStore):
             "heartbeat_max": HEARTBEAT_INTERVAL_MAX,
         }
         # Revoked claims past their lease no longer hold their jobs back.
-        freed = await self._db.one("reap_revoked")
+        freed = await self.db.one("reap_revoked")
         for agent, jobs in Counter(rows.id_list((freed or {}).get("queued_agents"))).items():
-            self._db.notify(agent, jobs)
+            self.db.notify(agent, jobs)
         requeued = failed = 0
         while True:
-            row = await self._db.one("reap", params)
+            row = await self.db.one("reap", params)
             if row is None or not row["reaped"]:
                 break
             requeued += int(row["requeued"])
             failed += int(row["failed"])
             for agent, jobs in Counter(rows.id_list(row["requeued_agents"])).items():
-                self._db.notify(agent, jobs)
+                self.db.notify(agent, jobs)
             if not row["more"]:
                 # No expired claim beyond this batch: another statement would find nothing
                 # (one held by a status change or another reaper: next tick). A batch whose
@@ -442,7 +445,7 @@ class SqlStore(Entities, LogStore):
             "limit": limit,
             "offset": offset,
         }
-        found, total = await self._page("list_claims", params)
+        found, total = await read_page(self.db, "list_claims", params)
         return [rows.claim_from_row(row) for row in found], total
 
     async def urgent_claims(
@@ -467,8 +470,8 @@ class SqlStore(Entities, LogStore):
             "stale_after": stale_after,
             "quiet_after": quiet_after,
         }
-        found = await self._db.all("urgent_claims", {**params, "limit": limit})
-        counted = await self._db.all("claim_counts", params)
+        found = await self.db.all("urgent_claims", {**params, "limit": limit})
+        counted = await self.db.all("claim_counts", params)
         counts = {str(row["mark"]): int(row["n"]) for row in counted}
         return [rows.claim_from_row(row) for row in found], counts
 
@@ -477,14 +480,14 @@ class SqlStore(Entities, LogStore):
     ) -> list[JobAttempt]:
         """Attempts of one job, attempt ascending; ``NotFound`` for an unknown job."""
         params = {"job_id": job_id, "workspace_id": workspace_id, "agent_scope": agent_scope}
-        found = await self._db.all("list_attempts", params)
+        found = await self.db.all("list_attempts", params)
         if not found:
             raise NotFound("job not found")
         return [rows.attempt_from_row(row) for row in found if row["attempt"] is not None]
 
     async def claim_stats(self) -> dict[str, float]:
         """For ``/metrics``: ``active``, ``expired`` claim counts and ``oldest_age_seconds``."""
-        row = await self._db.one("claim_stats")
+        row = await self.db.one("claim_stats")
         return {key: float(value or 0) for key, value in (row or {}).items()}
 
 

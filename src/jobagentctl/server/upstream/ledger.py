@@ -66,7 +66,7 @@ class Ledger:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._db = store.connector
+        self._db = store.db
 
     async def register(self, workspace_id: UUID, upstream_url: str) -> None:
         await self._db.one(
@@ -113,7 +113,7 @@ class Ledger:
 
     async def ended_here(self, workspace_id: UUID, job_id: UUID) -> datetime | None:
         """When our row of the job says it ended (a terminal status), or None."""
-        job = await self.store.get_job(workspace_id, job_id, None)
+        job = await self.store.entities.get_job(workspace_id, job_id, None)
         return None if job is None else job.completed_at
 
     async def undo_claim(self, job_id: UUID, claim_id: UUID) -> bool:
