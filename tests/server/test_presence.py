@@ -27,7 +27,7 @@ def _count_writes(api: Api, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
         writes[str(agent_id)] += 1
         await touch(workspace_id, agent_id)
 
-    monkeypatch.setattr(api.store, "touch_agent", counted)
+    monkeypatch.setattr(api.store.entities, "touch_agent", counted)
     return writes
 
 
@@ -68,6 +68,7 @@ async def test_at_most_one_presence_write_per_agent_per_interval(
 class _Store:
     def __init__(self) -> None:
         self.touched: list[UUID] = []
+        self.entities = self  # Presence calls store.entities.touch_agent
 
     async def touch_agent(self, workspace_id: UUID, agent_id: UUID) -> None:
         self.touched.append(agent_id)
