@@ -72,12 +72,12 @@ def sql_pass(sql: str, batch: int, *, lookahead: bool = False) -> Pass:
     (else, as before it did, the loop goes on after a full batch)."""
 
     async def run(store: SqlStore) -> int:
-        db = store._db
+        db = store.db
         postgres_sql._converted()["reap_variant"] = postgres_sql.to_dollar(sql)
         await db.one("reap_revoked")
         requeued = 0
         while True:
-            row = await db.one("reap_variant", _params(batch))
+            row = await db.one("reap_variant", **_params(batch))
             if row is None or not row["reaped"]:
                 break
             requeued += int(row["requeued"])
@@ -95,7 +95,7 @@ def _on_cpu(pid: int) -> float:
 
 
 async def _backend_pid(store: SqlStore) -> int:
-    async with store._db._connection() as conn:
+    async with store.db._connection() as conn:
         return int(await conn.fetchval("SELECT pg_backend_pid()"))
 
 

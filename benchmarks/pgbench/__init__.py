@@ -102,39 +102,41 @@ class _Recorder:
             self.log.append(traced)
         return traced
 
-    async def _call(self, method: str, *args: Any) -> Any:
+    async def _call(self, method: str, *args: Any, **params: Any) -> Any:
         self._depth += 1
         try:
-            return await self._originals[method](*args)
+            return await self._originals[method](*args, **params)
         finally:
             self._depth -= 1
 
-    async def _one(self, name: str, params: Params | None = None) -> Row | None:
+    async def _one(self, name: str, /, **params: Any) -> Row | None:
         traced = self._note(self._sql[name], params)
-        row: Row | None = await self._call("one", name, params)
+        row: Row | None = await self._call("one", name, **params)
         traced.saw(row)
         return row
 
-    async def _all(self, name: str, params: Params | None = None) -> list[Row]:
+    async def _all(self, name: str, /, **params: Any) -> list[Row]:
         traced = self._note(self._sql[name], params)
-        rows: list[Row] = await self._call("all", name, params)
+        rows: list[Row] = await self._call("all", name, **params)
         traced.saw(rows[0] if rows else None)
         return rows
 
-    async def _each(self, name: str, params: Callable[[], Params], limit: int) -> list[Row]:
+    async def _each(
+        self, name: str, limit: int, fresh: Callable[[], Params], /, **params: Any
+    ) -> list[Row]:
         # PostgreSQL claims the batch in one statement with ``limit`` bound (Connector.each).
         traced = self._note(self._sql[name], None)
 
         def bound() -> Params:
-            given = params()
-            traced.params = {**given, "limit": limit}
+            given = fresh()
+            traced.params = {**params, **given, "limit": limit}
             return given
 
-        rows: list[Row] = await self._call("each", name, bound, limit)
+        rows: list[Row] = await self._call("each", name, limit, bound, **params)
         traced.saw(rows[0] if rows else None)
         return rows
 
-    async def _locked(self, read: str, params: Params, decide: Decide) -> Row | None:
+    async def _locked(self, read: str, decide: Decide, /, **params: Any) -> Row | None:
         # Recorded as the PostgreSQL connector runs it: one transaction taking the claim's lock,
         # then the job's, reading, and writing what ``decide`` names (if anything).
         outermost = self._depth == 0
@@ -147,7 +149,7 @@ class _Recorder:
             written[:] = [] if write is None else [Traced(self._sql[write[0]], write[1])]
             return write
 
-        row: Row | None = await self._call("locked", read, params, deciding)
+        row: Row | None = await self._call("locked", read, deciding, **params)
         if outermost:
             if written:
                 written[0].saw(row)

@@ -389,9 +389,9 @@ async def test_a_pass_runs_no_statement_past_its_last_batch(
     run = connector.one
     names: list[str] = []
 
-    async def counted(name: str, params: dict[str, object] | None = None) -> object:
+    async def counted(name: str, /, **params: object) -> object:
         names.append(name)
-        return await run(name, params)
+        return await run(name, **params)
 
     monkeypatch.setattr(connector, "one", counted)
     assert (await env.store.reap(batch, 0)).requeued == expired

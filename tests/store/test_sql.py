@@ -388,7 +388,7 @@ async def test_postgres_claim_retries_once_after_a_unique_violation(
     calls: list[str] = []
 
     def racing(times: int) -> object:
-        async def each(query: str, params: object, limit: int) -> object:
+        async def each(query: str, limit: int, fresh: object, /, **params: object) -> object:
             calls.append(query)
             if len(calls) <= times:
                 violation = asyncpg.UniqueViolationError("job_attempt_pkey")
@@ -398,12 +398,12 @@ async def test_postgres_claim_retries_once_after_a_unique_violation(
         return each
 
     monkeypatch.setattr(connector, "each", racing(1))
-    assert await store._claim("claim", dict, 1) == [{"claimed": True}]
+    assert await store._claim("claim", 1) == [{"claimed": True}]
     assert len(calls) == 2
     calls.clear()
     monkeypatch.setattr(connector, "each", racing(2))  # twice in a row: give up, as a conflict
     with pytest.raises(Conflict):
-        await store._claim("claim", dict, 1)
+        await store._claim("claim", 1)
     assert len(calls) == 2
 
 

@@ -95,7 +95,7 @@ class LogStore:
             "chunks": json.dumps(listing),
             "data": b"".join(chunk.data for chunk in chunks),
         }
-        row = await self.db.one("log_append", params)
+        row = await self.db.one("log_append", **params)
         if row is None:
             row = await self._append_refused(params)
         attempt, stored, cut = int(row["attempt"]), int(row["stored_bytes"]), row["cut_bytes"]
@@ -118,15 +118,15 @@ class LogStore:
         refused as the claim moved. An operator's requeue or cancel that commits while the
         fence waits for the claim row's lock turns it into the revoked claim after the
         statement's snapshot (PostgreSQL), which that statement cannot see; a new one does."""
-        state = await self.db.one("job_claim_state", params)
+        state = await self.db.one("job_claim_state", **params)
         if state is not None and params["claim_id"] in (
             _uuid(state["claim_id"]),
             _uuid(state["revoked_claim_id"]),
         ):
-            row = await self.db.one("log_append", params)
+            row = await self.db.one("log_append", **params)
             if row is not None:
                 return row
-            state = await self.db.one("job_claim_state", params)
+            state = await self.db.one("job_claim_state", **params)
         if state is None:
             raise LogNotFound("job not found", details={"jobId": str(params["job_id"])})
         raise heartbeat_failure(state)
@@ -138,15 +138,15 @@ class LogStore:
         and the first one cut becomes the one truncation marker (its text: how many bytes were
         cut in all). Seven eighths, so that a log at its cap is trimmed once per eighth of the
         cap appended rather than on every append."""
-        params = {
-            "job_id": job_id,
-            "attempt": attempt,
-            "max_bytes": max_bytes,
-            "row_cost": LOG_ROW_COST,
-            "head_bytes": max_bytes // 2,
-            "low_water": max_bytes - max_bytes // 8,
-        }
-        return await self.db.one("log_trim", params)
+        return await self.db.one(
+            "log_trim",
+            job_id=job_id,
+            attempt=attempt,
+            max_bytes=max_bytes,
+            row_cost=LOG_ROW_COST,
+            head_bytes=max_bytes // 2,
+            low_water=max_bytes - max_bytes // 8,
+        )
 
     async def read_logs(
         self,
@@ -163,13 +163,13 @@ class LogStore:
         chunks: an ended attempt's page holds everything it appended after the cursor).
         Unknown job, or an attempt it does not have → ``LogNotFound``; a log deleted by
         retention → ``LogExpired``."""
-        params = {
-            "job_id": job_id,
-            "workspace_id": workspace_id,
-            "attempt": attempt,
-            "agent_scope": agent_scope,
-        }
-        state = await self.db.one("log_state", params)
+        state = await self.db.one(
+            "log_state",
+            job_id=job_id,
+            workspace_id=workspace_id,
+            attempt=attempt,
+            agent_scope=agent_scope,
+        )
         if state is None:
             raise LogNotFound("job not found", details={"jobId": str(job_id)})
         number = state["attempt"]
@@ -182,7 +182,7 @@ class LogStore:
                 details={"jobId": str(job_id), "attempt": int(number)},
             )
         found = await self.db.all(
-            "log_chunks", {"job_id": job_id, "attempt": number, "after": after, "limit": limit}
+            "log_chunks", job_id=job_id, attempt=number, after=after, limit=limit
         )
         return LogPage(
             job_id=job_id,
@@ -200,8 +200,9 @@ class LogStore:
         """Delete the chunks of up to ``batch_size`` attempts that ended more than
         ``retention_seconds`` ago, in one statement (SQLite: one transaction), and mark them
         expired; how many attempts were expired."""
-        params = {"retention_seconds": retention_seconds, "batch_size": batch_size}
-        row = await self.db.one("log_expire", params)
+        row = await self.db.one(
+            "log_expire", retention_seconds=retention_seconds, batch_size=batch_size
+        )
         return 0 if row is None else int(row["expired_logs"])
 
 

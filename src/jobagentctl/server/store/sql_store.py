@@ -132,10 +132,10 @@ class SqlStore:
 
     # --- leases --------------------------------------------------------------------------------
 
-    async def _claim(self, name: str, params: Callable[[], Params], limit: int) -> list[Row]:
+    async def _claim(self, query: str, limit: int, /, **params: Any) -> list[Row]:
         for retry in (True, False):
             try:
-                return await self.db.each(name, params, limit)
+                return await self.db.each(query, limit, _new_claim, **params)
             except Conflict:
                 # A unique violation, which the invariants rule out (no claim row outlives
                 # inProgress; the attempt number is counted on the job row under its lock):
@@ -162,11 +162,11 @@ class SqlStore:
             "lease_seconds": lease_seconds,
             "agent_scope": agent_id,
         }
-        claimed = await self._claim("claim_job", lambda: {**params, "new_claim_id": uuid4()}, 1)
+        claimed = await self._claim("claim_job", 1, **params)
         if claimed:
             return rows.claimed_job_from_row(claimed[0])
         # Failure path only: tell unknown/foreign (404) from not queued (409).
-        state = await self.db.one("job_claim_state", params)
+        state = await self.db.one("job_claim_state", **params)
         if state is None:
             raise NotFound("job not found")
         if state["status"] == JobStatus.QUEUED and state["revoked_held"]:
@@ -196,15 +196,12 @@ class SqlStore:
         check_lease(lease_seconds)
         if limit < 1:
             raise ValidationError("limit must be at least 1")
-        params = {
-            "agent_id": agent_id,
-            "workspace_id": workspace_id,
-            "lease_seconds": lease_seconds,
-        }
         # One job: the statement with LIMIT 1 written out (a plan PostgreSQL keeps, see
         # queries.sql); a batch: the one that binds the limit.
         query = "claim_next" if limit == 1 else "claim_batch"
-        claimed = await self._claim(query, lambda: {**params, "new_claim_id": uuid4()}, limit)
+        claimed = await self._claim(
+            query, limit, agent_id=agent_id, workspace_id=workspace_id, lease_seconds=lease_seconds
+        )
         return [rows.claimed_job_from_row(row) for row in claimed]
 
     async def wait_for_job(self, agent_id: UUID, timeout: float) -> bool:
@@ -213,7 +210,7 @@ class SqlStore:
         May wake spuriously; the caller re-tries its claim."""
 
         async def queued() -> bool:
-            return await self.db.one("queued_exists", {"agent_id": agent_id}) is not None
+            return await self.db.one("queued_exists", agent_id=agent_id) is not None
 
         return await self.db.waiters.wait(agent_id, timeout, queued)
 
@@ -241,11 +238,11 @@ class SqlStore:
             "agent_scope": agent_scope,
             "last_output_at": _epoch(last_output_at),
         }
-        row = await self.db.one("heartbeat", params)
+        row = await self.db.one("heartbeat", **params)
         if row is not None:
             return rows.heartbeat_from_row(row)
         # Failure path only: one more read to say why.
-        raise heartbeat_failure(await self.db.one("job_claim_state", params))
+        raise heartbeat_failure(await self.db.one("job_claim_state", **params))
 
     async def set_status(
         self,
@@ -302,7 +299,7 @@ class SqlStore:
         ):
             # The common case, the claim's holder ending its attempt: one fenced statement.
             # Nothing comes back when it is refused or a repeat; the locked path says why.
-            done = await self.db.one("finish_claimed", {**fence, **write})
+            done = await self.db.one("finish_claimed", **{**fence, **write})
             if done is not None:
                 return self._changed(done)
         rules = partial(
@@ -342,7 +339,7 @@ class SqlStore:
             return await self._set_status_locked(fence, write, metadata, deciding)
         finally:
             if let_go and fence["claim_id"] is not None:
-                row = await self.db.one("release_revoked", fence)
+                row = await self.db.one("release_revoked", **fence)
                 if row is not None:
                     self._changed(row)
 
@@ -371,7 +368,7 @@ class SqlStore:
             wrote = True
             return "apply_status", write
 
-        row = await self.db.locked("status_context", fence, decide)
+        row = await self.db.locked("status_context", decide, **fence)
         if row is None:  # pragma: no cover - the job row was locked by us
             raise NotFound("job not found")
         return self._changed(row, wrote=wrote)
@@ -409,7 +406,7 @@ class SqlStore:
             self.db.notify(agent, jobs)
         requeued = failed = 0
         while True:
-            row = await self.db.one("reap", params)
+            row = await self.db.one("reap", **params)
             if row is None or not row["reaped"]:
                 break
             requeued += int(row["requeued"])
@@ -436,16 +433,17 @@ class SqlStore:
         active|expired|unleased|all, judged with the database clock; ``unleased`` rows are
         ``inProgress`` jobs without a claim row. ``last_heartbeat_at`` = ``claim_expires_at -
         lease_seconds``."""
-        params = {
-            "workspace_id": workspace_id,
-            "agent_id": agent_id,
-            "state": check_claim_state(state).value,
-            "stale_after": None,
-            "quiet_after": None,
-            "limit": limit,
-            "offset": offset,
-        }
-        found, total = await read_page(self.db, "list_claims", params)
+        found, total = await read_page(
+            self.db,
+            "list_claims",
+            workspace_id=workspace_id,
+            agent_id=agent_id,
+            state=check_claim_state(state).value,
+            stale_after=None,
+            quiet_after=None,
+            limit=limit,
+            offset=offset,
+        )
         return [rows.claim_from_row(row) for row in found], total
 
     async def urgent_claims(
@@ -470,8 +468,8 @@ class SqlStore:
             "stale_after": stale_after,
             "quiet_after": quiet_after,
         }
-        found = await self.db.all("urgent_claims", {**params, "limit": limit})
-        counted = await self.db.all("claim_counts", params)
+        found = await self.db.all("urgent_claims", **params, limit=limit)
+        counted = await self.db.all("claim_counts", **params)
         counts = {str(row["mark"]): int(row["n"]) for row in counted}
         return [rows.claim_from_row(row) for row in found], counts
 
@@ -479,8 +477,9 @@ class SqlStore:
         self, workspace_id: UUID, job_id: UUID, agent_scope: UUID | None = None
     ) -> list[JobAttempt]:
         """Attempts of one job, attempt ascending; ``NotFound`` for an unknown job."""
-        params = {"job_id": job_id, "workspace_id": workspace_id, "agent_scope": agent_scope}
-        found = await self.db.all("list_attempts", params)
+        found = await self.db.all(
+            "list_attempts", job_id=job_id, workspace_id=workspace_id, agent_scope=agent_scope
+        )
         if not found:
             raise NotFound("job not found")
         return [rows.attempt_from_row(row) for row in found if row["attempt"] is not None]
@@ -489,6 +488,11 @@ class SqlStore:
         """For ``/metrics``: ``active``, ``expired`` claim counts and ``oldest_age_seconds``."""
         row = await self.db.one("claim_stats")
         return {key: float(value or 0) for key, value in (row or {}).items()}
+
+
+def _new_claim() -> Params:
+    """What each claimed row gets fresh: its claim id."""
+    return {"new_claim_id": uuid4()}
 
 
 def _status_write(
