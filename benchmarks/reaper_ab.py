@@ -158,7 +158,8 @@ def _no_job_lock(sql: str) -> str:
 
 def variants(baseline: str | None) -> dict[str, Variant]:
     """The store's reap at several batch sizes, the same without its job locks, and the `reap`
-    of another queries.sql (``baseline``: older statements end a pass on a short batch)."""
+    of another SQL file (``baseline``: an older release's queries.sql or leases.sql; older
+    statements end a pass on a short batch)."""
     from jobagentctl.server.store.queries import load_queries
 
     current = load_queries("postgres")["reap"]
@@ -224,7 +225,7 @@ if __name__ == "__main__":
     parser.add_argument("--rows", type=int, default=10000, help="finished jobs loaded first")
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--variants", default="", help="names, separated by ';' (default: all)")
-    parser.add_argument("--baseline", help="another postgres queries.sql, its `reap` timed too")
+    parser.add_argument("--baseline", help="another postgres SQL file holding `reap`, timed too")
     parser.add_argument("--random-ids", action="store_true", help="random job ids (UUIDv4)")
     parser.add_argument("--sqlite", type=int, metavar="BATCH", help="SQLite instead, this batch")
     args = parser.parse_args()

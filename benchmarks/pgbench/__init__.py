@@ -7,7 +7,7 @@ same concurrency:
   ``claim_next`` and ``set_status(successful)`` (what the server calls) run once against a
   scratch database with the store's connector recorded (each named query it is asked to run,
   its parameters and first row, whatever the driver), and the recorded statements (read from
-  the store's queries.sql at that moment, in the order the store sends them, BEGIN/COMMIT
+  the store's SQL files at that moment, in the order the store sends them, BEGIN/COMMIT
   included for a locked transaction) become the script.
   When the store engineer changes the SQL, the benchmark follows.
 - ``seed``: the seed's minimal design (``seed.sql``): claim CTE with SKIP LOCKED; fenced
@@ -199,7 +199,7 @@ def _literal(value: Any) -> str:
 def _substitute(
     sql: str, params: Params | None, names: dict[str, str], defines: dict[str, str]
 ) -> str:
-    """queries.sql's ``%(name)s`` placeholders → pgbench variables: ids known to ``names``
+    """The store SQL's ``%(name)s`` placeholders → pgbench variables: ids known to ``names``
     (the agent, the workspace, the claimed job's columns), every other non-NULL value as a
     constant variable added to ``defines`` (bound as a parameter, as the server binds it); NULL
     stays a literal."""

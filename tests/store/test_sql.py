@@ -428,3 +428,41 @@ def test_an_include_of_an_unknown_fragment_is_refused(
             load_queries("sqlite")
     finally:
         load_queries.cache_clear()
+
+
+def _load_from(monkeypatch: pytest.MonkeyPatch, directory: Path) -> dict[str, str]:
+    monkeypatch.setattr(queries, "_sql_dir", lambda dialect: directory)
+    load_queries.cache_clear()
+    try:
+        return load_queries("sqlite")
+    finally:
+        load_queries.cache_clear()
+
+
+def test_every_sql_file_of_the_dialect_is_read_but_no_migration(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "entities.sql").write_text("-- name: a\nSELECT 1\n")
+    (tmp_path / "jobs.sql").write_text("-- fragment: f\n2\n-- name: b\nSELECT\n-- include: f\n")
+    (tmp_path / "migrations").mkdir()
+    (tmp_path / "migrations" / "0001_first.sql").write_text("-- name: c\nSELECT 3\n")
+    (tmp_path / "notes.txt").write_text("-- name: d\nSELECT 4\n")
+    assert _load_from(monkeypatch, tmp_path) == {"a": "SELECT 1", "b": "SELECT\n2"}
+
+
+def test_a_name_defined_in_two_files_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "entities.sql").write_text("-- name: a\nSELECT 1\n")
+    (tmp_path / "jobs.sql").write_text("-- name: a\nSELECT 2\n")
+    with pytest.raises(RuntimeError, match=r"duplicate query name 'a' in sqlite/entities\.sql"):
+        _load_from(monkeypatch, tmp_path)
+
+
+def test_a_fragment_is_included_only_in_its_own_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "entities.sql").write_text("-- fragment: f\n2\n-- name: a\nSELECT 1\n")
+    (tmp_path / "jobs.sql").write_text("-- name: b\nSELECT\n-- include: f\n")
+    with pytest.raises(RuntimeError, match=r"sqlite/jobs\.sql: 'b' includes 'f'"):
+        _load_from(monkeypatch, tmp_path)

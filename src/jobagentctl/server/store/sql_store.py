@@ -6,7 +6,7 @@ on workspaces, keys, agents and jobs. ``store.logs`` (``logs.py``) holds those o
 
 As procrastinate's ``manager.py`` over its connectors: the store names a query and passes
 parameters; the connector (``sqlite.py``, ``postgres.py``) runs the dialect's SQL of that name
-(``sql/<dialect>/queries.sql``, the same names in both) and translates driver errors. Where
+(``sql/<dialect>/*.sql``, the same names in both) and translates driver errors. Where
 PostgreSQL does an operation in one statement, SQLite's block of that name is a chain of
 statements run in one write transaction (see ``SqliteConnector``).
 """
@@ -197,7 +197,7 @@ class SqlStore:
         if limit < 1:
             raise ValidationError("limit must be at least 1")
         # One job: the statement with LIMIT 1 written out (a plan PostgreSQL keeps, see
-        # queries.sql); a batch: the one that binds the limit.
+        # leases.sql); a batch: the one that binds the limit.
         query = "claim_next" if limit == 1 else "claim_batch"
         claimed = await self._claim(
             query, limit, agent_id=agent_id, workspace_id=workspace_id, lease_seconds=lease_seconds

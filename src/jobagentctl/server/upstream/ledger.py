@@ -1,6 +1,6 @@
 """The gateway's own rows: its mirror of the jobs it claims and its outbox (``upstream_op``).
 
-Each operation is one named statement of ``sql/<dialect>/queries.sql`` (the ``gateway_*``
+Each operation is one named statement of ``sql/<dialect>/upstream.sql`` (the ``gateway_*``
 ones): one transaction each, with the database clock, as every store operation.
 """
 
