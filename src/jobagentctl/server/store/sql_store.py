@@ -309,39 +309,7 @@ class SqlStore:
             agent_scope=agent_scope,
             require_claim_id=require_claim_id,
         )
-        return await self._set_status_fenced(fence, write, metadata, rules)
-
-    async def _set_status_fenced(
-        self,
-        fence: Params,
-        write: Params,
-        metadata: dict[str, Any] | None,
-        rules: Callable[[StatusContext], str],
-    ) -> StatusChange:
-        """The locked path. A claim id refused there, or answered as a repeat, may be a revoked
-        claim's: its holder reports that its command has ended, so the job stops waiting for it.
-        Whatever the attempt's outcome: an operator who ended it with ``skipped`` (outcome
-        ``completed``) then requeued it gets the holder's release (``queued``, its claim id)
-        answered as a repeat, and the job must not wait for the lease for nothing."""
-        let_go = False
-
-        def deciding(ctx: StatusContext) -> str:
-            nonlocal let_go
-            try:
-                decision = rules(ctx)
-            except (ClaimLost, ClaimMismatch):
-                let_go = True
-                raise
-            let_go = decision == "noop"
-            return decision
-
-        try:
-            return await self._set_status_locked(fence, write, metadata, deciding)
-        finally:
-            if let_go and fence["claim_id"] is not None:
-                row = await self.db.one("release_revoked", **fence)
-                if row is not None:
-                    self._changed(row)
+        return await self._set_status_locked(fence, write, metadata, rules)
 
     async def _set_status_locked(
         self,
@@ -350,14 +318,27 @@ class SqlStore:
         metadata: dict[str, Any] | None,
         rules: Callable[[StatusContext], str],
     ) -> StatusChange:
-        """``set_status`` in one transaction holding the job's lock: read, decide, write."""
-        wrote = False
+        """``set_status`` in one transaction holding the job's lock: read, decide, write.
+
+        A claim id refused there, or answered as a repeat, may be a revoked claim's. Its holder
+        reports that its command has ended, so the job stops waiting for it, whatever the
+        attempt's outcome. An operator who ended it with ``skipped`` (outcome ``completed``)
+        then requeued it gets the holder's release answered as a repeat: the job must not wait
+        for the lease for nothing.
+        """
+        wrote = let_go = False
 
         def decide(row: Row | None) -> tuple[str, Params] | None:
-            nonlocal wrote
+            nonlocal wrote, let_go
             if row is None:
                 raise NotFound("job not found")
-            if rules(rows.status_context_from_row(row)) == "noop":
+            try:
+                decision = rules(rows.status_context_from_row(row))
+            except (ClaimLost, ClaimMismatch):
+                let_go = True
+                raise
+            let_go = decision == "noop"
+            if let_go:
                 return None
             if metadata is not None:
                 # The object merged here from the row read under the lock, written whole
@@ -368,10 +349,16 @@ class SqlStore:
             wrote = True
             return "apply_status", write
 
-        row = await self.db.locked("status_context", decide, **fence)
-        if row is None:  # pragma: no cover - the job row was locked by us
-            raise NotFound("job not found")
-        return self._changed(row, wrote=wrote)
+        try:
+            row = await self.db.locked("status_context", decide, **fence)
+            if row is None:  # pragma: no cover - the job row was locked by us
+                raise NotFound("job not found")
+            return self._changed(row, wrote=wrote)
+        finally:
+            if let_go and fence["claim_id"] is not None:
+                freed = await self.db.one("release_revoked", **fence)
+                if freed is not None:
+                    self._changed(freed)
 
     def _changed(self, row: Row, *, wrote: bool = True) -> StatusChange:
         change = rows.status_change_from_row(row)
