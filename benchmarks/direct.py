@@ -49,11 +49,11 @@ async def setup_store(store: Store, jobs: int) -> tuple[uuid.UUID, uuid.UUID]:
     workspace and agent ids (shared by every benchmark that works on a store directly)."""
     await store.open()
     await store.migrate()
-    ws = await store.create_workspace("bench")
+    ws = await store.entities.create_workspace("bench")
     agent = uuid.uuid4()
-    await store.upsert_agent(ws, agent, "bench", "bench", {}, None)
+    await store.entities.upsert_agent(ws, agent, "bench", "bench", {}, None)
     for _ in range(jobs):
-        await store.create_job(ws, agent, {}, None, None)
+        await store.entities.create_job(ws, agent, {}, None, None)
     return ws, agent
 
 

@@ -84,13 +84,13 @@ async def measure(url: str, pattern: Pattern, cap: int, scale: float = 1.0) -> S
     await store.open()
     try:
         await store.migrate()
-        ws = await store.create_workspace("logcap")
-        agent = await store.upsert_agent(ws, uuid4(), "agent", "shell", {}, None)
-        job = await store.create_job(ws, agent.id, None, None, None)
+        ws = await store.entities.create_workspace("logcap")
+        agent = await store.entities.upsert_agent(ws, uuid4(), "agent", "shell", {}, None)
+        job = await store.entities.create_job(ws, agent.id, None, None, None)
         claimed = await store.claim_job(ws, agent.id, job.id, 600)
         assert claimed.claim_id is not None
         for chunks in _requests(pattern, scale):
-            await store.append_logs(ws, job.id, claimed.claim_id, chunks, max_bytes=cap)
+            await store.logs.append_logs(ws, job.id, claimed.claim_id, chunks, max_bytes=cap)
     finally:
         await store.close()
     return _stored(url)

@@ -72,12 +72,12 @@ def sql_pass(sql: str, batch: int, *, lookahead: bool = False) -> Pass:
     (else, as before it did, the loop goes on after a full batch)."""
 
     async def run(store: SqlStore) -> int:
-        db = store._db
+        db = store.db
         postgres_sql._converted()["reap_variant"] = postgres_sql.to_dollar(sql)
         await db.one("reap_revoked")
         requeued = 0
         while True:
-            row = await db.one("reap_variant", _params(batch))
+            row = await db.one("reap_variant", **_params(batch))
             if row is None or not row["reaped"]:
                 break
             requeued += int(row["requeued"])
@@ -95,7 +95,7 @@ def _on_cpu(pid: int) -> float:
 
 
 async def _backend_pid(store: SqlStore) -> int:
-    async with store._db._connection() as conn:
+    async with store.db._connection() as conn:
         return int(await conn.fetchval("SELECT pg_backend_pid()"))
 
 
@@ -158,7 +158,8 @@ def _no_job_lock(sql: str) -> str:
 
 def variants(baseline: str | None) -> dict[str, Variant]:
     """The store's reap at several batch sizes, the same without its job locks, and the `reap`
-    of another queries.sql (``baseline``: older statements end a pass on a short batch)."""
+    of another SQL file (``baseline``: an older release's queries.sql or leases.sql; older
+    statements end a pass on a short batch)."""
     from jobagentctl.server.store.queries import load_queries
 
     current = load_queries("postgres")["reap"]
@@ -189,7 +190,7 @@ async def sqlite_pass(batch: int) -> float:
         ws, agent = await setup_store(store, 0)
         try:
             for _ in range(CLAIMS):
-                await store.create_job(ws, agent, {}, None, None)
+                await store.entities.create_job(ws, agent, {}, None, None)
             while await store.claim_batch(ws, agent, 3600, 100):
                 pass
             with sqlite3.connect(path) as conn:
@@ -224,7 +225,7 @@ if __name__ == "__main__":
     parser.add_argument("--rows", type=int, default=10000, help="finished jobs loaded first")
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--variants", default="", help="names, separated by ';' (default: all)")
-    parser.add_argument("--baseline", help="another postgres queries.sql, its `reap` timed too")
+    parser.add_argument("--baseline", help="another postgres SQL file holding `reap`, timed too")
     parser.add_argument("--random-ids", action="store_true", help="random job ids (UUIDv4)")
     parser.add_argument("--sqlite", type=int, metavar="BATCH", help="SQLite instead, this batch")
     args = parser.parse_args()

@@ -7,7 +7,7 @@ same concurrency:
   ``claim_next`` and ``set_status(successful)`` (what the server calls) run once against a
   scratch database with the store's connector recorded (each named query it is asked to run,
   its parameters and first row, whatever the driver), and the recorded statements (read from
-  the store's queries.sql at that moment, in the order the store sends them, BEGIN/COMMIT
+  the store's SQL files at that moment, in the order the store sends them, BEGIN/COMMIT
   included for a locked transaction) become the script.
   When the store engineer changes the SQL, the benchmark follows.
 - ``seed``: the seed's minimal design (``seed.sql``): claim CTE with SKIP LOCKED; fenced
@@ -102,39 +102,41 @@ class _Recorder:
             self.log.append(traced)
         return traced
 
-    async def _call(self, method: str, *args: Any) -> Any:
+    async def _call(self, method: str, *args: Any, **params: Any) -> Any:
         self._depth += 1
         try:
-            return await self._originals[method](*args)
+            return await self._originals[method](*args, **params)
         finally:
             self._depth -= 1
 
-    async def _one(self, name: str, params: Params | None = None) -> Row | None:
+    async def _one(self, name: str, /, **params: Any) -> Row | None:
         traced = self._note(self._sql[name], params)
-        row: Row | None = await self._call("one", name, params)
+        row: Row | None = await self._call("one", name, **params)
         traced.saw(row)
         return row
 
-    async def _all(self, name: str, params: Params | None = None) -> list[Row]:
+    async def _all(self, name: str, /, **params: Any) -> list[Row]:
         traced = self._note(self._sql[name], params)
-        rows: list[Row] = await self._call("all", name, params)
+        rows: list[Row] = await self._call("all", name, **params)
         traced.saw(rows[0] if rows else None)
         return rows
 
-    async def _each(self, name: str, params: Callable[[], Params], limit: int) -> list[Row]:
+    async def _each(
+        self, name: str, limit: int, fresh: Callable[[], Params], /, **params: Any
+    ) -> list[Row]:
         # PostgreSQL claims the batch in one statement with ``limit`` bound (Connector.each).
         traced = self._note(self._sql[name], None)
 
         def bound() -> Params:
-            given = params()
-            traced.params = {**given, "limit": limit}
+            given = fresh()
+            traced.params = {**params, **given, "limit": limit}
             return given
 
-        rows: list[Row] = await self._call("each", name, bound, limit)
+        rows: list[Row] = await self._call("each", name, limit, bound, **params)
         traced.saw(rows[0] if rows else None)
         return rows
 
-    async def _locked(self, read: str, params: Params, decide: Decide) -> Row | None:
+    async def _locked(self, read: str, decide: Decide, /, **params: Any) -> Row | None:
         # Recorded as the PostgreSQL connector runs it: one transaction taking the claim's lock,
         # then the job's, reading, and writing what ``decide`` names (if anything).
         outermost = self._depth == 0
@@ -147,7 +149,7 @@ class _Recorder:
             written[:] = [] if write is None else [Traced(self._sql[write[0]], write[1])]
             return write
 
-        row: Row | None = await self._call("locked", read, params, deciding)
+        row: Row | None = await self._call("locked", read, deciding, **params)
         if outermost:
             if written:
                 written[0].saw(row)
@@ -170,7 +172,7 @@ async def _trace(url: str) -> tuple[list[Traced], dict[str, Any]]:
     store = open_store(url, min_size=1, max_size=1, listen=False)
     ws, agent = await setup_store(store, 1)
     try:
-        with _Recorder(store.connector) as recorder:
+        with _Recorder(store.db) as recorder:
             recorder.phase = "claim"
             job = await store.claim_next(ws, agent, 60)
             if job is None:
@@ -197,7 +199,7 @@ def _literal(value: Any) -> str:
 def _substitute(
     sql: str, params: Params | None, names: dict[str, str], defines: dict[str, str]
 ) -> str:
-    """queries.sql's ``%(name)s`` placeholders → pgbench variables: ids known to ``names``
+    """The store SQL's ``%(name)s`` placeholders → pgbench variables: ids known to ``names``
     (the agent, the workspace, the claimed job's columns), every other non-NULL value as a
     constant variable added to ``defines`` (bound as a parameter, as the server binds it); NULL
     stays a literal."""

@@ -149,9 +149,9 @@ def test_lease_lifecycle_matches_the_model(database_url: str, runner: asyncio.Ru
     raw: Raw | None = None
     try:
         runner.run(store.migrate())
-        ws = runner.run(store.create_workspace("property"))
+        ws = runner.run(store.entities.create_workspace("property"))
         first, second = (
-            runner.run(store.upsert_agent(ws, uuid4(), name, "shell", {}, None)).id
+            runner.run(store.entities.upsert_agent(ws, uuid4(), name, "shell", {}, None)).id
             for name in ("a", "b")
         )
         agents = (first, second)
@@ -281,7 +281,7 @@ def _machine(  # noqa: C901 - the rules of one state machine, around this test's
 
         @rule(agent=st.sampled_from(agents))
         def create_job(self, agent: UUID) -> None:
-            job = self.run(store.create_job(ws, agent, None, None, None))
+            job = self.run(store.entities.create_job(ws, agent, None, None, None))
             assert job.status == JobStatus.QUEUED
             self.jobs[job.id] = ModelJob(job.id, agent, job.created_at, len(self.jobs))
 

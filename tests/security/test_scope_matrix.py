@@ -147,12 +147,12 @@ VALID_KEYS = (WS, OWN, OTHER, OTHER_WS)
 
 async def _world(api: Api) -> World:
     agent_a, agent_b = await api.agent("a"), await api.agent("b")
-    other_ws = await api.store.create_workspace("other")
+    other_ws = await api.store.entities.create_workspace("other")
     revoked = await api.new_key()
     prefix = revoked.split(".", 1)[0]
-    record = await api.store.get_api_key(prefix)
+    record = await api.store.entities.get_api_key(prefix)
     assert record is not None
-    assert await api.store.revoke_api_key(record.id)
+    assert await api.store.entities.revoke_api_key(record.id)
     keys: dict[str, str | None] = {
         OWN: await api.new_key(agent_a),
         OTHER: await api.new_key(agent_b),
@@ -242,7 +242,7 @@ async def test_agent_key_cannot_claim_another_agents_job_through_its_own_agent(a
 async def test_ids_of_another_workspace_are_404_even_for_its_workspace_key(api: Api) -> None:
     """A workspace key naming its own workspace in the path cannot reach another workspace's
     agents and jobs by id (the row-level check, not only the path check)."""
-    other_ws = await api.store.create_workspace("other")
+    other_ws = await api.store.entities.create_workspace("other")
     other_key = await api.new_key(ws=str(other_ws))
     agent = await api.agent("mine")
     job = await api.enqueue(agent)

@@ -33,11 +33,11 @@ async def test_no_key_bad_key_revoked_key_are_401(api: Api) -> None:
         assert bad not in r.text or bad in ("nonsense", ".")  # the key is not echoed back
 
     key = generate_key()
-    key_id = await api.store.create_api_key(
+    key_id = await api.store.entities.create_api_key(
         uuid.UUID(api.workspace_id), None, key.prefix, key.secret_hash
     )
     assert (await api.client.get(path, headers={"X-API-Key": key.value})).status_code == 200
-    assert await api.store.revoke_api_key(key_id)
+    assert await api.store.entities.revoke_api_key(key_id)
     r = await api.client.get(path, headers={"X-API-Key": key.value})
     assert r.status_code == 401
 
@@ -54,7 +54,7 @@ async def test_401_comes_before_validation(api: Api) -> None:
 async def test_key_of_another_workspace_is_404(api: Api) -> None:
     agent = await api.agent()
     job = await api.enqueue(agent)
-    other_ws = await api.store.create_workspace("other")
+    other_ws = await api.store.entities.create_workspace("other")
     other_key = await api.new_key(ws=str(other_ws))
     for method, rest, body in [
         ("GET", "jobs", None),
@@ -179,7 +179,7 @@ async def test_key_cache_still_refuses_a_wrong_secret(database_url: str) -> None
         with pytest.raises(AuthError):
             await auth.authenticate(f"{prefix}.not-the-secret")
         # Cached: a revocation is seen once the entry is dropped (TTL or forget()).
-        assert await api.store.revoke_api_key(principal.key_id)
+        assert await api.store.entities.revoke_api_key(principal.key_id)
         assert await auth.authenticate(api.api_key) == principal
         auth.forget(principal.key_id)
         with pytest.raises(AuthError):
@@ -194,7 +194,7 @@ async def test_concurrent_requests_share_one_key_lookup(database_url: str) -> No
         store = api.store
         calls = 0
         release = asyncio.Event()
-        real = store.get_api_key
+        real = store.entities.get_api_key
 
         async def slow_lookup(prefix: str, real: Any = real, release: Any = release) -> Any:
             nonlocal calls
@@ -202,7 +202,7 @@ async def test_concurrent_requests_share_one_key_lookup(database_url: str) -> No
             await release.wait()
             return await real(prefix)
 
-        store.get_api_key = slow_lookup  # type: ignore[method-assign]
+        store.entities.get_api_key = slow_lookup  # type: ignore[method-assign]
         waiting = [asyncio.ensure_future(auth.authenticate(api.api_key)) for _ in range(50)]
         while calls == 0:
             await asyncio.sleep(0)
@@ -212,7 +212,7 @@ async def test_concurrent_requests_share_one_key_lookup(database_url: str) -> No
         principals = await asyncio.gather(*waiting)
         assert calls == 1
         assert {str(p.workspace_id) for p in principals} == {api.workspace_id}
-        store.get_api_key = real  # type: ignore[method-assign]
+        store.entities.get_api_key = real  # type: ignore[method-assign]
         # The next miss looks the key up again (nothing is left in flight).
         auth.forget()
         await auth.authenticate(api.api_key)

@@ -207,7 +207,7 @@ async def test_unexpected_errors_are_500_without_internals(api: Api) -> None:
     async def explode(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(secret_detail)
 
-    api.store.list_jobs = explode  # type: ignore[method-assign]
+    api.store.entities.list_jobs = explode  # type: ignore[method-assign]
     transport = httpx.ASGITransport(app=api.app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
         r = await client.get(api.path("jobs"), headers={"X-API-Key": api.api_key})

@@ -45,13 +45,13 @@ def test_json_depth_counts_levels_not_brackets_in_strings() -> None:
 
 async def _count_key_lookups(api: Api) -> list[str]:
     calls: list[str] = []
-    lookup = api.store.get_api_key
+    lookup = api.store.entities.get_api_key
 
     async def counting(prefix: str) -> Any:
         calls.append(prefix)
         return await lookup(prefix)
 
-    api.store.get_api_key = counting  # type: ignore[method-assign]
+    api.store.entities.get_api_key = counting  # type: ignore[method-assign]
     return calls
 
 
@@ -109,7 +109,7 @@ async def test_an_unexpected_error_is_one_500_and_one_log_line_on_both_paths(
     async def broken(*args: Any, **kwargs: Any) -> Any:
         raise _Unexpected("the store broke")
 
-    api.store.heartbeat = api.store.get_job = broken  # type: ignore[method-assign]
+    api.store.heartbeat = api.store.entities.get_job = broken  # type: ignore[method-assign]
     for method, rest, template in [
         ("POST", f"jobs/{job['id']}/heartbeat", Routes.HEARTBEAT),  # a hot route
         ("GET", f"jobs/{job['id']}", Routes.JOB),  # always the framework's
@@ -216,7 +216,7 @@ async def test_regression_framework_long_poll_sees_the_client_leave(
 
 
 async def _key_id(api: Api, key: str) -> Any:
-    record = await api.store.get_api_key(key.split(".", 1)[0])
+    record = await api.store.entities.get_api_key(key.split(".", 1)[0])
     assert record is not None
     return record.id
 
@@ -231,7 +231,7 @@ async def test_regression_revocation_reaches_open_long_polls(api_each_path: Api)
         api.claim_next(agent, {"waitSeconds": 30, "leaseSeconds": 30}, key=key)
     )
     await api.until_long_polls()
-    assert await api.store.revoke_api_key(await _key_id(api, key))
+    assert await api.store.entities.revoke_api_key(await _key_id(api, key))
     job = await api.enqueue(agent, dispatchContext={"secret": "s3cr3t"})
     r = await asyncio.wait_for(poll, 30)
     assert r.status_code == 401, r.text
@@ -250,7 +250,7 @@ async def test_regression_key_lookup_failures_are_503(
         agent = await api.agent()
         path = rest.format(agent=agent)
         method = "POST" if "claim" in rest else "GET"
-        lookup = api.store.get_api_key
+        lookup = api.store.entities.get_api_key
 
         async def down(prefix: str) -> Any:
             raise ServerUnavailable("the database is unavailable")
@@ -259,11 +259,11 @@ async def test_regression_key_lookup_failures_are_503(
             await asyncio.Event().wait()
 
         for broken in (down, frozen):
-            api.store.get_api_key = broken  # type: ignore[method-assign]
+            api.store.entities.get_api_key = broken  # type: ignore[method-assign]
             r = await asyncio.wait_for(api.call(method, path, {"waitSeconds": 0}), 30)
             assert r.status_code == 503, r.text
             assert r.json()["code"] == "SERVICE_UNAVAILABLE"
-        api.store.get_api_key = lookup  # type: ignore[method-assign]
+        api.store.entities.get_api_key = lookup  # type: ignore[method-assign]
         assert (await api.call(method, path, {"waitSeconds": 0})).status_code in (200, 204)
 
 

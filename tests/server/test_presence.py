@@ -21,13 +21,13 @@ pytestmark = pytest.mark.anyio
 def _count_writes(api: Api, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     """Every presence write the store receives, by agent."""
     writes: Counter[str] = Counter()
-    touch = api.store.touch_agent
+    touch = api.store.entities.touch_agent
 
     async def counted(workspace_id: UUID, agent_id: UUID) -> None:
         writes[str(agent_id)] += 1
         await touch(workspace_id, agent_id)
 
-    monkeypatch.setattr(api.store, "touch_agent", counted)
+    monkeypatch.setattr(api.store.entities, "touch_agent", counted)
     return writes
 
 
@@ -68,6 +68,7 @@ async def test_at_most_one_presence_write_per_agent_per_interval(
 class _Store:
     def __init__(self) -> None:
         self.touched: list[UUID] = []
+        self.entities = self  # Presence calls store.entities.touch_agent
 
     async def touch_agent(self, workspace_id: UUID, agent_id: UUID) -> None:
         self.touched.append(agent_id)
@@ -174,7 +175,7 @@ async def test_a_request_refused_for_scope_records_no_presence(database_url: str
     """Another workspace's key (on its own paths) and another agent's key name an agent: 404,
     and the agent stays as it was seen (offline), every endpoint that records presence."""
     async with open_api(database_url, presence_interval=0) as api:
-        other_ws = str(await api.store.create_workspace("other"))
+        other_ws = str(await api.store.entities.create_workspace("other"))
         other_key = await api.new_key(ws=other_ws)
         agent = await api.agent("target")
         neighbour = await api.agent("neighbour")

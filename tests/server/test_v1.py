@@ -64,7 +64,7 @@ async def test_only_the_requested_agents_jobs(api: Api) -> None:
 
 
 async def test_agent_outside_the_workspace_is_404(api: Api) -> None:
-    other_ws = await api.store.create_workspace("other")
+    other_ws = await api.store.entities.create_workspace("other")
     other_key = await api.new_key(ws=str(other_ws))
     foreign = str(uuid.uuid4())
     r = await api.call(
@@ -282,7 +282,7 @@ async def test_workspace_by_slug_resolves_the_callers_own_workspace(api: Api) ->
     """ctrlplane's GET /v1/workspaces/slug/{workspaceSlug} (handlers.ts getWorkspaceBySlug,
     commit 66e0888): the workspace object; another workspace's slug is 404 here (a key learns
     nothing outside its workspace)."""
-    record = await api.store.get_workspace_by_slug("test")
+    record = await api.store.entities.get_workspace_by_slug("test")
     assert record is not None and str(record.id) == api.workspace_id
     agent = await api.agent()
     for key in (api.api_key, await api.new_key(agent)):
@@ -291,7 +291,7 @@ async def test_workspace_by_slug_resolves_the_callers_own_workspace(api: Api) ->
         body = r.json()
         assert body["id"] == api.workspace_id and body["slug"] == "test"
         assert body["name"] == "test" and body["createdAt"]
-    other = await api.store.create_workspace("jobs")  # a slug that is also a route segment
+    other = await api.store.entities.create_workspace("jobs")  # a slug that is also a route segment
     other_key = await api.new_key(ws=str(other))
     r = await api.client.get("/api/v1/workspaces/slug/jobs", headers={"X-API-Key": other_key})
     assert r.status_code == 200 and r.json()["id"] == str(other)

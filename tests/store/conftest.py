@@ -26,8 +26,8 @@ async def set_status(
 
 
 async def list_jobs(store: Store, ws: UUID, **fields: Any) -> tuple[list[Job], int]:
-    """``store.list_jobs``'s jobs and total: every agent, every status, no dispatch context,
-    the first 50, unless given."""
+    """``store.entities.list_jobs``'s jobs and total: every agent, every status, no dispatch
+    context, the first 50, unless given."""
     given = {
         "agent_id": None,
         "statuses": None,
@@ -36,7 +36,7 @@ async def list_jobs(store: Store, ws: UUID, **fields: Any) -> tuple[list[Job], i
         "offset": 0,
         **fields,
     }
-    jobs, total, _ = await store.list_jobs(ws, **given)
+    jobs, total, _ = await store.entities.list_jobs(ws, **given)
     return jobs, total
 
 
@@ -49,7 +49,7 @@ class Env:
     other_agent: UUID
 
     async def job(self, agent: UUID | None = None, **fields: Any) -> Job:
-        return await self.store.create_job(
+        return await self.store.entities.create_job(
             self.ws,
             agent or self.agent,
             fields.get("job_agent_config"),
@@ -60,16 +60,16 @@ class Env:
     async def status(self, job_id: UUID, status: JobStatus, **fields: Any) -> Job:
         """``set_status`` on the job, then the job as stored."""
         await set_status(self.store, self.ws, job_id, status, **fields)
-        changed = await self.store.get_job(self.ws, job_id)
+        changed = await self.store.entities.get_job(self.ws, job_id)
         assert changed is not None
         return changed
 
 
 @pytest.fixture
 async def env(store: Store, database_url: str) -> Env:
-    ws = await store.create_workspace("ws")
-    agent = await store.upsert_agent(ws, uuid4(), "agent", "shell", {"k": "v"}, None)
-    other = await store.upsert_agent(ws, uuid4(), "other", "shell", {}, None)
+    ws = await store.entities.create_workspace("ws")
+    agent = await store.entities.upsert_agent(ws, uuid4(), "agent", "shell", {"k": "v"}, None)
+    other = await store.entities.upsert_agent(ws, uuid4(), "other", "shell", {}, None)
     return Env(store, database_url, ws, agent.id, other.id)
 
 

@@ -18,90 +18,99 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_workspaces(store: Store) -> None:
-    ws = await store.create_workspace("first")
-    assert await store.workspace_exists(ws)
-    assert not await store.workspace_exists(uuid4())
+    ws = await store.entities.create_workspace("first")
+    assert await store.entities.workspace_exists(ws)
+    assert not await store.entities.workspace_exists(uuid4())
 
 
 async def test_api_keys_store_only_what_they_are_given(env: Env) -> None:
     secret = "jak_s3cr3t-value-never-stored"
     digest = hashlib.sha256(secret.encode()).hexdigest()
-    key_id = await env.store.create_api_key(env.ws, None, "pfx1", digest)
-    agent_key = await env.store.create_api_key(env.ws, env.agent, "pfx2", "h2")
-    record = await env.store.get_api_key("pfx1")
+    key_id = await env.store.entities.create_api_key(env.ws, None, "pfx1", digest)
+    agent_key = await env.store.entities.create_api_key(env.ws, env.agent, "pfx2", "h2")
+    record = await env.store.entities.get_api_key("pfx1")
     assert record is not None
     assert (record.id, record.workspace_id, record.job_agent_id) == (key_id, env.ws, None)
     assert record.secret_hash == digest and record.revoked_at is None
-    scoped = await env.store.get_api_key("pfx2")
+    scoped = await env.store.entities.get_api_key("pfx2")
     assert scoped is not None and scoped.id == agent_key and scoped.job_agent_id == env.agent
-    assert await env.store.get_api_key("nope") is None
+    assert await env.store.entities.get_api_key("nope") is None
     # The table holds the hash and nothing derived from the secret.
     dump = repr(sql(env.url, "SELECT * FROM api_key"))
     assert secret not in dump and digest in dump
 
-    assert await env.store.revoke_api_key(key_id) is True
-    assert await env.store.revoke_api_key(key_id) is False  # already revoked
-    assert await env.store.revoke_api_key(uuid4()) is False
-    revoked = await env.store.get_api_key("pfx1")
+    assert await env.store.entities.revoke_api_key(key_id) is True
+    assert await env.store.entities.revoke_api_key(key_id) is False  # already revoked
+    assert await env.store.entities.revoke_api_key(uuid4()) is False
+    revoked = await env.store.entities.get_api_key("pfx1")
     assert revoked is not None and revoked.revoked_at is not None
 
 
 async def test_api_key_scope_and_prefix_checks(env: Env) -> None:
     with pytest.raises(NotFound):
-        await env.store.create_api_key(uuid4(), None, "p-a", "h")
+        await env.store.entities.create_api_key(uuid4(), None, "p-a", "h")
     with pytest.raises(NotFound):
-        await env.store.create_api_key(env.ws, uuid4(), "p-b", "h")
-    other_ws = await env.store.create_workspace("other")
+        await env.store.entities.create_api_key(env.ws, uuid4(), "p-b", "h")
+    other_ws = await env.store.entities.create_workspace("other")
     with pytest.raises(NotFound):  # an agent of another workspace
-        await env.store.create_api_key(other_ws, env.agent, "p-c", "h")
-    await env.store.create_api_key(env.ws, None, "dup", "h")
+        await env.store.entities.create_api_key(other_ws, env.agent, "p-c", "h")
+    await env.store.entities.create_api_key(env.ws, None, "dup", "h")
     with pytest.raises(Conflict):
-        await env.store.create_api_key(env.ws, None, "dup", "h")
+        await env.store.entities.create_api_key(env.ws, None, "dup", "h")
 
 
 async def test_upsert_agent_creates_replaces_and_respects_workspaces(env: Env) -> None:
     agent_id = uuid4()
-    created = await env.store.upsert_agent(
+    created = await env.store.entities.upsert_agent(
         env.ws, agent_id, "a", "shell", {"leaseSeconds": 30}, {"team": "x"}
     )
     assert (created.id, created.workspace_id, created.name) == (agent_id, env.ws, "a")
     assert created.config == {"leaseSeconds": 30} and created.metadata == {"team": "x"}
-    replaced = await env.store.upsert_agent(env.ws, agent_id, "b", "k8s", {}, None)
+    replaced = await env.store.entities.upsert_agent(env.ws, agent_id, "b", "k8s", {}, None)
     assert (replaced.name, replaced.type, replaced.config) == ("b", "k8s", {})
     assert replaced.metadata == {"team": "x"}  # metadata None keeps what was there
-    assert await env.store.get_agent(env.ws, agent_id) == replaced
+    assert await env.store.entities.get_agent(env.ws, agent_id) == replaced
 
-    other_ws = await env.store.create_workspace("other")
+    other_ws = await env.store.entities.create_workspace("other")
     with pytest.raises(NotFound):
-        await env.store.upsert_agent(other_ws, agent_id, "steal", "shell", {}, None)
-    assert await env.store.get_agent(other_ws, agent_id) is None
+        await env.store.entities.upsert_agent(other_ws, agent_id, "steal", "shell", {}, None)
+    assert await env.store.entities.get_agent(other_ws, agent_id) is None
     with pytest.raises(NotFound):
-        await env.store.upsert_agent(uuid4(), uuid4(), "x", "shell", {}, None)
+        await env.store.entities.upsert_agent(uuid4(), uuid4(), "x", "shell", {}, None)
     with pytest.raises(ValidationError):
-        await env.store.upsert_agent(env.ws, uuid4(), "x", "shell", {"n": float("inf")}, None)
+        await env.store.entities.upsert_agent(
+            env.ws, uuid4(), "x", "shell", {"n": float("inf")}, None
+        )
 
 
 async def test_list_and_delete_agents(env: Env) -> None:
-    agents, total = await env.store.list_agents(env.ws, limit=1, offset=0)
+    agents, total = await env.store.entities.list_agents(env.ws, limit=1, offset=0)
     assert total == 2 and [a.id for a in agents] == [env.agent]
-    agents, total = await env.store.list_agents(env.ws, limit=10, offset=1)
+    agents, total = await env.store.entities.list_agents(env.ws, limit=10, offset=1)
     assert total == 2 and [a.id for a in agents] == [env.other_agent]
-    agents, total = await env.store.list_agents(env.ws, limit=10, offset=5)
+    agents, total = await env.store.entities.list_agents(env.ws, limit=10, offset=5)
     assert (agents, total) == ([], 2)
-    assert await env.store.list_agents(await env.store.create_workspace("empty"), 10, 0) == (
+    assert await env.store.entities.list_agents(
+        await env.store.entities.create_workspace("empty"), 10, 0
+    ) == (
         [],
         0,
     )
 
     job = await env.job()
-    await env.store.create_api_key(env.ws, env.agent, "agent-key", "h")
+    await env.store.entities.create_api_key(env.ws, env.agent, "agent-key", "h")
     await env.store.claim_job(env.ws, env.agent, job.id, 60)
-    assert await env.store.delete_agent(await env.store.create_workspace("x"), env.agent) is False
-    assert await env.store.delete_agent(env.ws, env.agent) is True
-    assert await env.store.delete_agent(env.ws, env.agent) is False
+    assert (
+        await env.store.entities.delete_agent(
+            await env.store.entities.create_workspace("x"), env.agent
+        )
+        is False
+    )
+    assert await env.store.entities.delete_agent(env.ws, env.agent) is True
+    assert await env.store.entities.delete_agent(env.ws, env.agent) is False
     # Its keys go with it; its jobs stay (V1 parity: see test_v1_parity.py).
-    assert await env.store.get_api_key("agent-key") is None
-    kept = await env.store.get_job(env.ws, job.id)
+    assert await env.store.entities.get_api_key("agent-key") is None
+    kept = await env.store.entities.get_job(env.ws, job.id)
     assert kept is not None and kept.agent_id is None
     # The running attempt lives in its claim row; its job_attempt row is written as it ends.
     for table, rows in (("job", 1), ("job_claim", 1), ("job_attempt", 0)):
@@ -121,17 +130,20 @@ async def test_create_job_defaults_and_scopes(env: Env) -> None:
     own = await env.job(job_agent_config={"image": "x"})
     assert own.job_agent_config == {"image": "x"} and own.metadata == {}
 
-    assert await env.store.get_job(env.ws, job.id) == job
-    assert await env.store.get_job(env.ws, job.id, agent_scope=env.agent) == job
-    assert await env.store.get_job(env.ws, job.id, agent_scope=env.other_agent) is None
-    assert await env.store.get_job(await env.store.create_workspace("o"), job.id) is None
-    assert await env.store.get_job(env.ws, uuid4()) is None
+    assert await env.store.entities.get_job(env.ws, job.id) == job
+    assert await env.store.entities.get_job(env.ws, job.id, agent_scope=env.agent) == job
+    assert await env.store.entities.get_job(env.ws, job.id, agent_scope=env.other_agent) is None
+    assert (
+        await env.store.entities.get_job(await env.store.entities.create_workspace("o"), job.id)
+        is None
+    )
+    assert await env.store.entities.get_job(env.ws, uuid4()) is None
 
     with pytest.raises(NotFound):
-        await env.store.create_job(env.ws, uuid4(), None, None, None)
+        await env.store.entities.create_job(env.ws, uuid4(), None, None, None)
     with pytest.raises(NotFound):
-        other_ws = await env.store.create_workspace("o")
-        await env.store.create_job(other_ws, env.agent, None, None, None)
+        other_ws = await env.store.entities.create_workspace("o")
+        await env.store.entities.create_job(other_ws, env.agent, None, None, None)
 
 
 async def test_job_ids_are_time_ordered(env: Env) -> None:
@@ -186,7 +198,7 @@ async def test_list_jobs_newest_first_with_filters(env: Env) -> None:
 async def test_json_values_round_trip_and_bad_ones_are_refused(env: Env) -> None:
     nested = {"a": [1, 2.5, None, True], "b": {"c": "ü 😀"}, "empty": {}}
     job = await env.job(dispatch_context=nested, metadata={"k": nested})
-    fetched = await env.store.get_job(env.ws, job.id)
+    fetched = await env.store.entities.get_job(env.ws, job.id)
     assert fetched is not None and fetched.dispatch_context == nested
     assert fetched.metadata == {"k": nested}
     with pytest.raises(ValidationError):

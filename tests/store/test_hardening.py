@@ -44,7 +44,7 @@ async def test_regression_one_enqueue_wakes_one_of_2000_waiters(env: Env) -> Non
         # 2,000 initial checks queue for one connection: no statement bound for this store.
         options.update(min_size=1, max_size=1, statement_timeout=None)
     async with opened(env.url, **options) as waiter:
-        connector = waiter.connector
+        connector = waiter.db
         if isinstance(connector, PostgresConnector):
             async with asyncio.timeout(30):
                 while not connector.listening:
@@ -57,7 +57,7 @@ async def test_regression_one_enqueue_wakes_one_of_2000_waiters(env: Env) -> Non
         await waiter.claim_stats()
         assert not any(task.done() for task in tasks)
 
-        await waiter.create_job(env.ws, env.agent, None, None, None)
+        await waiter.entities.create_job(env.ws, env.agent, None, None, None)
         async with asyncio.timeout(30):
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         await waiter.claim_stats()  # a round trip: every woken waiter has returned by now
@@ -90,7 +90,7 @@ async def test_regression_sqlite_waiters_are_polled_once_per_tick_not_each(env: 
     data_version``, and a count of the queued jobs only when another process has written;
     a job queued there wakes one waiter, not all of them."""
     waiter = open_store(env.url, poll_interval=0.05)
-    assert isinstance(waiter.connector, SqliteConnector)
+    assert isinstance(waiter.db, SqliteConnector)
     await waiter.open()
     tasks: list[asyncio.Task[bool]] = []
     try:
@@ -98,7 +98,7 @@ async def test_regression_sqlite_waiters_are_polled_once_per_tick_not_each(env: 
         await asyncio.sleep(0)
         await waiter.claim_stats()  # behind every waiter's initial check on the one thread
         statements: list[str] = []
-        conn = waiter.connector._conn  # the connection's own trace: every statement it runs
+        conn = waiter.db._conn  # the connection's own trace: every statement it runs
         assert conn is not None
         conn.set_trace_callback(statements.append)
 
@@ -190,13 +190,13 @@ async def test_regression_a_frozen_postgres_fails_fast_and_readiness_says_so(
     await store.open()
     try:
         job = await env.job()
-        assert await store.get_job(env.ws, job.id) is not None
+        assert await store.entities.get_job(env.ws, job.id) is not None
         assert await store.schema_current() is True
         proxy.freeze()
         # Generous outer bounds: without the store's own bound these would hang for good.
         async with asyncio.timeout(30):
             with pytest.raises(ServerUnavailable) as stalled:
-                await store.get_job(env.ws, job.id)
+                await store.entities.get_job(env.ws, job.id)
             assert "did not answer within 0.5 s" in stalled.value.message
             with pytest.raises(ServerUnavailable):  # the pool's connections hang: no wait either
                 await store.claim_next(env.ws, env.agent, 30)
@@ -206,7 +206,7 @@ async def test_regression_a_frozen_postgres_fails_fast_and_readiness_says_so(
         async with asyncio.timeout(60):
             while not await store.schema_current():
                 await asyncio.sleep(0.2)
-        assert await store.get_job(env.ws, job.id) is not None
+        assert await store.entities.get_job(env.ws, job.id) is not None
     finally:
         proxy.thaw()
         await store.close()
@@ -249,21 +249,24 @@ async def test_regression_a_write_stuck_on_a_lock_fails_fast(env: Env) -> None:
             # one thread, PostgreSQL's pool, and the lock: all within it).
             async with asyncio.timeout(20):
                 writes = [
-                    store.create_job(env.ws, env.agent, None, None, None),
+                    store.entities.create_job(env.ws, env.agent, None, None, None),
                     store.heartbeat(env.ws, job.id, claimed.claim_id, None),
-                    *(store.create_job(env.ws, env.agent, None, None, None) for _ in range(8)),
+                    *(
+                        store.entities.create_job(env.ws, env.agent, None, None, None)
+                        for _ in range(8)
+                    ),
                 ]
                 results = await asyncio.gather(*writes, return_exceptions=True)
             assert all(isinstance(r, ServerUnavailable) for r in results), results
-            if isinstance(store.connector, PostgresConnector):
+            if isinstance(store.db, PostgresConnector):
                 # Given up on, the queries are cancelled in the background (SQLite's never
                 # started, or failed on the lock): none may still be waiting for the lock.
-                connector = store.connector
+                connector = store.db
                 await await_until(lambda: connector.abandoned == 0, what="the cancellations")
         async with asyncio.timeout(30):
             while True:
                 with contextlib.suppress(ServerUnavailable):
-                    await store.create_job(env.ws, env.agent, None, None, None)
+                    await store.entities.create_job(env.ws, env.agent, None, None, None)
                     break
                 await asyncio.sleep(0.1)
         jobs, total = await list_jobs(store, env.ws, limit=10)
@@ -326,7 +329,7 @@ async def test_regression_leases_that_ran_out_during_an_outage_get_one_heartbeat
     clock.now = 1120.0  # the store is back: only the lease that was dead already is reaped
     first = await reaper.run_once()
     assert first is not None and first.requeued == 1
-    assert (await env.store.get_job(env.ws, dead_before.id)).status == "queued"  # type: ignore[union-attr]
+    assert (await env.store.entities.get_job(env.ws, dead_before.id)).status == "queued"  # type: ignore[union-attr]
     clock.now = 1129.0  # 9 s later: still within the 10 s interval
     assert (await reaper.run_once()).requeued == 0  # type: ignore[union-attr]
     clock.now = 1130.5  # past it: the agent did not come back, its job is requeued
@@ -345,7 +348,7 @@ async def test_regression_a_heartbeat_within_the_grace_keeps_the_lease(env: Env)
     await env.store.heartbeat(env.ws, job.id, claimed.claim_id, None)  # the agent is back
     clock.now += 30
     assert (await reaper.run_once()).requeued == 0  # type: ignore[union-attr]
-    stored = await env.store.get_job(env.ws, job.id)
+    stored = await env.store.entities.get_job(env.ws, job.id)
     assert stored is not None and stored.status == "inProgress"
 
 
@@ -394,23 +397,23 @@ async def test_regression_sqlite_names_a_full_disk_and_readiness_reflects_it(
     tiny_disk: Path,
 ) -> None:
     async with opened(f"sqlite:///{tiny_disk / 'jobs.db'}") as store:
-        assert isinstance(store.connector, SqliteConnector)
+        assert isinstance(store.db, SqliteConnector)
         await store.migrate()
-        ws = await store.create_workspace("w")
-        agent = (await store.upsert_agent(ws, uuid.uuid4(), "a", "shell", {}, None)).id
+        ws = await store.entities.create_workspace("w")
+        agent = (await store.entities.upsert_agent(ws, uuid.uuid4(), "a", "shell", {}, None)).id
         filler = tiny_disk / "filler"
         filler.write_bytes(b"\0" * (os.statvfs(tiny_disk).f_bavail * 4096 - 64 * 1024))
         payload = {"blob": "x" * 16_000}
         with pytest.raises(ServerUnavailable) as full:
             for _ in range(1000):
-                await store.create_job(ws, agent, None, payload, None)
+                await store.entities.create_job(ws, agent, None, payload, None)
         assert "disk is full" in full.value.message
-        assert store.connector.write_error == "the disk is full"
+        assert store.db.write_error == "the disk is full"
         assert await store.schema_current() is False
         filler.unlink()  # the operator frees space
         assert await store.schema_current() is True
-        assert store.connector.write_error is None
-        await store.create_job(ws, agent, None, None, None)
+        assert store.db.write_error is None
+        await store.entities.create_job(ws, agent, None, None, None)
 
 
 async def test_regression_sqlite_files_are_created_owner_only(tmp_path: Path) -> None:

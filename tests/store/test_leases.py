@@ -50,7 +50,7 @@ async def test_claim_flips_to_in_progress_with_lease_and_attempt(env: Env) -> No
         None,
     )
     assert first.job_agent_id == env.agent and first.claimed_at == claimed.claimed_at
-    stored = await env.store.get_job(env.ws, job.id)
+    stored = await env.store.entities.get_job(env.ws, job.id)
     assert stored is not None and stored.status == JobStatus.IN_PROGRESS
 
     with pytest.raises(NotClaimable) as again:
@@ -65,10 +65,12 @@ async def test_claim_of_unknown_or_foreign_jobs_is_not_found(env: Env) -> None:
     with pytest.raises(NotFound):  # another agent's job
         await env.store.claim_job(env.ws, env.other_agent, job.id, 30)
     with pytest.raises(NotFound):  # another workspace
-        await env.store.claim_job(await env.store.create_workspace("o"), env.agent, job.id, 30)
+        await env.store.claim_job(
+            await env.store.entities.create_workspace("o"), env.agent, job.id, 30
+        )
     with pytest.raises(ValidationError):
         await env.store.claim_job(env.ws, env.agent, job.id, 0)
-    stored = await env.store.get_job(env.ws, job.id)
+    stored = await env.store.entities.get_job(env.ws, job.id)
     assert stored is not None and stored.status == JobStatus.QUEUED
 
 
@@ -98,7 +100,7 @@ async def test_claim_next_takes_the_oldest_queued_job_of_the_agent(env: Env) -> 
     assert all(c is not None and c.lease_seconds == 60 and c.attempt == 1 for c in got)
     assert await env.store.claim_next(env.ws, env.agent, 60) is None
     # Another workspace sees nothing of this agent.
-    other_ws = await env.store.create_workspace("o")
+    other_ws = await env.store.entities.create_workspace("o")
     assert await env.store.claim_next(other_ws, env.other_agent, 5) is None
 
 
@@ -140,7 +142,7 @@ async def test_claim_batch_unleased_and_limits(env: Env) -> None:
     with pytest.raises(ValidationError):
         await env.store.claim_batch(env.ws, env.agent, 60, 0)
     # Another workspace's agent id claims nothing here.
-    other_ws = await env.store.create_workspace("o")
+    other_ws = await env.store.entities.create_workspace("o")
     await env.job()
     assert await env.store.claim_batch(other_ws, env.agent, 60, 5) == []
 
@@ -164,7 +166,7 @@ async def test_heartbeat_extends_the_claim_only(env: Env) -> None:
     again = await env.store.heartbeat(env.ws, job.id, None, None)
     assert again.lease_seconds == 120 and again.claim_expires_at >= beat.claim_expires_at
     # Write locality: the job row is untouched by heartbeats.
-    stored = await env.store.get_job(env.ws, job.id)
+    stored = await env.store.entities.get_job(env.ws, job.id)
     assert stored is not None and stored.updated_at == claimed.updated_at
 
 
@@ -197,7 +199,9 @@ async def test_heartbeat_errors_carry_details(env: Env) -> None:
     with pytest.raises(NotFound):
         await env.store.heartbeat(env.ws, job.id, claimed.claim_id, None, env.other_agent)
     with pytest.raises(NotFound):
-        await env.store.heartbeat(await env.store.create_workspace("o"), job.id, None, None)
+        await env.store.heartbeat(
+            await env.store.entities.create_workspace("o"), job.id, None, None
+        )
     with pytest.raises(ValidationError):
         await env.store.heartbeat(env.ws, job.id, claimed.claim_id, 0)
 
@@ -243,7 +247,7 @@ async def test_complete_with_claim_id_and_idempotent_repeat(env: Env) -> None:
     # Without a claim id the same terminal status again changes nothing (any other status is
     # applied: see test_v1_parity.py).
     assert (await env.status(job.id, JobStatus.SUCCESSFUL)).status == JobStatus.SUCCESSFUL
-    stored = await env.store.get_job(env.ws, job.id)
+    stored = await env.store.entities.get_job(env.ws, job.id)
     assert stored == done
 
 
@@ -253,7 +257,7 @@ async def test_wrong_claim_id_changes_nothing(env: Env) -> None:
     with pytest.raises(ClaimMismatch) as mismatch:
         await env.status(job.id, JobStatus.FAILURE, claim_id=uuid4(), message="x")
     assert mismatch.value.details == {"jobStatus": "inProgress", "attempt": 1}
-    stored = await env.store.get_job(env.ws, job.id)
+    stored = await env.store.entities.get_job(env.ws, job.id)
     assert stored is not None and stored.status == JobStatus.IN_PROGRESS and stored.message is None
     assert _claim_rows(env) == 1
     with pytest.raises(NotFound):
@@ -346,10 +350,10 @@ async def test_reap_requeues_expired_leases_only(env: Env) -> None:
 
     result = await env.store.reap(500, 0)
     assert (result.requeued, result.failed, result.total) == (1, 0, 1)
-    requeued = await env.store.get_job(env.ws, e.id)
+    requeued = await env.store.entities.get_job(env.ws, e.id)
     assert requeued is not None and requeued.status == JobStatus.QUEUED
     for other in (h, u):
-        still = await env.store.get_job(env.ws, other.id)
+        still = await env.store.entities.get_job(env.ws, other.id)
         assert still is not None and still.status == JobStatus.IN_PROGRESS
     attempts = await env.store.list_attempts(env.ws, e.id)
     assert [(x.outcome, x.ended_at is not None) for x in attempts] == [("expired", True)]
@@ -381,13 +385,13 @@ async def test_a_pass_runs_no_statement_past_its_last_batch(
         job = await env.job()
         await env.store.claim_job(env.ws, env.agent, job.id, 30)
     expire_claims(env.url)
-    connector = env.store._db
+    connector = env.store.db
     run = connector.one
     names: list[str] = []
 
-    async def counted(name: str, params: dict[str, object] | None = None) -> object:
+    async def counted(name: str, /, **params: object) -> object:
         names.append(name)
-        return await run(name, params)
+        return await run(name, **params)
 
     monkeypatch.setattr(connector, "one", counted)
     assert (await env.store.reap(batch, 0)).requeued == expired
@@ -405,7 +409,7 @@ async def test_reap_commits_without_waiting_for_the_wal_and_only_itself(env: Env
     job = await env.job()
     await env.store.claim_job(env.ws, env.agent, job.id, 30)
     expire_claims(env.url)
-    connector = env.store._db
+    connector = env.store.db
     assert isinstance(connector, postgres.PostgresConnector)
     params = {
         "batch_size": 10,
@@ -454,7 +458,7 @@ async def test_max_reclaims_fails_the_job(env: Env) -> None:
     expire_claims(env.url)
     result = await env.store.reap(500, 3)
     assert (result.requeued, result.failed) == (0, 1)
-    failed = await env.store.get_job(env.ws, job.id)
+    failed = await env.store.entities.get_job(env.ws, job.id)
     assert failed is not None and failed.status == JobStatus.FAILURE
     assert failed.message == "lease expired 3 times" and failed.completed_at is not None
     outcomes = [a.outcome for a in await env.store.list_attempts(env.ws, job.id)]
@@ -467,7 +471,7 @@ async def test_max_reclaims_one_fails_at_the_first_expiry(env: Env) -> None:
     await env.store.claim_next(env.ws, env.agent, 30)
     expire_claims(env.url)
     assert (await env.store.reap(500, 1)).failed == 1
-    failed = await env.store.get_job(env.ws, job.id)
+    failed = await env.store.entities.get_job(env.ws, job.id)
     assert failed is not None and failed.message == "lease expired 1 times"
 
 

@@ -47,14 +47,16 @@ async def test_regression_tiny_chunks_keep_rows_within_the_cap(env: Env) -> None
     for _ in range(20):
         data = os.urandom(1000)
         chunks = [NewChunk((OUT, ERR)[i % 2], T0, data[i : i + 1]) for i in range(1000)]
-        result = await env.store.append_logs(env.ws, job.id, job.claim_id, chunks, max_bytes=cap)
+        result = await env.store.logs.append_logs(
+            env.ws, job.id, job.claim_id, chunks, max_bytes=cap
+        )
     assert result.truncated and result.next_seq == 20 * 1000 + 1
     rows, data_bytes = sql(env.url, "SELECT count(*), sum(length(data)) FROM job_log")[0]
     assert rows <= cap // LOG_ROW_COST + 1, rows  # the marker is a row of its own
     assert data_bytes + rows * LOG_ROW_COST <= cap + 200  # the marker's text is not counted
     if env.url.startswith("sqlite:"):
         assert _log_bytes_in_use(env) <= 4 * cap
-    page = await env.store.read_logs(env.ws, job.id, attempt=1, after=0, limit=1000)
+    page = await env.store.logs.read_logs(env.ws, job.id, attempt=1, after=0, limit=1000)
     streams = [chunk.stream for chunk in page.chunks]
     assert streams.count(MARK) == 1 and page.chunks[-1].seq == 20 * 1000
 
@@ -68,8 +70,8 @@ async def test_the_head_is_measured_with_the_rows_cost(env: Env) -> None:
     for i in range(3 * cap // LOG_ROW_COST):
         stream = (OUT, ERR)[i % 2]
         chunk = NewChunk(stream, T0, b"x")
-        await env.store.append_logs(env.ws, job.id, job.claim_id, [chunk], max_bytes=cap)
-    page = await env.store.read_logs(env.ws, job.id, attempt=1, after=0, limit=1000)
+        await env.store.logs.append_logs(env.ws, job.id, job.claim_id, [chunk], max_bytes=cap)
+    page = await env.store.logs.read_logs(env.ws, job.id, attempt=1, after=0, limit=1000)
     marker = [chunk.stream for chunk in page.chunks].index(MARK)
     assert marker == (cap // 2) // (1 + LOG_ROW_COST) + 1  # the head's rows, then the marker
 
@@ -88,9 +90,11 @@ async def test_a_request_stores_neighbours_of_one_stream_as_one_chunk(env: Env) 
         NewChunk(OUT, later, big),
         NewChunk(OUT, later, b"0123456789A"),  # would pass 64 KiB merged: a chunk of its own
     ]
-    result = await env.store.append_logs(env.ws, job.id, job.claim_id, chunks, max_bytes=1 << 20)
+    result = await env.store.logs.append_logs(
+        env.ws, job.id, job.claim_id, chunks, max_bytes=1 << 20
+    )
     assert result.next_seq == 7
-    page = await env.store.read_logs(env.ws, job.id, attempt=1, after=0, limit=1000)
+    page = await env.store.logs.read_logs(env.ws, job.id, attempt=1, after=0, limit=1000)
     got = [(c.seq, c.offset, c.stream, c.raw()) for c in page.chunks]
     lines = b"".join(b"%d\n" % i for i in range(1000))
     m1, m2 = chunks[1000].data, chunks[1001].data
@@ -120,7 +124,7 @@ async def test_rows_a_previous_release_did_not_count_are_counted_at_the_next_cut
     async def append(count: int, max_bytes: int) -> None:
         assert job.claim_id is not None
         chunks = [NewChunk((OUT, ERR)[i % 2], T0, b"x") for i in range(count)]
-        await env.store.append_logs(env.ws, job.id, job.claim_id, chunks, max_bytes=max_bytes)
+        await env.store.logs.append_logs(env.ws, job.id, job.claim_id, chunks, max_bytes=max_bytes)
 
     await append(500, 1 << 20)
     sql(env.url, "UPDATE job_log_attempt SET stored_rows = 0")  # as the old release leaves it

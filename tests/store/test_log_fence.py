@@ -37,14 +37,14 @@ def _chunk(data: bytes, stream: LogStream = LogStream.STDOUT) -> NewChunk:
 
 async def _append(store: Store, env: Env, job: ClaimedJob, *data: bytes) -> int:
     assert job.claim_id is not None
-    result = await store.append_logs(
+    result = await store.logs.append_logs(
         env.ws, job.id, job.claim_id, [_chunk(d) for d in data], max_bytes=CAP
     )
     return result.next_seq
 
 
 async def _read(store: Store, env: Env, job_id: UUID, attempt: int | None = None) -> LogPage:
-    return await store.read_logs(env.ws, job_id, attempt=attempt, after=0, limit=1000)
+    return await store.logs.read_logs(env.ws, job_id, attempt=attempt, after=0, limit=1000)
 
 
 def _texts(page: LogPage) -> list[bytes]:

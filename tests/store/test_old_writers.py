@@ -45,7 +45,7 @@ async def test_old_enqueue_lands_in_the_agents_workspace(env: Env) -> None:
         env.url, _old(env.url, _OLD_CREATE_JOB), (str(job_id), str(env.agent), str(env.ws))
     )
     assert [(str(r[0]), r[1]) for r in returned] == [(str(job_id), "queued")]
-    job = await env.store.get_job(env.ws, job_id)
+    job = await env.store.entities.get_job(env.ws, job_id)
     assert job is not None and job.job_agent_id == env.agent
     # Claimable by this release as any job of its own.
     claimed = await env.store.claim_next(env.ws, env.agent, 60)
@@ -68,15 +68,15 @@ async def test_old_create_workspace_gets_a_slug_as_the_store_derives(
         sql(database_url, _old(database_url, _OLD_CREATE_WORKSPACE), (str(workspace_id), name))
     slugs = []
     for workspace_id in ids:
-        record = await store.get_workspace(workspace_id)
+        record = await store.entities.get_workspace(workspace_id)
         assert record is not None
         slugs.append(check_slug(record.slug))
     assert slugs[0] == "team-alpha"
     assert slugs[1] == f"team-alpha-{ids[1].hex[:8]}"
     assert len(set(slugs)) == 3
     # The slug this release's own create_workspace derives is still free to take.
-    new = await store.create_workspace("Team Beta")
-    record = await store.get_workspace(new)
+    new = await store.entities.create_workspace("Team Beta")
+    record = await store.entities.get_workspace(new)
     assert record is not None and record.slug == "team-beta"
 
 

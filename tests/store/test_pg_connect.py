@@ -107,7 +107,7 @@ async def test_a_password_file_with_escaped_colon_and_backslash_connects(
     await store.open()  # refused with the escaped text before the fix
     try:
         assert await store.readiness() is not None  # connected: it answers (not migrated)
-        connector = store.connector
+        connector = store.db
         assert isinstance(connector, PostgresConnector)
         assert connector.pool is not None
         async with connector.pool.acquire() as conn:
@@ -250,7 +250,7 @@ async def test_a_missing_privilege_is_named(cluster: PgCluster, migrated: str) -
     await store.open()
     try:
         with pytest.raises(ServerUnavailable) as refused:
-            await store.get_job(uuid4(), uuid4())
+            await store.entities.get_job(uuid4(), uuid4())
         assert "lacks a privilege: permission denied for table" in refused.value.message
     finally:
         await store.close()
@@ -286,7 +286,7 @@ async def test_libpq_url_options_keep_working(
     )
     caplog.set_level(logging.WARNING, logger="jobagentctl.server.store.postgres")
     store = open_store(url, min_size=1, max_size=1)
-    connector = store.connector
+    connector = store.db
     assert isinstance(connector, PostgresConnector)
     warned = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
     assert len(warned) == 4 and all("\n" not in line for line in warned), warned

@@ -56,8 +56,8 @@ async def test_claim_heartbeat_complete_round_trips(database_url: str) -> None:
         WireProxy(database_url) as proxy,
         opened(proxy.url, min_size=1, max_size=1, listen=False) as store,
     ):
-        ws = await store.create_workspace("w")
-        agent = (await store.upsert_agent(ws, uuid4(), "a", "shell", {}, None)).id
+        ws = await store.entities.create_workspace("w")
+        agent = (await store.entities.upsert_agent(ws, uuid4(), "a", "shell", {}, None)).id
         counts: dict[str, list[int]] = {
             "claim": [],
             "heartbeat": [],
@@ -69,7 +69,7 @@ async def test_claim_heartbeat_complete_round_trips(database_url: str) -> None:
         # use of it, psycopg on its fifth (in no extra round trip), asyncpg on its first (in
         # one more: the first round is 2 for the claim, heartbeat, completion).
         for _ in range(7):
-            await store.create_job(ws, agent, None, None, None)
+            await store.entities.create_job(ws, agent, None, None, None)
             job, trips = await _counted(proxy, store.claim_next(ws, agent, 30))
             assert job is not None
             counts["claim"].append(trips)
@@ -120,13 +120,13 @@ async def test_claim_heartbeat_complete_round_trips(database_url: str) -> None:
 
 async def test_a_refused_status_update_leaves_the_connection_usable(database_url: str) -> None:
     async with opened(database_url, min_size=1, max_size=1, listen=False) as store:
-        ws = await store.create_workspace("w")
-        agent = (await store.upsert_agent(ws, uuid4(), "a", "shell", {}, None)).id
-        job = await store.create_job(ws, agent, None, None, None)
+        ws = await store.entities.create_workspace("w")
+        agent = (await store.entities.upsert_agent(ws, uuid4(), "a", "shell", {}, None)).id
+        job = await store.entities.create_job(ws, agent, None, None, None)
         with pytest.raises(ValidationError):  # PostgreSQL refuses NUL in text
             await set_status(store, ws, job.id, JobStatus.FAILURE, message="a\u0000b")
         await set_status(store, ws, job.id, JobStatus.FAILURE, message="ok")
-        done = await store.get_job(ws, job.id)
+        done = await store.entities.get_job(ws, job.id)
         assert done is not None and done.status == JobStatus.FAILURE and done.message == "ok"
 
 
@@ -135,9 +135,9 @@ async def test_heartbeats_are_hot_updates_of_job_claim_only(database_url: str) -
     store = open_store(database_url, min_size=1, max_size=1, listen=False)
     await store.open()
     try:
-        ws = await store.create_workspace("w")
-        agent = (await store.upsert_agent(ws, uuid4(), "a", "shell", {}, None)).id
-        await store.create_job(ws, agent, None, None, None)
+        ws = await store.entities.create_workspace("w")
+        agent = (await store.entities.upsert_agent(ws, uuid4(), "a", "shell", {}, None)).id
+        await store.entities.create_job(ws, agent, None, None, None)
         job = await store.claim_next(ws, agent, 30)
         assert job is not None
         for _ in range(beats):

@@ -74,7 +74,7 @@ async def test_regression_a_claim_committed_between_the_two_locks_starts_the_pat
         await watcher.close()
     assert sent == ["lock_claim", "lock_claim"]  # the claim appeared: once more, in order
     assert change.status == JobStatus.SUCCESSFUL
-    stored = await env.store.get_job(env.ws, job.id)
+    stored = await env.store.entities.get_job(env.ws, job.id)
     assert stored is not None and stored.status == JobStatus.SUCCESSFUL
 
 
@@ -91,7 +91,7 @@ async def test_regression_the_locked_path_given_up_on_a_lock_hands_its_connectio
     sessions = "SELECT pid FROM pg_stat_activity WHERE application_name = $1"
     options: dict[str, Any] = {"min_size": 1, "max_size": 1, "listen": False}
     async with opened(url, statement_timeout=1.0, **options) as store:
-        connector = store.connector
+        connector = store.db
         assert isinstance(connector, postgres.PostgresConnector)
         holder = await asyncpg.connect(env.url)
         try:

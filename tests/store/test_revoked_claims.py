@@ -59,7 +59,7 @@ async def test_requeue_of_a_held_claim_waits_for_its_holder_to_let_go(env: Env) 
     with pytest.raises(ClaimLost):
         await set_status(env.store, env.ws, first.id, JobStatus.QUEUED, claim_id=first.claim_id)
     assert _revoked_rows(env) == 0
-    assert (await env.store.get_job(env.ws, first.id)).claim_held is None  # type: ignore[union-attr]
+    assert (await env.store.entities.get_job(env.ws, first.id)).claim_held is None  # type: ignore[union-attr]
     second = await env.store.claim_next(env.ws, env.agent, 30)
     assert second is not None and second.id == first.id and second.attempt == 2
     attempts = await env.store.list_attempts(env.ws, first.id)

@@ -224,6 +224,6 @@ async def test_v5_upgrade_gives_every_slug_ctrlplanes_form(empty_url: str) -> No
                 assert new == old
             else:
                 assert new == old.replace(".", "-").replace("_", "-") + "-" + workspace_id[:8]
-            record = await store.get_workspace_by_slug(new)
+            record = await store.entities.get_workspace_by_slug(new)
             assert record is not None and str(record.id) == workspace_id
         assert len(set(after.values())) == len(after)

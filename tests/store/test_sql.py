@@ -125,8 +125,8 @@ def test_sqlite_urls(url: str, path: str) -> None:
     assert sqlite_path(url) == path
     store = open_store(url)
     assert isinstance(store, SqlStore)
-    assert isinstance(store.connector, SqliteConnector)
-    assert store.connector.path == path
+    assert isinstance(store.db, SqliteConnector)
+    assert store.db.path == path
 
 
 @pytest.mark.parametrize(
@@ -149,13 +149,13 @@ def test_unknown_database_urls_are_config_errors(url: str) -> None:
 def test_postgres_urls(scheme: str) -> None:
     store = open_store(f"{scheme}://user:pw@host:5432/db", max_size=4)
     assert isinstance(store, SqlStore)
-    assert isinstance(store.connector, PostgresConnector)
+    assert isinstance(store.db, PostgresConnector)
     assert store.dialect == "postgres"
 
 
 def test_postgres_url_options_the_driver_knows_are_taken() -> None:
     url = "postgresql://u:pw@h/db?sslmode=verify-full&sslrootcert=/ca.pem&application_name=x"
-    assert isinstance(open_store(url).connector, PostgresConnector)
+    assert isinstance(open_store(url).db, PostgresConnector)
     with pytest.raises(ConfigError) as refused:
         open_store("postgresql://u:secret@h/db?sslmode=require&connect_timout=3")
     assert "connect_timout" in refused.value.message
@@ -169,7 +169,7 @@ def test_libpq_connect_timeout_is_taken_as_asyncpgs_timeout() -> None:
     given = driver_url(url)
     assert given.url == "postgresql://u:pw@h/db?sslmode=require&application_name=x"
     assert given.timeout == 7.0
-    connector = open_store(url).connector
+    connector = open_store(url).db
     assert isinstance(connector, PostgresConnector)
     assert connector._connect == {"timeout": 7.0}
     assert driver_url("postgresql://h/db")[:2] == ("postgresql://h/db", None)
@@ -388,7 +388,7 @@ async def test_postgres_claim_retries_once_after_a_unique_violation(
     calls: list[str] = []
 
     def racing(times: int) -> object:
-        async def each(query: str, params: object, limit: int) -> object:
+        async def each(query: str, limit: int, fresh: object, /, **params: object) -> object:
             calls.append(query)
             if len(calls) <= times:
                 violation = asyncpg.UniqueViolationError("job_attempt_pkey")
@@ -398,12 +398,12 @@ async def test_postgres_claim_retries_once_after_a_unique_violation(
         return each
 
     monkeypatch.setattr(connector, "each", racing(1))
-    assert await store._claim("claim", dict, 1) == [{"claimed": True}]
+    assert await store._claim("claim", 1) == [{"claimed": True}]
     assert len(calls) == 2
     calls.clear()
     monkeypatch.setattr(connector, "each", racing(2))  # twice in a row: give up, as a conflict
     with pytest.raises(Conflict):
-        await store._claim("claim", dict, 1)
+        await store._claim("claim", 1)
     assert len(calls) == 2
 
 
@@ -428,3 +428,41 @@ def test_an_include_of_an_unknown_fragment_is_refused(
             load_queries("sqlite")
     finally:
         load_queries.cache_clear()
+
+
+def _load_from(monkeypatch: pytest.MonkeyPatch, directory: Path) -> dict[str, str]:
+    monkeypatch.setattr(queries, "_sql_dir", lambda dialect: directory)
+    load_queries.cache_clear()
+    try:
+        return load_queries("sqlite")
+    finally:
+        load_queries.cache_clear()
+
+
+def test_every_sql_file_of_the_dialect_is_read_but_no_migration(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "entities.sql").write_text("-- name: a\nSELECT 1\n")
+    (tmp_path / "jobs.sql").write_text("-- fragment: f\n2\n-- name: b\nSELECT\n-- include: f\n")
+    (tmp_path / "migrations").mkdir()
+    (tmp_path / "migrations" / "0001_first.sql").write_text("-- name: c\nSELECT 3\n")
+    (tmp_path / "notes.txt").write_text("-- name: d\nSELECT 4\n")
+    assert _load_from(monkeypatch, tmp_path) == {"a": "SELECT 1", "b": "SELECT\n2"}
+
+
+def test_a_name_defined_in_two_files_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "entities.sql").write_text("-- name: a\nSELECT 1\n")
+    (tmp_path / "jobs.sql").write_text("-- name: a\nSELECT 2\n")
+    with pytest.raises(RuntimeError, match=r"duplicate query name 'a' in sqlite/entities\.sql"):
+        _load_from(monkeypatch, tmp_path)
+
+
+def test_a_fragment_is_included_only_in_its_own_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "entities.sql").write_text("-- fragment: f\n2\n-- name: a\nSELECT 1\n")
+    (tmp_path / "jobs.sql").write_text("-- name: b\nSELECT\n-- include: f\n")
+    with pytest.raises(RuntimeError, match=r"sqlite/jobs\.sql: 'b' includes 'f'"):
+        _load_from(monkeypatch, tmp_path)

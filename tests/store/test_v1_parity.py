@@ -43,18 +43,23 @@ async def test_deleting_an_agent_keeps_its_jobs_readable(env: Env) -> None:
     claimed = await env.store.claim_job(env.ws, env.agent, done.id, 60)
     await env.status(done.id, JobStatus.SUCCESSFUL, claim_id=claimed.claim_id)
     mine = await env.job(env.other_agent)
-    assert await env.store.delete_agent(env.ws, env.agent) is True
+    assert await env.store.entities.delete_agent(env.ws, env.agent) is True
 
     for job_id in (queued.id, done.id):
-        kept = await env.store.get_job(env.ws, job_id)
+        kept = await env.store.entities.get_job(env.ws, job_id)
         assert kept is not None and kept.job_agent_id == "" and kept.agent_id is None
-    stored = await env.store.get_job(env.ws, queued.id)
+    stored = await env.store.entities.get_job(env.ws, queued.id)
     assert stored is not None and stored.status == JobStatus.QUEUED and stored.metadata == {"k": 1}
     jobs, total = await list_jobs(env.store, env.ws, limit=10)
     assert total == 3 and {j.id for j in jobs} == {queued.id, done.id, mine.id}
     assert [a.attempt for a in await env.store.list_attempts(env.ws, done.id)] == [1]
     # Still scoped to the workspace, and no other agent can claim them.
-    assert await env.store.get_job(await env.store.create_workspace("else"), queued.id) is None
+    assert (
+        await env.store.entities.get_job(
+            await env.store.entities.create_workspace("else"), queued.id
+        )
+        is None
+    )
     assert await env.store.claim_next(env.ws, env.other_agent, 30) is not None  # its own job
     assert await env.store.claim_next(env.ws, env.other_agent, 30) is None
     with pytest.raises(NotFound):
@@ -70,7 +75,7 @@ async def test_an_in_flight_claim_of_a_deleted_agent_is_reaped(env: Env) -> None
     await env.job(env.other_agent)
     other = await env.store.claim_next(env.ws, env.other_agent, 60)
     assert other is not None
-    assert await env.store.delete_agent(env.ws, env.agent) is True
+    assert await env.store.entities.delete_agent(env.ws, env.agent) is True
 
     # The claim row keeps the agent it was made with; the lease still works by claim id.
     claims, total = await env.store.list_claims(
@@ -84,7 +89,7 @@ async def test_an_in_flight_claim_of_a_deleted_agent_is_reaped(env: Env) -> None
     expire_claims(env.url)
     result = await env.store.reap(500, 0)
     assert (result.requeued, result.failed) == (2, 0)
-    requeued = await env.store.get_job(env.ws, job.id)
+    requeued = await env.store.entities.get_job(env.ws, job.id)
     assert (
         requeued is not None and requeued.status == JobStatus.QUEUED and requeued.agent_id is None
     )
@@ -149,28 +154,28 @@ async def test_any_transition_without_a_claim_id(env: Env) -> None:
 
 
 async def test_workspace_slugs(store: Store) -> None:
-    first = await store.create_workspace("My Team / Prod!")
-    record = await store.get_workspace(first)
+    first = await store.entities.create_workspace("My Team / Prod!")
+    record = await store.entities.get_workspace(first)
     assert record is not None and record.slug == "my-team-prod" and record.name == "My Team / Prod!"
     # A derived slug that is taken gets 8 characters of the new id.
-    second = await store.create_workspace("my team prod")
-    record2 = await store.get_workspace(second)
+    second = await store.entities.create_workspace("my team prod")
+    record2 = await store.entities.get_workspace(second)
     assert record2 is not None and record2.slug == f"my-team-prod-{second.hex[:8]}"
-    explicit = await store.create_workspace("whatever", slug="ops-blue-1")
-    found = await store.get_workspace_by_slug("ops-blue-1")
+    explicit = await store.entities.create_workspace("whatever", slug="ops-blue-1")
+    found = await store.entities.get_workspace_by_slug("ops-blue-1")
     assert found is not None and found.id == explicit
-    assert await store.get_workspace_by_slug("OPS-BLUE-1") is None  # exact match only
-    assert await store.get_workspace_by_slug("nope") is None
-    assert await store.get_workspace(uuid4()) is None
+    assert await store.entities.get_workspace_by_slug("OPS-BLUE-1") is None  # exact match only
+    assert await store.entities.get_workspace_by_slug("nope") is None
+    assert await store.entities.get_workspace(uuid4()) is None
     with pytest.raises(Conflict):
-        await store.create_workspace("again", slug="ops-blue-1")
+        await store.entities.create_workspace("again", slug="ops-blue-1")
     # ctrlplane's Workspace.slug: ^[a-z0-9-]+$, 3-50 characters.
     for bad in ("", "ab", "Upper", "has space", "a/b", "ops.blue", "a_b", "x" * 51):
         with pytest.raises(ValidationError):
-            await store.create_workspace("bad", slug=bad)
-    assert (await store.get_workspace_by_slug("workspace")) is None
-    nothing = await store.create_workspace("!!!")
-    named = await store.get_workspace(nothing)
+            await store.entities.create_workspace("bad", slug=bad)
+    assert (await store.entities.get_workspace_by_slug("workspace")) is None
+    nothing = await store.entities.create_workspace("!!!")
+    named = await store.entities.get_workspace(nothing)
     assert named is not None and named.slug == "workspace"
 
 
@@ -267,22 +272,22 @@ async def test_migration_0002_carries_a_v1_database_over(v1_url: str) -> None:
     async with opened(v1_url, **options) as store:
         assert await store.schema_current() is False
         assert await store.migrate() == [v for v, _ in migrations(store.dialect)][1:]
-        first = await store.get_workspace(UUID(ids["ws1"]))
-        second = await store.get_workspace(UUID(ids["ws2"]))
+        first = await store.entities.get_workspace(UUID(ids["ws1"]))
+        second = await store.entities.get_workspace(UUID(ids["ws2"]))
         assert first is not None and first.slug == "team-a"
         assert second is not None and second.slug == f"team-a-{ids['ws2'][:8]}"
         ws = UUID(ids["ws1"])
         for job in ("done", "leased"):
-            kept = await store.get_job(ws, UUID(ids[job]))
+            kept = await store.entities.get_job(ws, UUID(ids[job]))
             assert kept is not None and kept.agent_id == UUID(ids["agent"]), job
-        assert await store.get_job(UUID(ids["ws2"]), UUID(ids["done"])) is None
+        assert await store.entities.get_job(UUID(ids["ws2"]), UUID(ids["done"])) is None
         claims, total = await store.list_claims(
             ws, agent_id=None, state=ClaimState.ALL, limit=10, offset=0
         )
         assert total == 1 and claims[0].claim_id == UUID(ids["claim"])
         assert len(await store.list_attempts(ws, UUID(ids["leased"]))) == 1
         # The new rules hold on the migrated tables.
-        assert await store.delete_agent(ws, UUID(ids["agent"])) is True
-        orphan = await store.get_job(ws, UUID(ids["done"]))
+        assert await store.entities.delete_agent(ws, UUID(ids["agent"])) is True
+        orphan = await store.entities.get_job(ws, UUID(ids["done"]))
         assert orphan is not None and orphan.agent_id is None
         assert (await store.reap(100, 0)).requeued == 1

@@ -34,7 +34,7 @@ async def waiter(env: Env) -> AsyncIterator[Store]:
     if env.url.startswith("postgres"):
         options.update(min_size=1, max_size=1)
     async with opened(env.url, **options) as store:
-        connector = store.connector
+        connector = store.db
         if isinstance(connector, PostgresConnector):
             await await_until(lambda: connector.listening, what="LISTEN connection")
         yield store
@@ -65,7 +65,7 @@ async def test_nothing_queued_times_out(env: Env) -> None:
 async def test_woken_by_create(env: Env, waiter: Store) -> None:
     task = await _waiting(waiter, env.agent)
     other = await _waiting(waiter, env.other_agent)
-    await waiter.create_job(env.ws, env.agent, None, None, None)
+    await waiter.entities.create_job(env.ws, env.agent, None, None, None)
     assert await _woken(task) is True
     assert not other.done()  # another agent's long-poll sleeps on
     other.cancel()
@@ -106,7 +106,7 @@ async def test_woken_across_replicas(env: Env, waiter: Store) -> None:
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 async def test_listener_reconnects_after_its_connection_is_killed(env: Env, waiter: Store) -> None:
-    connector = waiter.connector
+    connector = waiter.db
     assert isinstance(connector, PostgresConnector)
     dbname = env.url.rsplit("/", 1)[1]
     listeners = (

@@ -67,7 +67,9 @@ async def opened_store(database_url: str, *, migrate: bool = False) -> AsyncIter
 
 async def _new_key(store: Store, workspace_id: UUID, agent_id: UUID | None) -> CreatedKey:
     key = generate_key()
-    key_id = await store.create_api_key(workspace_id, agent_id, key.prefix, key.secret_hash)
+    key_id = await store.entities.create_api_key(
+        workspace_id, agent_id, key.prefix, key.secret_hash
+    )
     return CreatedKey(
         id=key_id, api_key=key.value, workspace_id=workspace_id, job_agent_id=agent_id
     )
@@ -112,8 +114,8 @@ def _check_slug(slug: str | None) -> None:
 
 
 async def _new_workspace(store: Store, name: str, slug: str | None) -> CreatedWorkspace:
-    workspace_id = await store.create_workspace(name, slug)
-    record = await store.get_workspace(workspace_id)
+    workspace_id = await store.entities.create_workspace(name, slug)
+    record = await store.entities.get_workspace(workspace_id)
     if record is None:  # pragma: no cover - created above, workspaces are never deleted
         raise NotFound("workspace not found", details={"workspaceId": str(workspace_id)})
     key = await _new_key(store, workspace_id, None)
@@ -125,7 +127,7 @@ async def create_key(database_url: str, workspace: UUID | str, agent_id: UUID | 
     ``workspace`` is the workspace's id or its slug."""
     async with opened_store(database_url) as store:
         if isinstance(workspace, str):
-            record = await store.get_workspace_by_slug(workspace)
+            record = await store.entities.get_workspace_by_slug(workspace)
             if record is None:
                 raise NotFound(
                     f"no workspace with slug {workspace!r} in this database: check the slug, "
@@ -133,11 +135,11 @@ async def create_key(database_url: str, workspace: UUID | str, agent_id: UUID | 
                     details={"slug": workspace},
                 )
             workspace_id = record.id
-        elif not await store.workspace_exists(workspace):
+        elif not await store.entities.workspace_exists(workspace):
             raise NotFound("workspace not found", details={"workspaceId": str(workspace)})
         else:
             workspace_id = workspace
-        if agent_id is not None and await store.get_agent(workspace_id, agent_id) is None:
+        if agent_id is not None and await store.entities.get_agent(workspace_id, agent_id) is None:
             raise NotFound(
                 "job agent not found in that workspace", details={"jobAgentId": str(agent_id)}
             )
@@ -149,9 +151,9 @@ async def revoke_key(database_url: str, key_id: UUID) -> bool:
     their key cache lets it go, ``key_cache_seconds`` at the latest. False when it was
     already revoked (nothing to do: revoking is idempotent)."""
     async with opened_store(database_url) as store:
-        if await store.revoke_api_key(key_id):
+        if await store.entities.revoke_api_key(key_id):
             return True
-        if await store.api_key_revoked(key_id):
+        if await store.entities.api_key_revoked(key_id):
             return False
         raise NotFound(
             "API key not found in this database: check the key's id (from create-key) or "

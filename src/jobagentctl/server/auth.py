@@ -182,8 +182,10 @@ class Authenticator:
 
     async def _bounded_lookup(self, prefix: str) -> ApiKeyRecord | None:
         if self._lookup_timeout is None:
-            return await self._store.get_api_key(prefix)
-        return await asyncio.wait_for(self._store.get_api_key(prefix), self._lookup_timeout)
+            return await self._store.entities.get_api_key(prefix)
+        return await asyncio.wait_for(
+            self._store.entities.get_api_key(prefix), self._lookup_timeout
+        )
 
     def _landed(self, prefix: str, task: asyncio.Future[ApiKeyRecord | None]) -> None:
         if self._inflight.get(prefix) is task:

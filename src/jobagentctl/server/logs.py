@@ -89,7 +89,7 @@ class JobLogs:
             if raw:
                 at = chunk.at if chunk.at.tzinfo is not None else chunk.at.replace(tzinfo=UTC)
                 chunks.append(NewChunk(chunk.stream, at, raw))
-        result = await self.store.append_logs(
+        result = await self.store.logs.append_logs(
             ws,
             job_id,
             body.claim_id,
@@ -122,7 +122,7 @@ class JobLogs:
         deadline = time.monotonic() + wait
         while True:
             event = self._events.setdefault(job_id, asyncio.Event())
-            page = await self.store.read_logs(
+            page = await self.store.logs.read_logs(
                 ws,
                 job_id,
                 attempt=attempt,

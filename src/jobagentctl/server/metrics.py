@@ -134,7 +134,7 @@ class Metrics:
         """The exposition text, with the claim and agent gauges refreshed from the database."""
         try:
             stats = await store.claim_stats()
-            agents = await store.agent_state_counts(presence_window)
+            agents = await store.entities.agent_state_counts(presence_window)
         except Exception:
             # A scrape must still answer (counters stay useful) when the database is down.
             self.scrape_errors.inc()

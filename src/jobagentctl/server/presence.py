@@ -59,6 +59,6 @@ class Presence:
         self._written[slot] = now
         self.writes += 1
         try:
-            await self._store.touch_agent(workspace_id, agent_id)
+            await self._store.entities.touch_agent(workspace_id, agent_id)
         except JobAgentError as exc:
             logger.debug("presence of agent %s not recorded: %s", agent_id, exc)

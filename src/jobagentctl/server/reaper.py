@@ -135,7 +135,7 @@ class Reaper:
         expired = 0
         try:
             for _ in range(_LOG_BATCHES):
-                batch = await self._store.expire_logs(retention, _LOG_BATCH)
+                batch = await self._store.logs.expire_logs(retention, _LOG_BATCH)
                 expired += batch
                 if batch < _LOG_BATCH:
                     break

@@ -133,7 +133,7 @@ class JobService(Scopes):
         return self._stopping.is_set()
 
     async def _agent_or_404(self, ws: UUID, agent_id: UUID) -> JobAgent:
-        agent = await self.store.get_agent(ws, agent_id)
+        agent = await self.store.entities.get_agent(ws, agent_id)
         if agent is None:
             raise no_agent(agent_id)
         return agent
@@ -150,7 +150,7 @@ class JobService(Scopes):
         self._known_agents[(ws, agent_id)] = now
 
     async def _job_or_404(self, principal: Principal, ws: UUID, job_id: UUID) -> Job:
-        job = await self.store.get_job(ws, job_id, principal.agent_id)
+        job = await self.store.entities.get_job(ws, job_id, principal.agent_id)
         if job is None:
             raise NotFound("job not found", details={"jobId": str(job_id)})
         return job
@@ -159,7 +159,7 @@ class JobService(Scopes):
     async def workspace_by_slug(self, principal: Principal, slug: str) -> WorkspaceRecord:
         """The caller's own workspace, by its slug; any other slug is 404 (a key learns nothing
         about other workspaces)."""
-        record = await self.store.get_workspace_by_slug(slug)
+        record = await self.store.entities.get_workspace_by_slug(slug)
         if record is None or record.id != principal.workspace_id:
             raise NotFound("workspace not found", details={"slug": slug})
         return record
@@ -171,7 +171,7 @@ class JobService(Scopes):
         """Create or replace an agent (a workspace key only)."""
         self._workspace(principal, ws)
         self._workspace_key_only(principal)
-        await self.store.upsert_agent(
+        await self.store.entities.upsert_agent(
             ws, agent_id, body.name, body.type, body.config, body.metadata
         )
         return AcceptedResponse(id=agent_id, message="Job agent upserted")
@@ -189,14 +189,16 @@ class JobService(Scopes):
         self._workspace(principal, ws)
         self._workspace_key_only(principal)
         window = self.settings.presence_window
-        return await self.store.list_agents(ws, limit, offset, presence_window=window, state=state)
+        return await self.store.entities.list_agents(
+            ws, limit, offset, presence_window=window, state=state
+        )
 
     async def get_agent(self, principal: Principal, ws: UUID, agent_id: UUID) -> JobAgent:
         """An agent with its presence (an agent key: only its own)."""
         self._workspace(principal, ws)
         self._own_agent(principal, agent_id)
         window = self.settings.presence_window
-        agent = await self.store.get_agent_presence(ws, agent_id, window)
+        agent = await self.store.entities.get_agent_presence(ws, agent_id, window)
         if agent is None:
             raise no_agent(agent_id)
         return agent
@@ -208,7 +210,7 @@ class JobService(Scopes):
         self._workspace(principal, ws)
         self._workspace_key_only(principal)
         self._known_agents.pop((ws, agent_id), None)
-        if not await self.store.delete_agent(ws, agent_id):
+        if not await self.store.entities.delete_agent(ws, agent_id):
             raise no_agent(agent_id)
         return AcceptedResponse(id=agent_id, message="Job agent deleted")
 
@@ -230,7 +232,7 @@ class JobService(Scopes):
         self._workspace(principal, ws)
         self._own_agent(principal, agent_id)
         await self.presence.seen(ws, agent_id)  # a V1 agent's poll
-        items, total, following = await self.store.list_jobs(
+        items, total, following = await self.store.entities.list_jobs(
             ws,
             agent_id=agent_id,
             statuses=statuses,
@@ -258,7 +260,7 @@ class JobService(Scopes):
         cursor."""
         self._workspace(principal, ws)
         # An agent key sees the workspace list narrowed to its own agent's jobs.
-        return await self.store.list_jobs(
+        return await self.store.entities.list_jobs(
             ws,
             agent_id=principal.agent_id,
             statuses=statuses,
@@ -279,7 +281,7 @@ class JobService(Scopes):
         """Queue a job for an agent (a workspace key only)."""
         self._workspace(principal, ws)
         self._workspace_key_only(principal)
-        return await self.store.create_job(
+        return await self.store.entities.create_job(
             ws, agent_id, body.job_agent_config, body.dispatch_context, body.metadata
         )
 

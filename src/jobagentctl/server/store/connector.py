@@ -1,5 +1,8 @@
 """The ``Connector`` protocol: how ``SqlStore`` talks to one database (``sqlite.py``,
-``postgres.py``). Queries are named (``sql/<dialect>/queries.sql``); rows are mappings."""
+``postgres.py``).
+
+Queries are named (``sql/<dialect>/*.sql``) and take keyword parameters. Rows are mappings.
+"""
 
 from __future__ import annotations
 
@@ -37,18 +40,22 @@ class Connector(Protocol):
     async def migrate(self) -> list[int]:
         """Apply pending migrations in one transaction, serialised between processes."""
 
-    async def one(self, name: str, params: Params | None = None) -> Row | None:
-        """The first row of query ``name`` (every row is read: the statement is finished)."""
+    async def one(self, query: str, /, **params: Any) -> Row | None:
+        """The first row of ``query`` (every row is read: the statement is finished)."""
 
-    async def all(self, name: str, params: Params | None = None) -> list[Row]:
-        """Every row of query ``name``."""
+    async def all(self, query: str, /, **params: Any) -> list[Row]:
+        """Every row of ``query``."""
 
-    async def each(self, name: str, params: Callable[[], Params], limit: int) -> list[Row]:
-        """Up to ``limit`` rows of the claim-like query ``name``, each job claimed once, in one
-        statement (PostgreSQL: ``limit`` bound) or one transaction (SQLite: the chain run again
-        with fresh ``params()`` until it answers none)."""
+    async def each(
+        self, query: str, limit: int, fresh: Callable[[], Params], /, **params: Any
+    ) -> list[Row]:
+        """Up to ``limit`` rows of the claim-like ``query``, each job claimed once.
 
-    async def locked(self, read: str, params: Params, decide: Decide) -> Row | None:
+        PostgreSQL runs one statement with ``limit`` bound. SQLite runs the chain again in one
+        transaction, ``fresh()`` over ``params`` each time, until it answers none.
+        """
+
+    async def locked(self, read: str, decide: Decide, /, **params: Any) -> Row | None:
         """One transaction holding the job's lock (``lock_job``): run ``read``, pass its row to
         ``decide`` (which may raise: nothing is written), run the write it names; return the
         write's row, or the read's row when ``decide`` wrote nothing."""

@@ -1,5 +1,5 @@
-"""The log operations of ``SqlStore``: append an attempt's output (fenced by its claim), read
-it by cursor, cap it, and expire it. The chunks live in ``job_log`` and ``job_log_attempt``,
+"""``store.logs``: append an attempt's output (fenced by its claim), read it by cursor, cap it,
+and expire it. The chunks live in ``job_log`` and ``job_log_attempt``,
 never in the hot ``job`` and ``job_claim`` rows (an append only locks the claim row)."""
 
 from __future__ import annotations
@@ -43,10 +43,13 @@ class NewChunk:
 
 
 class LogStore:
-    """``SqlStore``'s log operations (a base class; see ``SqlStore`` for what every operation
-    shares: scopes, errors, the database clock)."""
+    """The store's log operations (``store.logs``).
 
-    _db: Connector
+    Scopes, errors and the database clock are as ``SqlStore`` says.
+    """
+
+    def __init__(self, db: Connector) -> None:
+        self.db = db
 
     async def append_logs(
         self,
@@ -92,7 +95,7 @@ class LogStore:
             "chunks": json.dumps(listing),
             "data": b"".join(chunk.data for chunk in chunks),
         }
-        row = await self._db.one("log_append", params)
+        row = await self.db.one("log_append", **params)
         if row is None:
             row = await self._append_refused(params)
         attempt, stored, cut = int(row["attempt"]), int(row["stored_bytes"]), row["cut_bytes"]
@@ -115,15 +118,15 @@ class LogStore:
         refused as the claim moved. An operator's requeue or cancel that commits while the
         fence waits for the claim row's lock turns it into the revoked claim after the
         statement's snapshot (PostgreSQL), which that statement cannot see; a new one does."""
-        state = await self._db.one("job_claim_state", params)
+        state = await self.db.one("job_claim_state", **params)
         if state is not None and params["claim_id"] in (
             _uuid(state["claim_id"]),
             _uuid(state["revoked_claim_id"]),
         ):
-            row = await self._db.one("log_append", params)
+            row = await self.db.one("log_append", **params)
             if row is not None:
                 return row
-            state = await self._db.one("job_claim_state", params)
+            state = await self.db.one("job_claim_state", **params)
         if state is None:
             raise LogNotFound("job not found", details={"jobId": str(params["job_id"])})
         raise heartbeat_failure(state)
@@ -135,15 +138,15 @@ class LogStore:
         and the first one cut becomes the one truncation marker (its text: how many bytes were
         cut in all). Seven eighths, so that a log at its cap is trimmed once per eighth of the
         cap appended rather than on every append."""
-        params = {
-            "job_id": job_id,
-            "attempt": attempt,
-            "max_bytes": max_bytes,
-            "row_cost": LOG_ROW_COST,
-            "head_bytes": max_bytes // 2,
-            "low_water": max_bytes - max_bytes // 8,
-        }
-        return await self._db.one("log_trim", params)
+        return await self.db.one(
+            "log_trim",
+            job_id=job_id,
+            attempt=attempt,
+            max_bytes=max_bytes,
+            row_cost=LOG_ROW_COST,
+            head_bytes=max_bytes // 2,
+            low_water=max_bytes - max_bytes // 8,
+        )
 
     async def read_logs(
         self,
@@ -160,13 +163,13 @@ class LogStore:
         chunks: an ended attempt's page holds everything it appended after the cursor).
         Unknown job, or an attempt it does not have → ``LogNotFound``; a log deleted by
         retention → ``LogExpired``."""
-        params = {
-            "job_id": job_id,
-            "workspace_id": workspace_id,
-            "attempt": attempt,
-            "agent_scope": agent_scope,
-        }
-        state = await self._db.one("log_state", params)
+        state = await self.db.one(
+            "log_state",
+            job_id=job_id,
+            workspace_id=workspace_id,
+            attempt=attempt,
+            agent_scope=agent_scope,
+        )
         if state is None:
             raise LogNotFound("job not found", details={"jobId": str(job_id)})
         number = state["attempt"]
@@ -178,8 +181,8 @@ class LogStore:
                 f"the log of attempt {number} was deleted by the server's log retention",
                 details={"jobId": str(job_id), "attempt": int(number)},
             )
-        found = await self._db.all(
-            "log_chunks", {"job_id": job_id, "attempt": number, "after": after, "limit": limit}
+        found = await self.db.all(
+            "log_chunks", job_id=job_id, attempt=number, after=after, limit=limit
         )
         return LogPage(
             job_id=job_id,
@@ -197,8 +200,9 @@ class LogStore:
         """Delete the chunks of up to ``batch_size`` attempts that ended more than
         ``retention_seconds`` ago, in one statement (SQLite: one transaction), and mark them
         expired; how many attempts were expired."""
-        params = {"retention_seconds": retention_seconds, "batch_size": batch_size}
-        row = await self._db.one("log_expire", params)
+        row = await self.db.one(
+            "log_expire", retention_seconds=retention_seconds, batch_size=batch_size
+        )
         return 0 if row is None else int(row["expired_logs"])
 
 

@@ -492,7 +492,7 @@ class PostgresConnector:
 
     async def _counts(self, agents: list[UUID]) -> dict[UUID, int]:
         cap = max(self.waiters.waiting(agent) for agent in agents)
-        rows = await self.all("queued_counts", {"agents": agents, "cap": cap})
+        rows = await self.all("queued_counts", agents=agents, cap=cap)
         return {row["job_agent_id"]: int(row["jobs"]) for row in rows}
 
     @property
@@ -525,29 +525,31 @@ class PostgresConnector:
 
     # --- queries -------------------------------------------------------------------------------
 
-    async def one(self, name: str, params: Params | None = None) -> Row | None:
-        """The first row of statement ``name``, within ``statement_timeout``."""
-        return await self._bounded(self._one(name, params))
+    async def one(self, query: str, /, **params: Any) -> Row | None:
+        """The first row of statement ``query``, within ``statement_timeout``."""
+        return await self._bounded(self._one(query, params))
 
     async def _one(self, name: str, params: Params | None) -> Row | None:
         sql, args = bind(name, params)
         async with self._connection() as conn:
             return cast(Row | None, await conn.fetchrow(sql, *args))
 
-    async def all(self, name: str, params: Params | None = None) -> list[Row]:
-        """Every row of statement ``name``, within ``statement_timeout``."""
-        return await self._bounded(self._all(name, params))
+    async def all(self, query: str, /, **params: Any) -> list[Row]:
+        """Every row of statement ``query``, within ``statement_timeout``."""
+        return await self._bounded(self._all(query, params))
 
     async def _all(self, name: str, params: Params | None) -> list[Row]:
         sql, args = bind(name, params)
         async with self._connection() as conn:
             return cast(list[Row], await conn.fetch(sql, *args))
 
-    async def each(self, name: str, params: Callable[[], Params], limit: int) -> list[Row]:
+    async def each(
+        self, query: str, limit: int, fresh: Callable[[], Params], /, **params: Any
+    ) -> list[Row]:
         """The rows of one statement that claims the whole batch (``limit`` bound)."""
-        return await self.all(name, {**params(), "limit": limit})
+        return await self.all(query, **{**params, **fresh(), "limit": limit})
 
-    async def locked(self, read: str, params: Params, decide: Decide) -> Row | None:
+    async def locked(self, read: str, decide: Decide, /, **params: Any) -> Row | None:
         """One transaction locking the claim row, then the job row (every writer's order),
         within ``statement_timeout``."""
         return await self._bounded(self._locked(read, params, decide))

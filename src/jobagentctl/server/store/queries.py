@@ -1,5 +1,8 @@
-"""The SQL of each dialect, read from the package once: the named statements of
-``sql/<dialect>/queries.sql`` and the versioned scripts of ``sql/<dialect>/migrations/``."""
+"""The SQL of each dialect, read from the package once.
+
+The named statements come from every ``sql/<dialect>/*.sql`` file, one file per concern. The
+versioned scripts come from ``sql/<dialect>/migrations/``.
+"""
 
 from __future__ import annotations
 
@@ -24,14 +27,33 @@ def _sql_dir(dialect: str) -> Traversable:
 
 @cache
 def load_queries(dialect: str) -> dict[str, str]:
-    """The named blocks of ``sql/<dialect>/queries.sql``: ``-- name: x`` starts block ``x``.
+    """The named blocks of every ``sql/<dialect>/*.sql`` file: ``-- name: x`` starts block ``x``.
 
-    ``-- fragment: f`` starts a piece of SQL that is not a query of its own: a later line
-    ``-- include: f`` is replaced by it (static text, written once, e.g. the lease and attempt
-    writes that claiming by id and claiming the next job share). Fragments are defined before
-    they are included.
+    Each file holds one concern (entities, jobs, leases, logs, ...). A name is defined once
+    among all of them.
+
+    ``-- fragment: f`` starts a piece of SQL that is not a query of its own. A later line
+    ``-- include: f`` of the same file is replaced by it. Fragments are defined before they
+    are included.
     """
-    text = _sql_dir(dialect).joinpath("queries.sql").read_text(encoding="utf-8")
+    queries: dict[str, str] = {}
+    where: dict[str, str] = {}
+    files = sorted(
+        (entry for entry in _sql_dir(dialect).iterdir() if entry.name.endswith(".sql")),
+        key=lambda entry: entry.name,
+    )
+    for entry in files:
+        source = f"{dialect}/{entry.name}"
+        for name, text in _blocks(entry.read_text(encoding="utf-8"), source).items():
+            if name in queries:
+                raise RuntimeError(f"duplicate query name {name!r} in {where[name]} and {source}")
+            queries[name] = text
+            where[name] = source
+    return queries
+
+
+def _blocks(text: str, source: str) -> dict[str, str]:
+    """The named blocks of one file, its fragments included."""
     queries: dict[str, str] = {}
     fragments: dict[str, str] = {}
     kind: str | None = None
@@ -48,12 +70,12 @@ def load_queries(dialect: str) -> dict[str, str]:
             close()
             kind, name, lines = match.group(1), match.group(2), []
             if name in queries or name in fragments:
-                raise RuntimeError(f"duplicate query name {name!r} in {dialect}/queries.sql")
+                raise RuntimeError(f"duplicate query name {name!r} in {source}")
         elif name is not None and (include := _INCLUDE_LINE.match(line)):
             if include.group(1) not in fragments:
                 raise RuntimeError(
-                    f"{dialect}/queries.sql: {name!r} includes {include.group(1)!r}, "
-                    "which is not a fragment defined before it"
+                    f"{source}: {name!r} includes {include.group(1)!r}, "
+                    "which is not a fragment defined before it in that file"
                 )
             lines.append(fragments[include.group(1)])
         elif name is not None and not line.lstrip().startswith("--"):

@@ -1,11 +1,12 @@
-"""``SqlStore``: every store operation written once, with its contract, over a small
-``Connector`` per database (``connector.py``); the lease operations here, those on workspaces,
-keys, agents and jobs in its base class (``entities.py``), those on job logs in its other base
-class (``logs.py``).
+"""``SqlStore``: every store operation written once, with its contract, over one ``Connector``
+per database (``connector.py``).
+
+The lifecycle and lease operations live here. ``store.entities`` (``entities.py``) holds those
+on workspaces, keys, agents and jobs. ``store.logs`` (``logs.py``) holds those on job logs.
 
 As procrastinate's ``manager.py`` over its connectors: the store names a query and passes
 parameters; the connector (``sqlite.py``, ``postgres.py``) runs the dialect's SQL of that name
-(``sql/<dialect>/queries.sql``, the same names in both) and translates driver errors. Where
+(``sql/<dialect>/*.sql``, the same names in both) and translates driver errors. Where
 PostgreSQL does an operation in one statement, SQLite's block of that name is a chain of
 statements run in one write transaction (see ``SqliteConnector``).
 """
@@ -42,7 +43,7 @@ from jobagentctl.models import (
 )
 from jobagentctl.server.store import rows
 from jobagentctl.server.store.connector import Connector, Params, Row
-from jobagentctl.server.store.entities import Entities
+from jobagentctl.server.store.entities import Entities, read_page
 from jobagentctl.server.store.fencing import (
     StatusContext,
     attempt_outcome_for,
@@ -59,7 +60,7 @@ from jobagentctl.server.store.waiters import Mark
 __all__ = ["SqlStore", "Store"]
 
 
-class SqlStore(Entities, LogStore):
+class SqlStore:
     """Persistence and lease logic. All operations are coroutines; all times are the database's.
 
     Every lease decision happens inside the database, with the database clock, in one statement
@@ -71,33 +72,35 @@ class SqlStore(Entities, LogStore):
     ``workspace_id`` always scopes: an id of another workspace is ``NotFound``.
     """
 
-    def __init__(self, connector: Connector) -> None:
-        self.connector = connector
-        self.dialect = connector.dialect  # for reports: "sqlite" | "postgres"
-        self._db = connector
+    def __init__(self, db: Connector) -> None:
+        # The one connector: the entities and the logs hold it too.
+        self.db = db
+        self.dialect = db.dialect  # for reports: "sqlite" | "postgres"
+        self.entities = Entities(db)
+        self.logs = LogStore(db)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
     async def open(self) -> None:
         """Connect (pool / connection). Does not migrate."""
-        await self._db.open()
+        await self.db.open()
 
     async def close(self) -> None:
         """Disconnect; every long-poll still waiting returns."""
-        await self._db.close()
-        self._db.waiters.notify_all()
+        await self.db.close()
+        self.db.waiters.notify_all()
 
     async def migrate(self) -> list[int]:
         """Apply pending versioned migrations (idempotent, safe when replicas race); return the
         versions applied now. ``SchemaTooNew`` when the database is past this release's window
         (a newer release applied a migration that is not expand-only)."""
-        applied = await self._db.migrate()
+        applied = await self.db.migrate()
         (await self.schema_window()).check()
         return applied
 
     async def schema_window(self) -> SchemaWindow:
         """The applied versions as this release sees them (newer than it knows, and how)."""
-        applied = await self._db.all("applied_versions")
+        applied = await self.db.all("applied_versions")
         return SchemaWindow.of(applied, known=len(migrations(self.dialect)))
 
     async def schema_current(self, timeout: float | None = None) -> bool:
@@ -114,8 +117,8 @@ class SqlStore(Entities, LogStore):
         ``SchemaTooNew``."""
         try:
             async with asyncio.timeout(timeout):
-                applied = await self._db.all("applied_versions")
-                writable = await self._db.writable()
+                applied = await self.db.all("applied_versions")
+                writable = await self.db.writable()
         except TimeoutError:
             return ServerUnavailable("database unreachable: no answer in time")
         except JobAgentError as exc:  # its message says where and why (never a password)
@@ -130,10 +133,10 @@ class SqlStore(Entities, LogStore):
 
     # --- leases --------------------------------------------------------------------------------
 
-    async def _claim(self, name: str, params: Callable[[], Params], limit: int) -> list[Row]:
+    async def _claim(self, query: str, limit: int, /, **params: Any) -> list[Row]:
         for retry in (True, False):
             try:
-                return await self._db.each(name, params, limit)
+                return await self.db.each(query, limit, _new_claim, **params)
             except Conflict:
                 # A unique violation, which the invariants rule out (no claim row outlives
                 # inProgress; the attempt number is counted on the job row under its lock):
@@ -160,11 +163,11 @@ class SqlStore(Entities, LogStore):
             "lease_seconds": lease_seconds,
             "agent_scope": agent_id,
         }
-        claimed = await self._claim("claim_job", lambda: {**params, "new_claim_id": uuid4()}, 1)
+        claimed = await self._claim("claim_job", 1, **params)
         if claimed:
             return rows.claimed_job_from_row(claimed[0])
         # Failure path only: tell unknown/foreign (404) from not queued (409).
-        state = await self._db.one("job_claim_state", params)
+        state = await self.db.one("job_claim_state", **params)
         if state is None:
             raise NotFound("job not found")
         if state["status"] == JobStatus.QUEUED and state["revoked_held"]:
@@ -194,20 +197,17 @@ class SqlStore(Entities, LogStore):
         check_lease(lease_seconds)
         if limit < 1:
             raise ValidationError("limit must be at least 1")
-        params = {
-            "agent_id": agent_id,
-            "workspace_id": workspace_id,
-            "lease_seconds": lease_seconds,
-        }
         # One job: the statement with LIMIT 1 written out (a plan PostgreSQL keeps, see
-        # queries.sql); a batch: the one that binds the limit.
+        # leases.sql); a batch: the one that binds the limit.
         query = "claim_next" if limit == 1 else "claim_batch"
-        claimed = await self._claim(query, lambda: {**params, "new_claim_id": uuid4()}, limit)
+        claimed = await self._claim(
+            query, limit, agent_id=agent_id, workspace_id=workspace_id, lease_seconds=lease_seconds
+        )
         return [rows.claimed_job_from_row(row) for row in claimed]
 
     def wait_mark(self, agent_id: UUID) -> Mark:
         """Taken before a claim attempt, for :meth:`wait_for_job`'s ``since``."""
-        return self._db.waiters.mark(agent_id)
+        return self.db.waiters.mark(agent_id)
 
     async def wait_for_job(
         self, agent_id: UUID, timeout: float, *, since: Mark | None = None, last: bool = False
@@ -218,9 +218,9 @@ class SqlStore(Entities, LogStore):
         ``Waiters.wait`` (they spare the queue checks an empty long-poll need not make)."""
 
         async def queued() -> bool:
-            return await self._db.one("queued_exists", {"agent_id": agent_id}) is not None
+            return await self.db.one("queued_exists", agent_id=agent_id) is not None
 
-        return await self._db.waiters.wait(agent_id, timeout, queued, since=since, last=last)
+        return await self.db.waiters.wait(agent_id, timeout, queued, since=since, last=last)
 
     async def heartbeat(
         self,
@@ -246,11 +246,11 @@ class SqlStore(Entities, LogStore):
             "agent_scope": agent_scope,
             "last_output_at": _epoch(last_output_at),
         }
-        row = await self._db.one("heartbeat", params)
+        row = await self.db.one("heartbeat", **params)
         if row is not None:
             return rows.heartbeat_from_row(row)
         # Failure path only: one more read to say why.
-        raise heartbeat_failure(await self._db.one("job_claim_state", params))
+        raise heartbeat_failure(await self.db.one("job_claim_state", **params))
 
     async def set_status(
         self,
@@ -303,11 +303,11 @@ class SqlStore(Entities, LogStore):
         if (
             claim_id is not None
             and status != JobStatus.IN_PROGRESS
-            and (metadata is None or self._db.merges_json)
+            and (metadata is None or self.db.merges_json)
         ):
             # The common case, the claim's holder ending its attempt: one fenced statement.
             # Nothing comes back when it is refused or a repeat; the locked path says why.
-            done = await self._db.one("finish_claimed", {**fence, **write})
+            done = await self.db.one("finish_claimed", **{**fence, **write})
             if done is not None:
                 return self._changed(done)
         rules = partial(
@@ -317,39 +317,7 @@ class SqlStore(Entities, LogStore):
             agent_scope=agent_scope,
             require_claim_id=require_claim_id,
         )
-        return await self._set_status_fenced(fence, write, metadata, rules)
-
-    async def _set_status_fenced(
-        self,
-        fence: Params,
-        write: Params,
-        metadata: dict[str, Any] | None,
-        rules: Callable[[StatusContext], str],
-    ) -> StatusChange:
-        """The locked path. A claim id refused there, or answered as a repeat, may be a revoked
-        claim's: its holder reports that its command has ended, so the job stops waiting for it.
-        Whatever the attempt's outcome: an operator who ended it with ``skipped`` (outcome
-        ``completed``) then requeued it gets the holder's release (``queued``, its claim id)
-        answered as a repeat, and the job must not wait for the lease for nothing."""
-        let_go = False
-
-        def deciding(ctx: StatusContext) -> str:
-            nonlocal let_go
-            try:
-                decision = rules(ctx)
-            except (ClaimLost, ClaimMismatch):
-                let_go = True
-                raise
-            let_go = decision == "noop"
-            return decision
-
-        try:
-            return await self._set_status_locked(fence, write, metadata, deciding)
-        finally:
-            if let_go and fence["claim_id"] is not None:
-                row = await self._db.one("release_revoked", fence)
-                if row is not None:
-                    self._changed(row)
+        return await self._set_status_locked(fence, write, metadata, rules)
 
     async def _set_status_locked(
         self,
@@ -358,14 +326,27 @@ class SqlStore(Entities, LogStore):
         metadata: dict[str, Any] | None,
         rules: Callable[[StatusContext], str],
     ) -> StatusChange:
-        """``set_status`` in one transaction holding the job's lock: read, decide, write."""
-        wrote = False
+        """``set_status`` in one transaction holding the job's lock: read, decide, write.
+
+        A claim id refused there, or answered as a repeat, may be a revoked claim's. Its holder
+        reports that its command has ended, so the job stops waiting for it, whatever the
+        attempt's outcome. An operator who ended it with ``skipped`` (outcome ``completed``)
+        then requeued it gets the holder's release answered as a repeat: the job must not wait
+        for the lease for nothing.
+        """
+        wrote = let_go = False
 
         def decide(row: Row | None) -> tuple[str, Params] | None:
-            nonlocal wrote
+            nonlocal wrote, let_go
             if row is None:
                 raise NotFound("job not found")
-            if rules(rows.status_context_from_row(row)) == "noop":
+            try:
+                decision = rules(rows.status_context_from_row(row))
+            except (ClaimLost, ClaimMismatch):
+                let_go = True
+                raise
+            let_go = decision == "noop"
+            if let_go:
                 return None
             if metadata is not None:
                 # The object merged here from the row read under the lock, written whole
@@ -376,15 +357,21 @@ class SqlStore(Entities, LogStore):
             wrote = True
             return "apply_status", write
 
-        row = await self._db.locked("status_context", fence, decide)
-        if row is None:  # pragma: no cover - the job row was locked by us
-            raise NotFound("job not found")
-        return self._changed(row, wrote=wrote)
+        try:
+            row = await self.db.locked("status_context", decide, **fence)
+            if row is None:  # pragma: no cover - the job row was locked by us
+                raise NotFound("job not found")
+            return self._changed(row, wrote=wrote)
+        finally:
+            if let_go and fence["claim_id"] is not None:
+                freed = await self.db.one("release_revoked", **fence)
+                if freed is not None:
+                    self._changed(freed)
 
     def _changed(self, row: Row, *, wrote: bool = True) -> StatusChange:
         change = rows.status_change_from_row(row)
         if wrote and change.status == JobStatus.QUEUED and change.job_agent_id is not None:
-            self._db.notify(change.job_agent_id, 1)
+            self.db.notify(change.job_agent_id, 1)
         return change
 
     async def reap(
@@ -409,18 +396,18 @@ class SqlStore(Entities, LogStore):
             "heartbeat_max": HEARTBEAT_INTERVAL_MAX,
         }
         # Revoked claims past their lease no longer hold their jobs back.
-        freed = await self._db.one("reap_revoked")
+        freed = await self.db.one("reap_revoked")
         for agent, jobs in Counter(rows.id_list((freed or {}).get("queued_agents"))).items():
-            self._db.notify(agent, jobs)
+            self.db.notify(agent, jobs)
         requeued = failed = 0
         while True:
-            row = await self._db.one("reap", params)
+            row = await self.db.one("reap", **params)
             if row is None or not row["reaped"]:
                 break
             requeued += int(row["requeued"])
             failed += int(row["failed"])
             for agent, jobs in Counter(rows.id_list(row["requeued_agents"])).items():
-                self._db.notify(agent, jobs)
+                self.db.notify(agent, jobs)
             if not row["more"]:
                 # No expired claim beyond this batch: another statement would find nothing
                 # (one held by a status change or another reaper: next tick). A batch whose
@@ -441,16 +428,17 @@ class SqlStore(Entities, LogStore):
         active|expired|unleased|all, judged with the database clock; ``unleased`` rows are
         ``inProgress`` jobs without a claim row. ``last_heartbeat_at`` = ``claim_expires_at -
         lease_seconds``."""
-        params = {
-            "workspace_id": workspace_id,
-            "agent_id": agent_id,
-            "state": check_claim_state(state).value,
-            "stale_after": None,
-            "quiet_after": None,
-            "limit": limit,
-            "offset": offset,
-        }
-        found, total = await self._page("list_claims", params)
+        found, total = await read_page(
+            self.db,
+            "list_claims",
+            workspace_id=workspace_id,
+            agent_id=agent_id,
+            state=check_claim_state(state).value,
+            stale_after=None,
+            quiet_after=None,
+            limit=limit,
+            offset=offset,
+        )
         return [rows.claim_from_row(row) for row in found], total
 
     async def urgent_claims(
@@ -475,8 +463,8 @@ class SqlStore(Entities, LogStore):
             "stale_after": stale_after,
             "quiet_after": quiet_after,
         }
-        found = await self._db.all("urgent_claims", {**params, "limit": limit})
-        counted = await self._db.all("claim_counts", params)
+        found = await self.db.all("urgent_claims", **params, limit=limit)
+        counted = await self.db.all("claim_counts", **params)
         counts = {str(row["mark"]): int(row["n"]) for row in counted}
         return [rows.claim_from_row(row) for row in found], counts
 
@@ -484,16 +472,22 @@ class SqlStore(Entities, LogStore):
         self, workspace_id: UUID, job_id: UUID, agent_scope: UUID | None = None
     ) -> list[JobAttempt]:
         """Attempts of one job, attempt ascending; ``NotFound`` for an unknown job."""
-        params = {"job_id": job_id, "workspace_id": workspace_id, "agent_scope": agent_scope}
-        found = await self._db.all("list_attempts", params)
+        found = await self.db.all(
+            "list_attempts", job_id=job_id, workspace_id=workspace_id, agent_scope=agent_scope
+        )
         if not found:
             raise NotFound("job not found")
         return [rows.attempt_from_row(row) for row in found if row["attempt"] is not None]
 
     async def claim_stats(self) -> dict[str, float]:
         """For ``/metrics``: ``active``, ``expired`` claim counts and ``oldest_age_seconds``."""
-        row = await self._db.one("claim_stats")
+        row = await self.db.one("claim_stats")
         return {key: float(value or 0) for key, value in (row or {}).items()}
+
+
+def _new_claim() -> Params:
+    """What each claimed row gets fresh: its claim id."""
+    return {"new_claim_id": uuid4()}
 
 
 def _status_write(

@@ -366,21 +366,23 @@ class SqliteConnector:
 
     # --- queries -------------------------------------------------------------------------------
 
-    async def one(self, name: str, params: Params | None = None) -> Row | None:
-        """The first row of the chain ``name`` (its rows merged, see the module docstring)."""
-        return await self._run(partial(_run_chain, name=name, params=params))
+    async def one(self, query: str, /, **params: Any) -> Row | None:
+        """The first row of the chain ``query`` (its rows merged, see the module docstring)."""
+        return await self._run(partial(_run_chain, name=query, params=params))
 
-    async def all(self, name: str, params: Params | None = None) -> list[Row]:
-        """Every row of the single statement ``name``."""
+    async def all(self, query: str, /, **params: Any) -> list[Row]:
+        """Every row of the single statement ``query``."""
 
         def run(conn: sqlite3.Connection) -> list[Row]:
-            rows: list[Row] = conn.execute(Q[name], params or {}).fetchall()
+            rows: list[Row] = conn.execute(Q[query], params).fetchall()
             return rows
 
         return await self._run(run)
 
-    async def each(self, name: str, params: Callable[[], Params], limit: int) -> list[Row]:
-        """The chain ``name`` run again, each time with fresh ``params()``, in one write
+    async def each(
+        self, query: str, limit: int, fresh: Callable[[], Params], /, **params: Any
+    ) -> list[Row]:
+        """The chain ``query`` run again, each time with ``fresh()`` over ``params``, in one write
         transaction, until a run answers none or ``limit`` rows are in (a chain answers one
         row: SQLite has no data-modifying CTEs)."""
 
@@ -388,7 +390,7 @@ class SqliteConnector:
             rows: list[Row] = []
             with _transaction(conn):
                 while len(rows) < limit:
-                    row = _run_chain(conn, name, params())
+                    row = _run_chain(conn, query, {**params, **fresh()})
                     if row is None:
                         break
                     rows.append(row)
@@ -396,7 +398,7 @@ class SqliteConnector:
 
         return await self._run(run)
 
-    async def locked(self, read: str, params: Params, decide: Decide) -> Row | None:
+    async def locked(self, read: str, decide: Decide, /, **params: Any) -> Row | None:
         """``read``, ``decide`` and the write in one ``BEGIN IMMEDIATE`` transaction
         (``lock_job``: SQLite's lock is the whole database)."""
 

@@ -1,6 +1,6 @@
 """The gateway's own rows: its mirror of the jobs it claims and its outbox (``upstream_op``).
 
-Each operation is one named statement of ``sql/<dialect>/queries.sql`` (the ``gateway_*``
+Each operation is one named statement of ``sql/<dialect>/upstream.sql`` (the ``gateway_*``
 ones): one transaction each, with the database clock, as every store operation.
 """
 
@@ -66,12 +66,10 @@ class Ledger:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._db = store.connector
+        self._db = store.db
 
     async def register(self, workspace_id: UUID, upstream_url: str) -> None:
-        await self._db.one(
-            "gateway_register", {"workspace_id": workspace_id, "upstream_url": upstream_url}
-        )
+        await self._db.one("gateway_register", workspace_id=workspace_id, upstream_url=upstream_url)
 
     async def workspaces(self) -> list[tuple[UUID, str]]:
         rows = await self._db.all("gateway_workspaces")
@@ -79,7 +77,7 @@ class Ledger:
 
     async def create_workspace(self, workspace_id: UUID, name: str, slug: str) -> None:
         """Our workspace row under ctrlplane's id (the store's own creation draws a new id)."""
-        await self._db.one("create_workspace", {"id": workspace_id, "name": name, "slug": slug})
+        await self._db.one("create_workspace", id=workspace_id, name=name, slug=slug)
 
     async def mirror(
         self,
@@ -98,28 +96,25 @@ class Ledger:
         said queued when asked for this job alone) is not given: then it is not claimable."""
         row = await self._db.one(
             "gateway_mirror_job",
-            {
-                "id": job_id,
-                "workspace_id": workspace_id,
-                "agent_id": agent_id,
-                "created_at": _epoch(created_at),
-                "job_agent_config": json.dumps(job_agent_config),
-                "dispatch_context": json.dumps(dispatch_context),
-                "metadata": json.dumps(metadata),
-                "confirmed": confirmed,
-            },
+            id=job_id,
+            workspace_id=workspace_id,
+            agent_id=agent_id,
+            created_at=_epoch(created_at),
+            job_agent_config=json.dumps(job_agent_config),
+            dispatch_context=json.dumps(dispatch_context),
+            metadata=json.dumps(metadata),
+            confirmed=confirmed,
         )
         return row is not None
 
     async def ended_here(self, workspace_id: UUID, job_id: UUID) -> datetime | None:
         """When our row of the job says it ended (a terminal status), or None."""
-        job = await self.store.get_job(workspace_id, job_id, None)
+        job = await self.store.entities.get_job(workspace_id, job_id, None)
         return None if job is None else job.completed_at
 
     async def undo_claim(self, job_id: UUID, claim_id: UUID) -> bool:
         return (
-            await self._db.one("gateway_undo_claim", {"job_id": job_id, "claim_id": claim_id})
-            is not None
+            await self._db.one("gateway_undo_claim", job_id=job_id, claim_id=claim_id) is not None
         )
 
     async def accept_report(
@@ -144,11 +139,11 @@ class Ledger:
             "payload": json.dumps(payload),
             "hold": hold,
         }
-        row = await self._db.one("gateway_accept_report", params)
+        row = await self._db.one("gateway_accept_report", **params)
         if row is None or row.get("op_id") is None:
-            row = await self._db.one("gateway_report_op", params)
+            row = await self._db.one("gateway_report_op", **params)
         if row is None:
-            raise self._refusal(await self._db.one("job_claim_state", params))
+            raise self._refusal(await self._db.one("job_claim_state", **params))
         return Report(
             op_id=_uuid(row["op_id"]),
             payload=_json(row["op_payload"]),
@@ -160,7 +155,7 @@ class Ledger:
         return heartbeat_failure(state)
 
     async def take_ops(self, limit: int, *, hold: float = OP_HOLD_SECONDS) -> list[Op]:
-        rows = await self._db.all("gateway_take_ops", {"limit": limit, "hold": hold})
+        rows = await self._db.all("gateway_take_ops", limit=limit, hold=hold)
         return [
             Op(
                 id=_uuid(row["id"]),
@@ -175,14 +170,14 @@ class Ledger:
         ]
 
     async def op_done(self, op_id: UUID, error: str | None = None) -> None:
-        await self._db.one("gateway_op_done", {"id": op_id, "error": error})
+        await self._db.one("gateway_op_done", id=op_id, error=error)
 
     async def op_retry(self, op_id: UUID, delay: float, error: str) -> None:
-        await self._db.one("gateway_op_retry", {"id": op_id, "delay": delay, "error": error})
+        await self._db.one("gateway_op_retry", id=op_id, delay=delay, error=error)
 
     async def expired_claims(self, limit: int) -> list[tuple[UUID, UUID, UUID]]:
         """``(job, claim, workspace)`` of expired claims that are not delivering a report."""
-        rows = await self._db.all("gateway_expired_claims", {"limit": limit})
+        rows = await self._db.all("gateway_expired_claims", limit=limit)
         return [(_uuid(r["job_id"]), _uuid(r["claim_id"]), _uuid(r["workspace_id"])) for r in rows]
 
     async def expire_claim(self, workspace_id: UUID, job_id: UUID, claim_id: UUID) -> bool:
@@ -191,18 +186,16 @@ class Ledger:
         revived, reported or reaped meanwhile."""
         row = await self._db.one(
             "gateway_expire_claim",
-            {
-                "workspace_id": workspace_id,
-                "job_id": job_id,
-                "claim_id": claim_id,
-                "op_id": uuid4(),
-            },
+            workspace_id=workspace_id,
+            job_id=job_id,
+            claim_id=claim_id,
+            op_id=uuid4(),
         )
         return row is not None
 
     async def live_claims(self, min_age: float) -> list[tuple[UUID, UUID, UUID, UUID]]:
         """``(job, agent, claim, workspace)`` of claims not delivering, older than ``min_age``."""
-        rows = await self._db.all("gateway_live_claims", {"min_age": min_age})
+        rows = await self._db.all("gateway_live_claims", min_age=min_age)
         return [
             (
                 _uuid(r["job_id"]),
@@ -214,26 +207,24 @@ class Ledger:
         ]
 
     async def pending_ops(self, workspace_id: UUID) -> list[dict[str, Any]]:
-        rows = await self._db.all("gateway_pending_ops", {"workspace_id": workspace_id})
+        rows = await self._db.all("gateway_pending_ops", workspace_id=workspace_id)
         return [dict(row) for row in rows]
 
     async def revoked_held(self, job_id: UUID) -> bool:
         """Whether a claim an operator revoked (requeue) still holds the job (its holder has
         not let go and its lease has not run out)."""
-        return await self._db.one("gateway_revoked_held", {"job_id": job_id}) is not None
+        return await self._db.one("gateway_revoked_held", job_id=job_id) is not None
 
     async def claim_of(self, job_id: UUID) -> UUID | None:
-        row = await self._db.one("gateway_claim_of", {"job_id": job_id})
+        row = await self._db.one("gateway_claim_of", job_id=job_id)
         return None if row is None else _uuid(row["claim_id"])
 
     async def add_requeue(self, workspace_id: UUID, job_id: UUID, claim_id: UUID) -> None:
         """An operator's requeue of a held claim: sent to ctrlplane once the holder let go."""
         await self._db.one(
             "gateway_add_requeue",
-            {
-                "op_id": uuid4(),
-                "workspace_id": workspace_id,
-                "job_id": job_id,
-                "claim_id": claim_id,
-            },
+            op_id=uuid4(),
+            workspace_id=workspace_id,
+            job_id=job_id,
+            claim_id=claim_id,
         )

@@ -104,7 +104,7 @@ class GatewayService(JobService):
         use; 404 when ctrlplane has no such agent in the workspace."""
         if agent_id in self._mirrored_agents:
             return
-        if await self.store.get_agent(ws, agent_id) is None:
+        if await self.store.entities.get_agent(ws, agent_id) is None:
             try:
                 agent = await self.upstream.get_agent(ws, agent_id)
             except UpstreamRefused:
@@ -113,7 +113,7 @@ class GatewayService(JobService):
         self._mirrored_agents.add(agent_id)
 
     async def mirror_agent(self, ws: UUID, agent: dict[str, Any]) -> None:
-        await self.store.upsert_agent(
+        await self.store.entities.upsert_agent(
             ws,
             UUID(str(agent["id"])),
             str(agent.get("name") or "agent"),
@@ -479,7 +479,7 @@ class GatewayService(JobService):
         if following is not None:
             # The holder ending its attempt takes its agent's next jobs in the same request,
             # from the agent's shared poll, without waiting.
-            job = await self.store.get_job(ws, job_id, principal.agent_id)
+            job = await self.store.entities.get_job(ws, job_id, principal.agent_id)
             agent = job.agent_id if job is not None else None
             if agent is None:
                 accepted.claimed = []

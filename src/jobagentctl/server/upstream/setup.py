@@ -28,7 +28,7 @@ async def mirror_agents(store: Store, upstream: UpstreamClient, ws: UUID) -> int
 
 
 async def _upsert_agent(store: Store, ws: UUID, agent: dict[str, Any]) -> None:
-    await store.upsert_agent(
+    await store.entities.upsert_agent(
         ws,
         UUID(str(agent["id"])),
         str(agent.get("name") or "agent"),
@@ -59,11 +59,11 @@ async def init_gateway(
         ws = UUID(str(found["id"]))
         async with opened_store(database_url, migrate=True) as store:
             ledger = Ledger(store)
-            record = await store.get_workspace(ws)
+            record = await store.entities.get_workspace(ws)
             if record is None:
                 slug = str(found.get("slug") or f"workspace-{ws.hex[:8]}")
                 await ledger.create_workspace(ws, str(found.get("name") or slug), slug)
-                record = await store.get_workspace(ws)
+                record = await store.entities.get_workspace(ws)
             if record is None:  # pragma: no cover - made above
                 raise NotFound("workspace not found")
             await ledger.register(ws, upstream.base_url)

@@ -104,7 +104,7 @@ class GatewayWorker:
                 return finished
 
     async def _count_pending(self) -> None:
-        pending = await self.service.store.connector.one("gateway_pending_count")
+        pending = await self.service.store.db.one("gateway_pending_count")
         self.upstream.metrics.pending.set(int((pending or {}).get("n") or 0))
 
     # --- the reaper's pass ---------------------------------------------------------------------
@@ -116,7 +116,7 @@ class GatewayWorker:
         decides what happens to a job that keeps failing."""
         del max_reclaims, grace
         # Revoked claims (an operator's requeue) past their lease no longer hold their jobs.
-        await self.service.store.connector.one("reap_revoked")
+        await self.service.store.db.one("reap_revoked")
         requeued = 0
         for job_id, claim_id, ws in await self.ledger.expired_claims(batch_size):
             if await self.ledger.expire_claim(ws, job_id, claim_id):
