@@ -114,7 +114,7 @@ async def test_regression_an_empty_long_poll_costs_one_statement(
     connector; a job queued during a wait still wakes it at once."""
     async with open_api(database_url) as api:
         agent = await api.agent()
-        connector: Any = api.store._db
+        connector: Any = api.store.db
         statements: list[str] = []
         for name in ("one", "all", "each", "locked"):
             _count_statements(connector, name, statements)
@@ -135,7 +135,7 @@ async def test_regression_an_empty_long_poll_costs_one_statement(
 
         poll = asyncio.ensure_future(api.claim_next(agent, {"leaseSeconds": 30, "waitSeconds": 60}))
         await await_until(
-            lambda: api.store._db.waiters.waiting(UUID(agent)) == 1,
+            lambda: api.store.db.waiters.waiting(UUID(agent)) == 1,
             what="the long-poll to wait",
         )
         job = await api.enqueue(agent)
