@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Annotated
 
 from fastapi import FastAPI, Path, Request
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
 
 from jobagentctl import __version__
 from jobagentctl.models import Workspace
@@ -37,27 +36,16 @@ from jobagentctl.server.store import Store
 if TYPE_CHECKING:
     from jobagentctl.server.upstream.worker import GatewayWorker
 
-__all__ = ["API_PREFIX", "JobAgentApp", "create_app"]
+__all__ = ["API_PREFIX", "create_app"]
 
 
-class JobAgentApp(FastAPI):
-    """FastAPI behind :class:`Edge`: every request goes through the edge's admission and
-    response steps; the edge hands what the fast path does not answer to the framework."""
+def create_app(settings: ServerSettings | None = None, store: Store | None = None) -> Edge:
+    """The ASGI app: the edge, wrapping the framework app (``Edge.framework``).
 
-    edge: Edge
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.edge(scope, receive, send)
-
-    async def framework(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The framework app itself, behind the edge."""
-        await super().__call__(scope, receive, send)
-
-
-def create_app(settings: ServerSettings | None = None, store: Store | None = None) -> FastAPI:
-    """The ASGI app. Without ``store`` it opens (and migrates) one from ``settings.database``
-    in its lifespan and closes it on shutdown; a given store is the caller's to open/close.
-    The reaper runs in the lifespan when ``reap_interval`` > 0."""
+    Without ``store`` it opens (and migrates) one from ``settings.database`` in its lifespan.
+    It closes that store on shutdown; a given store is the caller's to open and close.
+    The reaper runs in the lifespan when ``reap_interval`` > 0.
+    """
     settings = settings or ServerSettings()
     owns_store = store is None
     if store is None:
@@ -96,7 +84,7 @@ def create_app(settings: ServerSettings | None = None, store: Store | None = Non
         log_retention=settings.log_retention,
         reap_with=gateway.reap if gateway is not None else None,
     )
-    app = JobAgentApp(
+    app = FastAPI(
         title="jobagentctl",
         version=__version__,
         description="Pull-based job agents with leases: ctrlplane's pull-agent API (V1) plus "
@@ -116,20 +104,20 @@ def create_app(settings: ServerSettings | None = None, store: Store | None = Non
     )
     app.state.settings, app.state.store, app.state.metrics = settings, store, metrics
     app.state.service, app.state.auth, app.state.reaper = service, auth, reaper
-    app.edge = Edge(
-        app.framework,
+    add_error_handlers(app)
+    add_operational_routes(app, service, metrics)
+    _add_workspace_routes(app, service)  # before the {ws} routes: "slug" is not an id
+    add_api_routes(app, service)
+    document_api(app)
+    # Built once, around the finished app, as Starlette's build_middleware_stack wraps its router.
+    return Edge(
+        app,
         auth=auth,
         metrics=metrics,
         max_body_bytes=settings.max_body_bytes,
         max_json_depth=settings.max_json_depth,
         fast_path=FastPath(service) if settings.fast_path else None,
     )
-    add_error_handlers(app)
-    add_operational_routes(app, service, metrics)
-    _add_workspace_routes(app, service)  # before the {ws} routes: "slug" is not an id
-    add_api_routes(app, service)
-    document_api(app)
-    return app
 
 
 def _lifespan(
