@@ -410,8 +410,14 @@ class JobService:
             self.metrics.lease_lost.labels(exc.code).inc()
             raise
         self.metrics.heartbeats.inc()
-        await self.presence.seen(ws, beat._job_agent_id)
-        return beat
+        await self.presence.seen(ws, beat.job_agent_id)
+        return Heartbeat(
+            job_id=beat.job_id,
+            claim_id=beat.claim_id,
+            attempt=beat.attempt,
+            lease_seconds=beat.lease_seconds,
+            claim_expires_at=beat.claim_expires_at,
+        )
 
     async def update_status(
         self, principal: Principal, ws: UUID, job_id: UUID, body: UpdateJobStatusRequest
