@@ -12,21 +12,18 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
-from fastapi import FastAPI, Path, Request
-from starlette.responses import Response
+from fastapi import FastAPI
 
 from jobagentctl import __version__
-from jobagentctl.models import Workspace
-from jobagentctl.routes import API_PREFIX, Routes
+from jobagentctl.routes import API_PREFIX
 from jobagentctl.server.auth import Authenticator
-from jobagentctl.server.edge import PRINCIPAL, Edge
-from jobagentctl.server.encoding import json_response, model_bytes
+from jobagentctl.server.edge import Edge
 from jobagentctl.server.failures import add_error_handlers
 from jobagentctl.server.fastpath import FastPath
 from jobagentctl.server.metrics import Metrics
-from jobagentctl.server.openapi import ERRORS, document_api
+from jobagentctl.server.openapi import document_api
 from jobagentctl.server.reaper import Reaper
 from jobagentctl.server.routing import add_api_routes, add_operational_routes
 from jobagentctl.server.service import JobService
@@ -106,7 +103,6 @@ def create_app(settings: ServerSettings | None = None, store: Store | None = Non
     app.state.service, app.state.auth, app.state.reaper = service, auth, reaper
     add_error_handlers(app)
     add_operational_routes(app, service, metrics)
-    _add_workspace_routes(app, service)  # before the {ws} routes: "slug" is not an id
     add_api_routes(app, service)
     document_api(app)
     # Built once, around the finished app, as Starlette's build_middleware_stack wraps its router.
@@ -153,22 +149,3 @@ def _lifespan(
                 await store.close()
 
     return lifespan
-
-
-def _add_workspace_routes(app: FastAPI, service: JobService) -> None:
-    @app.get(
-        Routes.WORKSPACE_BY_SLUG,
-        response_model=Workspace,
-        responses=ERRORS,
-        tags=["workspaces"],
-        summary="Resolve a workspace slug to the workspace (ctrlplane's getWorkspaceBySlug)",
-    )
-    async def get_workspace_by_slug(
-        request: Request,
-        slug: Annotated[str, Path(min_length=1, max_length=50, description="Workspace slug")],
-    ) -> Response:
-        record = await service.workspace_by_slug(request.scope[PRINCIPAL], slug)
-        out = Workspace(
-            id=record.id, name=record.name, slug=record.slug, created_at=record.created_at
-        )
-        return json_response((200, model_bytes(out)))
