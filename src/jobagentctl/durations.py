@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import UTC, datetime
 
 from jobagentctl.errors import UsageError
 
-__all__ = ["format_duration", "parse_duration"]
+__all__ = ["format_duration", "parse_duration", "relative"]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -58,3 +59,16 @@ def format_duration(seconds: float) -> str:
         return f"{hours}h{minutes:02d}m"
     days, hours = divmod(hours, 24)
     return f"{days}d{hours:02d}h"
+
+
+def relative(value: datetime | None, now: datetime | None = None) -> str:
+    """``3m20s ago`` / ``in 45s`` / ``-`` for a human reading a table."""
+    if value is None:
+        return "-"
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    now = now or datetime.now(UTC)
+    delta = (now - value).total_seconds()
+    if abs(delta) < 1:
+        return "now"
+    return f"{format_duration(delta)} ago" if delta > 0 else f"in {format_duration(-delta)}"

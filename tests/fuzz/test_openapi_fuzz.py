@@ -74,7 +74,7 @@ METRICS_PATH = "/metrics"
 def _document() -> dict[str, Any]:
     """The OpenAPI document as the app builds it (no database needed)."""
     app = create_app(ServerSettings(database="sqlite:///unused.db"))
-    document: dict[str, Any] = app.openapi()
+    document: dict[str, Any] = app.framework.openapi()
     return document
 
 

@@ -172,7 +172,7 @@ async def dump_database(database_url: str) -> str:
 
 async def test_key_cache_still_refuses_a_wrong_secret(database_url: str) -> None:
     async for api in make_api(database_url, key_cache_seconds=60):
-        auth: Authenticator = api.app.state.auth
+        auth: Authenticator = api.app.framework.state.auth
         principal = await auth.authenticate(api.api_key)
         assert str(principal.workspace_id) == api.workspace_id
         prefix = api.api_key.split(".", 1)[0]
@@ -190,7 +190,7 @@ async def test_concurrent_requests_share_one_key_lookup(database_url: str) -> No
     """A key that left the cache is looked up once for all the requests waiting on it, not
     once each (a fleet sharing a key would queue thousands of lookups for the pool)."""
     async for api in make_api(database_url, key_cache_seconds=60):
-        auth: Authenticator = api.app.state.auth
+        auth: Authenticator = api.app.framework.state.auth
         store = api.store
         calls = 0
         release = asyncio.Event()

@@ -75,7 +75,7 @@ async def test_a_long_poll_with_a_limit_answers_what_was_queued(api: Api) -> Non
     waiting = asyncio.ensure_future(
         api.claim_next(agent, {"leaseSeconds": 30, "waitSeconds": 60, "limit": 4})
     )
-    await await_until(lambda: api.app.state.service.metrics.long_polls._value.get() >= 1,
+    await await_until(lambda: api.app.framework.state.service.metrics.long_polls._value.get() >= 1,
                       what="the long-poll to wait")  # fmt: skip
     job = await api.enqueue(agent)
     r = await asyncio.wait_for(waiting, 30)

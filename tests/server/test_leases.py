@@ -101,13 +101,15 @@ async def test_heartbeat_extends_the_claim_only(api: Api) -> None:
 
 async def test_heartbeats_keep_a_job_claimed_past_several_leases(database_url: str) -> None:
     async for api in make_api(database_url, reap_interval=0.1):
-        async with api.app.router.lifespan_context(api.app):  # runs the real reaper task
+        async with api.app.framework.router.lifespan_context(
+            api.app.framework
+        ):  # runs the real reaper task
             # A 2 s lease, a heartbeat every 0.2 s: a busy machine has ten beats of headroom
             # before a late beat would lose the lease.
             _agent, claimed = await _claimed(api, lease=2)
             loop = asyncio.get_running_loop()
             started = loop.time()
-            reaper = api.app.state.reaper
+            reaper = api.app.framework.state.reaper
             beats = 0
             # Until the claim has outlived 2.5 leases, with at least 5 beats and 10 reaper
             # sweeps (counted, not assumed from elapsed time) while it held.

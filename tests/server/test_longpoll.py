@@ -130,7 +130,7 @@ async def test_shutdown_wakes_waiters_with_204(patient: Api) -> None:
     waiters = [asyncio.ensure_future(api.claim_next(agent, body)) for _ in range(3)]
     await api.until_long_polls(3)
     started = time.monotonic()
-    api.app.state.service.begin_shutdown()
+    api.app.framework.state.service.begin_shutdown()
     responses = await asyncio.gather(*waiters)
     assert [r.status_code for r in responses] == [204, 204, 204]
     assert waits.ran_out == 0, waits
@@ -146,7 +146,7 @@ async def test_one_job_many_waiters_exactly_one_gets_it(patient: Api) -> None:
     job = await api.enqueue(agent)
     await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
     # The others wait on for a job that will not come: end their long-polls.
-    api.app.state.service.begin_shutdown()
+    api.app.framework.state.service.begin_shutdown()
     responses = await asyncio.gather(*waiters)
     codes = sorted(r.status_code for r in responses)
     assert codes == [200, 204, 204, 204]

@@ -57,7 +57,7 @@ async def test_healthz_and_readyz(api: Api) -> None:
     assert r.json() == {"status": "ok"}
     r = await api.client.get("/readyz")
     assert r.status_code == 200
-    api.app.state.service.begin_shutdown()
+    api.app.framework.state.service.begin_shutdown()
     r = await api.client.get("/readyz")  # a draining server tells load balancers to go away
     assert r.status_code == 503
     assert r.json()["code"] == "SERVICE_UNAVAILABLE"
@@ -90,7 +90,7 @@ async def test_metrics_count_claims_heartbeats_reaps_and_lost_leases(api: Api) -
     await api.reap()
     # A reap seen by the reaper task is counted; a direct store.reap() is not: use the task's.
     await api.expire(first["id"])
-    assert (await api.app.state.reaper.run_once()).requeued == 1
+    assert (await api.app.framework.state.reaper.run_once()).requeued == 1
     lost = await api.heartbeat(first["id"], {"claimId": first["claimId"]})
     assert lost.status_code == 409
 
@@ -172,7 +172,7 @@ async def test_fast_path_and_framework_answer_the_same(
     database_url: str, anyio_backend: str
 ) -> None:
     async with open_api(database_url) as api:
-        fast_path = api.app.edge.fast_path
+        fast_path = api.app.fast_path
         assert fast_path is not None
         served = []
         serve = fast_path.serve
@@ -191,7 +191,7 @@ async def test_fast_path_and_framework_answer_the_same(
         fast = await _scenario(api)
         assert len(served) >= 10  # the hot calls took the fast path
     async for api in make_api(database_url, fast_path=False):
-        assert api.app.edge.fast_path is None  # every request through FastAPI's routing
+        assert api.app.fast_path is None  # every request through FastAPI's routing
         framework = await _scenario(api)
     assert [status for status, _ in fast] == [
         200,

@@ -137,7 +137,7 @@ async def test_agents_list_shows_and_filters_states(api: Api) -> None:
     assert 'jobagentctl_agents{state="offline"} 3.0' in metrics
 
     # Seen again (its heartbeat; no throttle now, its last write was moments ago): busy again.
-    api.app.state.service.presence.interval = 0
+    api.app.framework.state.service.presence.interval = 0
     claimed = (await api.claims())[0]
     beat = await api.heartbeat(claimed["jobId"], {"claimId": claimed["claimId"]})
     assert beat.status_code == 200, beat.text

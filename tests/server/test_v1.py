@@ -300,3 +300,11 @@ async def test_workspace_by_slug_resolves_the_callers_own_workspace(api: Api) ->
         r = await api.client.get(f"/api/v1/workspaces/slug/{slug}", headers=headers)
         assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND"
     assert (await api.client.get("/api/v1/workspaces/slug/test")).status_code == 401
+
+
+async def test_workspace_by_slug_refuses_what_no_workspace_can_be_named(api: Api) -> None:
+    """The slug route is an endpoint like the others: a slug outside SLUG_PATTERN is a 400."""
+    headers = {"X-API-Key": api.api_key}
+    for slug in ("ab", "Test", "a" * 51, "te_st"):
+        r = await api.client.get(f"/api/v1/workspaces/slug/{slug}", headers=headers)
+        assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", (slug, r.text)

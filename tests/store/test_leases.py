@@ -165,6 +165,8 @@ async def test_heartbeat_extends_the_claim_only(env: Env) -> None:
     # No claim_id and no new lease: keeps the lease length.
     again = await env.store.heartbeat(env.ws, job.id, None, None)
     assert again.lease_seconds == 120 and again.claim_expires_at >= beat.claim_expires_at
+    # The claim's agent comes back on the store's record (for presence), whoever asked.
+    assert beat.job_agent_id == again.job_agent_id == env.agent
     # Write locality: the job row is untouched by heartbeats.
     stored = await env.store.entities.get_job(env.ws, job.id)
     assert stored is not None and stored.updated_at == claimed.updated_at

@@ -212,7 +212,7 @@ class Column:
 
 
 def _age(value: datetime | None, now: datetime) -> str:
-    from jobagentctl.cli.output import relative
+    from jobagentctl.durations import relative
 
     return relative(value, now)
 

@@ -7,15 +7,19 @@ the API client without importing the renderer.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from jobagentctl.cli.context import AppState
+from typing import Protocol
 
 __all__ = ["info", "notice", "warn"]
 
 
-def info(state: AppState, message: str) -> None:
+class _Quiet(Protocol):
+    # What ``info`` reads of the invocation state (``context.AppState``), named without
+    # importing context: context imports this module.
+    @property
+    def quiet(self) -> bool: ...
+
+
+def info(state: _Quiet, message: str) -> None:
     """A confirmation or progress note on stderr, unless ``-q``."""
     if not state.quiet:
         print(message, file=sys.stderr)

@@ -29,7 +29,9 @@ from jobagentctl.cli.sanitize import (
     truncate,
     tsv_text,
 )
-from jobagentctl.durations import format_duration
+
+# relative lives with the durations: claims_watch uses it too, and output imports claims_watch.
+from jobagentctl.durations import format_duration, relative
 from jobagentctl.errors import UsageError
 from jobagentctl.models import (
     AgentState,
@@ -97,19 +99,6 @@ def rfc3339(value: datetime) -> str:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def relative(value: datetime | None, now: datetime | None = None) -> str:
-    """``3m20s ago`` / ``in 45s`` / ``-`` for a human reading a table."""
-    if value is None:
-        return "-"
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    now = now or datetime.now(UTC)
-    delta = (now - value).total_seconds()
-    if abs(delta) < 1:
-        return "now"
-    return f"{format_duration(delta)} ago" if delta > 0 else f"in {format_duration(-delta)}"
 
 
 def to_jsonable(value: Any, *, as_sent: bool = False) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -23,7 +23,6 @@ from pydantic import ValidationError as PydanticValidationError
 from jobagentctl import models
 from jobagentctl.client._connection import Connection, parse
 from jobagentctl.client._ctrlplane import MEMORY, V1_POLL_INTERVAL, V1Fallback
-from jobagentctl.client._logs import LogCalls
 from jobagentctl.errors import ConfigError, NoJob, NotFound
 from jobagentctl.models import MAX_CLAIM_BATCH, ClaimState, JobStatus, keep_wire
 from jobagentctl.routes import Routes
@@ -65,7 +64,7 @@ def _attempts(data: Any) -> list[models.JobAttempt]:
     return keep_wire(_ATTEMPTS.validate_python(data), data)
 
 
-class Client(LogCalls):
+class Client:
     """A client for one workspace of a jobagentctl (or ctrlplane) server.
 
     ``url`` is the base URL with or without ``/api``. The key is checked before the first
@@ -534,3 +533,51 @@ class Client(LogCalls):
         """Every attempt (claim) of the job, oldest first."""
         path = self._at(Routes.ATTEMPTS, jobId=job_id)
         return self._conn.call("GET", path, _attempts, v2_route=True)
+
+    # --- job logs (…/jobs/{jobId}/logs) ------------------------------------------------------
+
+    def append_logs(
+        self, job_id: UUID, claim_id: UUID, chunks: Sequence[models.LogChunkIn]
+    ) -> models.LogAppendResult:
+        """Append output chunks to the log of the attempt that ``claim_id`` holds (each at most
+        ``models.LOG_CHUNK_MAX_BYTES`` raw; the request within the server's body limit, 1 MiB
+        by default). :class:`ClaimLost` / :class:`ClaimMismatch` when the claim is not the
+        job's current one (nothing written); :class:`LogsUnsupported` on a server without
+        logs (ctrlplane, an older jobagentctl), learned once per process."""
+        body = models.LogAppendRequest(claim_id=claim_id, chunks=list(chunks))
+        path = self._at(Routes.JOB_LOGS, jobId=job_id)
+        with self._v1.logs_route("POST"):
+            return self._conn.call(
+                "POST", path, models.LogAppendResult.from_wire, body=body, v2_route=True
+            )
+
+    def recheck_logs(self) -> None:
+        """Forget that the server was found without logs: the next call asks it again (a
+        long-lived ``run --loop`` outlives its server's upgrade)."""
+        self._v1.forget_no_logs()
+
+    def read_logs(
+        self,
+        job_id: UUID,
+        *,
+        attempt: int | None = None,
+        after: int = 0,
+        wait_seconds: float | None = None,
+        limit: int | None = None,
+    ) -> models.LogPage:
+        """The chunks of an attempt's log (None: the latest attempt) after seq ``after``.
+        ``wait_seconds``: when there are none yet and the attempt runs, the server waits up to
+        that long (capped by its ``maxWaitSeconds``) for some or for the attempt's end.
+        :class:`LogNotFound` for an unknown job or attempt, :class:`LogExpired` for a log past
+        the server's retention, :class:`LogsUnsupported` on a server without logs."""
+        params = {"attempt": attempt, "after": after, "waitSeconds": wait_seconds, "limit": limit}
+        path = self._at(Routes.JOB_LOGS, jobId=job_id)
+        with self._v1.logs_route("GET"):
+            return self._conn.call(
+                "GET",
+                path,
+                models.LogPage.from_wire,
+                params=params,
+                wait_seconds=wait_seconds,
+                v2_route=True,
+            )

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from jobagentctl.client._pages import iter_pages
@@ -39,10 +39,7 @@ from jobagentctl.errors import (
 from jobagentctl.models import ClaimedJob, ClaimNext, Job, JobStatus, Page
 from jobagentctl.routes import Routes
 
-if TYPE_CHECKING:
-    from jobagentctl.client._client import Client
-
-__all__ = ["MEMORY", "V1_POLL_INTERVAL", "ProcessMemory", "ServerFacts", "V1Fallback"]
+__all__ = ["MEMORY", "V1_POLL_INTERVAL", "ProcessMemory", "ServerFacts", "V1Calls", "V1Fallback"]
 
 # How often a V1 claim looks for queued jobs. Each pause is V1_POLL_INTERVAL ± 50 % (jitter), so
 # many agents do not poll in step.
@@ -118,6 +115,48 @@ class ProcessMemory:
 MEMORY = ProcessMemory()
 
 
+class V1Calls(Protocol):
+    """The server calls :class:`V1Fallback` makes: the client's, named here so this module
+    needs no import of the client."""
+
+    url: str
+
+    def claim_next_request(
+        self,
+        agent_id: UUID,
+        *,
+        lease_seconds: int | None,
+        wait_seconds: float | None,
+        limit: int | None,
+    ) -> list[ClaimedJob]: ...
+
+    def list_agent_jobs(
+        self,
+        agent_id: UUID,
+        *,
+        status: JobStatus | str | None = ...,
+        include_dispatch_context: bool = ...,
+        limit: int = ...,
+        offset: int = ...,
+        cursor: str | None = ...,
+    ) -> Page[Job]: ...
+
+    def claim_job(
+        self, agent_id: UUID, job_id: UUID, *, lease_seconds: int | None
+    ) -> ClaimedJob: ...
+
+    def jobs_page(
+        self,
+        *,
+        status: str | None = ...,
+        limit: int = ...,
+        offset: int = ...,
+        cursor: str | None = ...,
+    ) -> Page[Job]: ...
+
+    def get_job(self, job_id: UUID) -> Job: ...
+
+
 @dataclass
 class V1Fallback:
     """The operations of one :class:`Client` that differ on a V1-only server.
@@ -127,7 +166,7 @@ class V1Fallback:
     ``poll_interval``, ``clock`` and ``sleep`` pace a V1 claim's polling.
     """
 
-    client: Client
+    client: V1Calls
     warn: Callable[[str], None]
     poll_interval: float
     clock: Callable[[], float]

@@ -388,8 +388,6 @@ class Heartbeat(WireModel):
     attempt: int
     lease_seconds: int
     claim_expires_at: datetime
-    # The claim's agent, for the server's own bookkeeping (presence); never on the wire.
-    _job_agent_id: UUID | None = PrivateAttr(default=None)
 
 
 class JobWait(WireModel):

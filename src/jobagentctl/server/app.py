@@ -12,22 +12,18 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
-from fastapi import FastAPI, Path, Request
-from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from fastapi import FastAPI
 
 from jobagentctl import __version__
-from jobagentctl.models import Workspace
-from jobagentctl.routes import API_PREFIX, Routes
+from jobagentctl.routes import API_PREFIX
 from jobagentctl.server.auth import Authenticator
-from jobagentctl.server.edge import PRINCIPAL, Edge
-from jobagentctl.server.encoding import json_response, model_bytes
+from jobagentctl.server.edge import Edge
 from jobagentctl.server.failures import add_error_handlers
 from jobagentctl.server.fastpath import FastPath
 from jobagentctl.server.metrics import Metrics
-from jobagentctl.server.openapi import ERRORS, document_api
+from jobagentctl.server.openapi import document_api
 from jobagentctl.server.reaper import Reaper
 from jobagentctl.server.routing import add_api_routes, add_operational_routes
 from jobagentctl.server.service import JobService
@@ -37,27 +33,16 @@ from jobagentctl.server.store import Store
 if TYPE_CHECKING:
     from jobagentctl.server.upstream.worker import GatewayWorker
 
-__all__ = ["API_PREFIX", "JobAgentApp", "create_app"]
+__all__ = ["API_PREFIX", "create_app"]
 
 
-class JobAgentApp(FastAPI):
-    """FastAPI behind :class:`Edge`: every request goes through the edge's admission and
-    response steps; the edge hands what the fast path does not answer to the framework."""
+def create_app(settings: ServerSettings | None = None, store: Store | None = None) -> Edge:
+    """The ASGI app: the edge, wrapping the framework app (``Edge.framework``).
 
-    edge: Edge
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.edge(scope, receive, send)
-
-    async def framework(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The framework app itself, behind the edge."""
-        await super().__call__(scope, receive, send)
-
-
-def create_app(settings: ServerSettings | None = None, store: Store | None = None) -> FastAPI:
-    """The ASGI app. Without ``store`` it opens (and migrates) one from ``settings.database``
-    in its lifespan and closes it on shutdown; a given store is the caller's to open/close.
-    The reaper runs in the lifespan when ``reap_interval`` > 0."""
+    Without ``store`` it opens (and migrates) one from ``settings.database`` in its lifespan.
+    It closes that store on shutdown; a given store is the caller's to open and close.
+    The reaper runs in the lifespan when ``reap_interval`` > 0.
+    """
     settings = settings or ServerSettings()
     owns_store = store is None
     if store is None:
@@ -96,7 +81,7 @@ def create_app(settings: ServerSettings | None = None, store: Store | None = Non
         log_retention=settings.log_retention,
         reap_with=gateway.reap if gateway is not None else None,
     )
-    app = JobAgentApp(
+    app = FastAPI(
         title="jobagentctl",
         version=__version__,
         description="Pull-based job agents with leases: ctrlplane's pull-agent API (V1) plus "
@@ -116,20 +101,19 @@ def create_app(settings: ServerSettings | None = None, store: Store | None = Non
     )
     app.state.settings, app.state.store, app.state.metrics = settings, store, metrics
     app.state.service, app.state.auth, app.state.reaper = service, auth, reaper
-    app.edge = Edge(
-        app.framework,
+    add_error_handlers(app)
+    add_operational_routes(app, service, metrics)
+    add_api_routes(app, service)
+    document_api(app)
+    # Built once, around the finished app, as Starlette's build_middleware_stack wraps its router.
+    return Edge(
+        app,
         auth=auth,
         metrics=metrics,
         max_body_bytes=settings.max_body_bytes,
         max_json_depth=settings.max_json_depth,
         fast_path=FastPath(service) if settings.fast_path else None,
     )
-    add_error_handlers(app)
-    add_operational_routes(app, service, metrics)
-    _add_workspace_routes(app, service)  # before the {ws} routes: "slug" is not an id
-    add_api_routes(app, service)
-    document_api(app)
-    return app
 
 
 def _lifespan(
@@ -165,22 +149,3 @@ def _lifespan(
                 await store.close()
 
     return lifespan
-
-
-def _add_workspace_routes(app: FastAPI, service: JobService) -> None:
-    @app.get(
-        Routes.WORKSPACE_BY_SLUG,
-        response_model=Workspace,
-        responses=ERRORS,
-        tags=["workspaces"],
-        summary="Resolve a workspace slug to the workspace (ctrlplane's getWorkspaceBySlug)",
-    )
-    async def get_workspace_by_slug(
-        request: Request,
-        slug: Annotated[str, Path(min_length=1, max_length=50, description="Workspace slug")],
-    ) -> Response:
-        record = await service.workspace_by_slug(request.scope[PRINCIPAL], slug)
-        out = Workspace(
-            id=record.id, name=record.name, slug=record.slug, created_at=record.created_at
-        )
-        return json_response((200, model_bytes(out)))

@@ -21,7 +21,8 @@ import time
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from fastapi import FastAPI
+from starlette.types import Message, Receive, Scope, Send
 
 from jobagentctl.errors import JobAgentError, PayloadTooLarge, ValidationError
 from jobagentctl.routes import V1_PREFIX
@@ -91,7 +92,8 @@ class _Disconnected(Exception):
 class Edge:
     """The ASGI entry point in front of the framework app (see the module docstring)."""
 
-    framework: ASGIApp
+    # The framework app: its routes, its lifespan, its ``state`` and its OpenAPI document.
+    framework: FastAPI
     _: KW_ONLY
     auth: Authenticator
     metrics: Metrics

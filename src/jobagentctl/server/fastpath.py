@@ -12,9 +12,6 @@ errors and the OpenAPI document stay the framework's.
 
 from __future__ import annotations
 
-import inspect
-import types
-import typing
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -45,14 +42,9 @@ class HotRoute:
     @classmethod
     def of(cls, endpoint: Endpoint) -> HotRoute:
         """The fast path's view of ``endpoint``, whose operation takes a ``body``."""
-        body = inspect.signature(endpoint.operation, eval_str=True).parameters["body"]
-        model = body.annotation
-        if typing.get_origin(model) is typing.Annotated:
-            model = typing.get_args(model)[0]
-        if isinstance(model, types.UnionType):  # Model | None
-            model = next(arg for arg in typing.get_args(model) if arg is not type(None))
+        model, required = endpoint.body()
         segments = tuple(None if p.startswith("{") else p for p in endpoint.template.split("/"))
-        return cls(endpoint, segments, model, body.default is inspect.Parameter.empty)
+        return cls(endpoint, segments, model, required)
 
 
 def _index(routes: list[HotRoute]) -> dict[tuple[str, int, str], HotRoute]:

@@ -25,6 +25,7 @@ from jobagentctl.models import (
 )
 from jobagentctl.server.auth import Principal
 from jobagentctl.server.metrics import Metrics
+from jobagentctl.server.scopes import require_workspace
 from jobagentctl.server.settings import ServerSettings
 from jobagentctl.server.store import Store
 from jobagentctl.server.store.logs import NewChunk
@@ -34,6 +35,11 @@ __all__ = ["LOG_RECHECK_SECONDS", "JobLogs"]
 # A follow re-reads the attempt this often when nothing in this process woke it: bounds how
 # late a chunk appended through another replica shows (one cheap read per waiting follower).
 LOG_RECHECK_SECONDS = 0.5
+
+
+def _no_job(job_id: UUID) -> LogNotFound:
+    """The log routes' 404: ``LOG_NOT_FOUND`` tells "no such job" from "no such route"."""
+    return LogNotFound("job not found", details={"jobId": str(job_id)})
 
 
 class JobLogs:
@@ -52,11 +58,6 @@ class JobLogs:
         self._events: dict[UUID, asyncio.Event] = {}
         self._waiting: dict[UUID, int] = {}
 
-    @staticmethod
-    def _workspace(principal: Principal, ws: UUID, job_id: UUID) -> None:
-        if principal.workspace_id != ws:
-            raise LogNotFound("job not found", details={"jobId": str(job_id)})
-
     def wake(self, job_id: UUID) -> None:
         """Wake this process's followers of the job (a chunk appended, a status changed)."""
         event = self._events.pop(job_id, None)
@@ -69,7 +70,7 @@ class JobLogs:
         """Append the body's chunks to the attempt its claim id holds. A chunk over
         ``LOG_CHUNK_MAX_BYTES`` raw → ``PayloadTooLarge``; data that is not base64, or a marker
         that is not UTF-8 → ``ValidationError``; nothing is written then."""
-        self._workspace(principal, ws, job_id)
+        require_workspace(principal, ws, error=lambda: _no_job(job_id))
         chunks: list[NewChunk] = []
         for index, chunk in enumerate(body.chunks):
             try:
@@ -117,7 +118,7 @@ class JobLogs:
         """The chunks of the attempt (None: the latest) after seq ``after``. With
         ``wait_seconds`` (capped by ``max_wait_seconds``): when there are none and the attempt
         runs, wait for some or for its end, then answer (possibly still empty)."""
-        self._workspace(principal, ws, job_id)
+        require_workspace(principal, ws, error=lambda: _no_job(job_id))
         wait = min(wait_seconds or 0.0, self.settings.max_wait_seconds)
         deadline = time.monotonic() + wait
         while True:

@@ -14,15 +14,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import types
+import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 from uuid import UUID
 
 from fastapi import Body, Path, Query
+from pydantic import BaseModel
 from starlette.types import Receive
 
 from jobagentctl.models import (
+    SLUG_PATTERN,
     AcceptedResponse,
     AgentState,
     ClaimedJob,
@@ -48,6 +52,7 @@ from jobagentctl.models import (
     UpdateJobStatusRequest,
     UpsertJobAgentRequest,
     UrgentClaims,
+    Workspace,
 )
 from jobagentctl.routes import Routes
 from jobagentctl.server.auth import Principal
@@ -71,6 +76,8 @@ T = TypeVar("T")
 WsPath = Annotated[UUID, Path(alias="ws", description="Workspace id")]
 AgentPath = Annotated[UUID, Path(alias="agentId", description="Job agent id")]
 JobPath = Annotated[UUID, Path(alias="jobId", description="Job id")]
+# The slugs a workspace can have: anything else is a 400, never a lookup.
+SlugPath = Annotated[str, Path(pattern=f"^{SLUG_PATTERN}$", description="Workspace slug")]
 Limit = Annotated[int, Query(ge=1, le=1000, description="Page size, 1–1000")]
 Offset = Annotated[int, Query(ge=0, le=2**63 - 1, description="Items to skip")]
 Cursor = Annotated[
@@ -117,6 +124,21 @@ class Endpoint:
         """The OpenAPI summary: the first paragraph of the operation's docstring."""
         doc = inspect.getdoc(self.operation) or ""
         return " ".join(doc.split("\n\n", 1)[0].split())
+
+    @property
+    def parameters(self) -> list[inspect.Parameter]:
+        """The operation's parameters after the ``Call``: what a route takes from the request."""
+        return list(inspect.signature(self.operation, eval_str=True).parameters.values())[1:]
+
+    def body(self) -> tuple[type[BaseModel], bool]:
+        """The model of the operation's ``body`` parameter, and whether a body is required."""
+        body = next(p for p in self.parameters if p.name == "body")
+        model = body.annotation
+        if typing.get_origin(model) is typing.Annotated:
+            model = typing.get_args(model)[0]
+        if isinstance(model, types.UnionType):  # Model | None
+            model = next(arg for arg in typing.get_args(model) if arg is not type(None))
+        return model, body.default is inspect.Parameter.empty
 
     def answer(self, content: bytes) -> Result:
         """The operation's bytes with the route's status; no bytes: 204 No Content."""
@@ -174,6 +196,17 @@ async def _until_gone(
 
 
 # --- job agents -----------------------------------------------------------------------------
+
+
+# --- workspaces: first, so that "slug" is not taken for a {ws} id ------------------------------
+
+
+@endpoint("GET", Routes.WORKSPACE_BY_SLUG, Workspace, tag="workspaces")
+async def get_workspace_by_slug(call: Call, slug: SlugPath) -> bytes:
+    """Resolve a workspace slug to the workspace (ctrlplane's getWorkspaceBySlug)"""
+    record = await call.service.workspace_by_slug(call.principal, slug)
+    out = Workspace(id=record.id, name=record.name, slug=record.slug, created_at=record.created_at)
+    return model_bytes(out)
 
 
 @endpoint("PUT", Routes.AGENT, AcceptedResponse, tag="job agents", status=202)

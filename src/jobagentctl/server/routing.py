@@ -51,13 +51,12 @@ def _route(service: JobService, endpoint: Endpoint) -> Any:
     with the request in front, from which the call is made: the principal the edge admitted
     and the connection."""
     operation = endpoint.operation
-    declared = inspect.signature(operation, eval_str=True).parameters.values()
 
     async def route(request: Request, **parameters: Any) -> Response:
         call = Call(service, request.scope[PRINCIPAL], request.receive)
         return json_response(endpoint.answer(await operation(call, **parameters)))
 
-    route.__signature__ = inspect.Signature([_REQUEST, *list(declared)[1:]])  # type: ignore[attr-defined]
+    route.__signature__ = inspect.Signature([_REQUEST, *endpoint.parameters])  # type: ignore[attr-defined]
     return route
 
 

@@ -233,7 +233,7 @@ async def serve(
         **_proxy_options(settings),
         **protocol,
     )
-    server = _Server(config, app.state.service, tls=tls is not None, settle=settle)
+    server = _Server(config, app.framework.state.service, tls=tls is not None, settle=settle)
     logger.info(
         "starting: database %s (%s), lease %ss in [%s, %s], reap every %ss",
         redact_url(settings.database),

@@ -38,7 +38,13 @@ from jobagentctl.server.logs import JobLogs
 from jobagentctl.server.longpoll_ends import LongPollEnds
 from jobagentctl.server.metrics import Metrics
 from jobagentctl.server.presence import Presence
-from jobagentctl.server.scopes import Scopes, no_agent
+from jobagentctl.server.scopes import (
+    claims_scope,
+    no_agent,
+    require_own_agent,
+    require_workspace,
+    require_workspace_key,
+)
 from jobagentctl.server.settings import ServerSettings
 from jobagentctl.server.store import Store, WorkspaceRecord
 from jobagentctl.server.store.waiters import Mark
@@ -89,7 +95,7 @@ def resolve_lease(
     return settings.default_lease if claim_next else None
 
 
-class JobService(Scopes):
+class JobService:
     """One per app. Every method takes the caller's ``Principal`` and the path's workspace.
 
     Scopes: a workspace key may do everything in its workspace. An agent key may read its own
@@ -169,8 +175,8 @@ class JobService(Scopes):
         self, principal: Principal, ws: UUID, agent_id: UUID, body: UpsertJobAgentRequest
     ) -> AcceptedResponse:
         """Create or replace an agent (a workspace key only)."""
-        self._workspace(principal, ws)
-        self._workspace_key_only(principal)
+        require_workspace(principal, ws)
+        require_workspace_key(principal)
         await self.store.entities.upsert_agent(
             ws, agent_id, body.name, body.type, body.config, body.metadata
         )
@@ -186,8 +192,8 @@ class JobService(Scopes):
     ) -> tuple[list[JobAgent], int]:
         """A page of the workspace's agents (in ``state`` if given) and their total, with their
         presence (a workspace key only)."""
-        self._workspace(principal, ws)
-        self._workspace_key_only(principal)
+        require_workspace(principal, ws)
+        require_workspace_key(principal)
         window = self.settings.presence_window
         return await self.store.entities.list_agents(
             ws, limit, offset, presence_window=window, state=state
@@ -195,8 +201,8 @@ class JobService(Scopes):
 
     async def get_agent(self, principal: Principal, ws: UUID, agent_id: UUID) -> JobAgent:
         """An agent with its presence (an agent key: only its own)."""
-        self._workspace(principal, ws)
-        self._own_agent(principal, agent_id)
+        require_workspace(principal, ws)
+        require_own_agent(principal, agent_id)
         window = self.settings.presence_window
         agent = await self.store.entities.get_agent_presence(ws, agent_id, window)
         if agent is None:
@@ -207,8 +213,8 @@ class JobService(Scopes):
         self, principal: Principal, ws: UUID, agent_id: UUID
     ) -> AcceptedResponse:
         """Delete an agent and its keys; its jobs stay (a workspace key only)."""
-        self._workspace(principal, ws)
-        self._workspace_key_only(principal)
+        require_workspace(principal, ws)
+        require_workspace_key(principal)
         self._known_agents.pop((ws, agent_id), None)
         if not await self.store.entities.delete_agent(ws, agent_id):
             raise no_agent(agent_id)
@@ -229,8 +235,8 @@ class JobService(Scopes):
     ) -> tuple[list[Job], int, str | None]:
         """A page of an agent's jobs, newest first, their total and the next page's cursor
         (an agent key: its own agent's)."""
-        self._workspace(principal, ws)
-        self._own_agent(principal, agent_id)
+        require_workspace(principal, ws)
+        require_own_agent(principal, agent_id)
         await self.presence.seen(ws, agent_id)  # a V1 agent's poll
         items, total, following = await self.store.entities.list_jobs(
             ws,
@@ -258,7 +264,7 @@ class JobService(Scopes):
     ) -> tuple[list[Job], int, str | None]:
         """A page of the workspace's jobs, newest first, their total and the next page's
         cursor."""
-        self._workspace(principal, ws)
+        require_workspace(principal, ws)
         # An agent key sees the workspace list narrowed to its own agent's jobs.
         return await self.store.entities.list_jobs(
             ws,
@@ -272,22 +278,22 @@ class JobService(Scopes):
 
     async def get_job(self, principal: Principal, ws: UUID, job_id: UUID) -> Job:
         """A job of the workspace (an agent key: of its agent), with its dispatch context."""
-        self._workspace(principal, ws)
+        require_workspace(principal, ws)
         return await self._job_or_404(principal, ws, job_id)
 
     async def create_job(
         self, principal: Principal, ws: UUID, agent_id: UUID, body: CreateJobRequest
     ) -> Job:
         """Queue a job for an agent (a workspace key only)."""
-        self._workspace(principal, ws)
-        self._workspace_key_only(principal)
+        require_workspace(principal, ws)
+        require_workspace_key(principal)
         return await self.store.entities.create_job(
             ws, agent_id, body.job_agent_config, body.dispatch_context, body.metadata
         )
 
     async def list_attempts(self, principal: Principal, ws: UUID, job_id: UUID) -> list[JobAttempt]:
         """A job's claim attempts, oldest first (an agent key: of its agent's jobs)."""
-        self._workspace(principal, ws)
+        require_workspace(principal, ws)
         return await self.store.list_attempts(ws, job_id, principal.agent_id)
 
     # --- leases ------------------------------------------------------------------------------
@@ -309,8 +315,8 @@ class JobService(Scopes):
         body: ClaimRequest | None,
     ) -> ClaimedJob:
         """Claim a queued job by id; leased as :func:`resolve_lease` decides."""
-        self._workspace(principal, ws)
-        self._own_agent(principal, agent_id)
+        require_workspace(principal, ws)
+        require_own_agent(principal, agent_id)
         requested = body.lease_seconds if body is not None else None
         await self.presence.seen(ws, agent_id)
         lease = await self._lease_for(ws, agent_id, requested, claim_next=False)
@@ -330,8 +336,8 @@ class JobService(Scopes):
         to ``waitSeconds`` (capped by ``max_wait_seconds``) for one to be queued; [] → 204.
         ``disconnected`` (set when the client goes away) ends the wait without claiming:
         nobody would receive the job."""
-        self._workspace(principal, ws)
-        self._own_agent(principal, agent_id)
+        require_workspace(principal, ws)
+        require_own_agent(principal, agent_id)
         requested = body.lease_seconds if body is not None else None
         wait = body.wait_seconds if body is not None and body.wait_seconds is not None else 0.0
         wait = min(wait, self.settings.max_wait_seconds)
@@ -431,7 +437,7 @@ class JobService(Scopes):
     ) -> Heartbeat:
         """Extend the lease of the claim ``body.claim_id`` (by its own length, or by the
         ``leaseSeconds`` asked, clamped); a lost or mismatched claim is counted and re-raised."""
-        self._workspace(principal, ws)
+        require_workspace(principal, ws)
         claim_id = body.claim_id if body is not None else None
         requested = body.lease_seconds if body is not None else None
         # 0 or absent keeps the claim's current lease: a heartbeat cannot unlease a job.
@@ -445,8 +451,14 @@ class JobService(Scopes):
             self.metrics.lease_lost.labels(exc.code).inc()
             raise
         self.metrics.heartbeats.inc()
-        await self.presence.seen(ws, beat._job_agent_id)
-        return beat
+        await self.presence.seen(ws, beat.job_agent_id)
+        return Heartbeat(
+            job_id=beat.job_id,
+            claim_id=beat.claim_id,
+            attempt=beat.attempt,
+            lease_seconds=beat.lease_seconds,
+            claim_expires_at=beat.claim_expires_at,
+        )
 
     async def update_status(
         self, principal: Principal, ws: UUID, job_id: UUID, body: UpdateJobStatusRequest
@@ -455,7 +467,7 @@ class JobService(Scopes):
         claim the next jobs of the job's agent in the same request, as claim-next without a
         wait would: ``claimed`` lists them ([] when none is queued). Refused updates claim
         nothing."""
-        self._workspace(principal, ws)
+        require_workspace(principal, ws)
         following = body.claim_next
         ending = body.claim_id is not None and body.status != JobStatus.IN_PROGRESS
         if following is not None and not ending:
@@ -508,7 +520,7 @@ class JobService(Scopes):
         ``max_wait_seconds``) run out with it still held. Woken at once by a status change
         through this process; changes through another process (another replica, the reaper's
         requeue) are seen by a re-check every ``_CLAIM_RECHECK_SECONDS``."""
-        self._workspace(principal, ws)
+        require_workspace(principal, ws)
         deadline = time.monotonic() + min(wait_seconds, self.settings.max_wait_seconds)
         while True:
             changed = self._job_changed.setdefault(job_id, asyncio.Event())
@@ -552,7 +564,7 @@ class JobService(Scopes):
         offset: int,
     ) -> tuple[list[JobClaim], int]:
         """A page of in-flight claims and their total (an agent key: its own agent's)."""
-        agent_id = self._claims_of(principal, ws, agent_id)
+        agent_id = claims_scope(principal, ws, agent_id)
         return await self.store.list_claims(
             ws, agent_id=agent_id, state=state, limit=limit, offset=offset
         )
@@ -570,7 +582,7 @@ class JobService(Scopes):
         """The most urgent claims and the count of each mark (an agent key: its own agent's);
         ``marks``: the seconds without a heartbeat, and without output, that make an active
         claim stale, and quiet."""
-        agent_id = self._claims_of(principal, ws, agent_id)
+        agent_id = claims_scope(principal, ws, agent_id)
         stale, quiet = marks
         return await self.store.urgent_claims(
             ws, agent_id=agent_id, state=state, stale_after=stale, quiet_after=quiet, limit=limit

@@ -13,16 +13,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 from uuid import UUID
 
 from jobagentctl.models import ClaimedJob
 from jobagentctl.supervisor.outcome import StopReason
-
-if TYPE_CHECKING:
-    # Only named here: the runner builds the threads, which import this module's words.
-    from jobagentctl.supervisor.claimwatch import ClaimWatcher
-    from jobagentctl.supervisor.heartbeat import Heartbeater
 
 __all__ = ["Beat", "JobLease", "Lease", "LeaseNews"]
 
@@ -94,6 +89,42 @@ class LeaseNews:
     why: str
 
 
+# The threads' shapes as a lease uses them. The runner builds the threads, which import this
+# module's words: naming their classes here would close an import circle.
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+class KeepsLease(Protocol):
+    """A thread that keeps a lease (``heartbeat.Heartbeater``, ``claimwatch.ClaimWatcher``)."""
+
+    def start(self) -> None: ...
+
+    def stop(self, timeout: float | None = 0) -> None: ...
+
+    @property
+    def running(self) -> bool: ...
+
+    @property
+    def client(self) -> _Closable: ...
+
+
+class BeatsLease(KeepsLease, Protocol):
+    """The heartbeat thread: it beats once on the caller's thread too, and counts its beats."""
+
+    @property
+    def beats(self) -> int: ...
+
+    @property
+    def failures(self) -> int: ...
+
+    def beat_once(self) -> Beat: ...
+
+
+class WatchesClaim(KeepsLease, Protocol):
+    """The claim long-poll's thread."""
+
+
 class JobLease:
     """The lease of one job as the main thread sees it (or its absence: an unleased claim has
     no deadline and no heartbeats), and the threads that keep it."""
@@ -101,8 +132,8 @@ class JobLease:
     def __init__(self, job: ClaimedJob, sent_at: float, received_at: float) -> None:
         self.job = job
         self.lease: Lease | None = None
-        self.heartbeater: Heartbeater | None = None
-        self.watcher: ClaimWatcher | None = None
+        self.heartbeater: BeatsLease | None = None
+        self.watcher: WatchesClaim | None = None
         self.verdict: tuple[Beat, str] | None = None
         self.lost = False
         self._claim_took = received_at - sent_at
@@ -114,7 +145,7 @@ class JobLease:
         """Whether the claim has a lease to keep (a V1 claim has none)."""
         return self.lease is not None
 
-    def keep(self, heartbeater: Heartbeater, watcher: ClaimWatcher) -> None:
+    def keep(self, heartbeater: BeatsLease, watcher: WatchesClaim) -> None:
         """Start the threads that keep the lease (they are now this lease's to stop).
 
         Heartbeat at once first if the claim itself took more than a third of the lease (a

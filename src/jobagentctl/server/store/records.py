@@ -9,7 +9,14 @@ from uuid import UUID
 
 from jobagentctl.models import JobStatus
 
-__all__ = ["ApiKeyRecord", "OutageGrace", "ReapResult", "StatusChange", "WorkspaceRecord"]
+__all__ = [
+    "ApiKeyRecord",
+    "HeartbeatRecord",
+    "OutageGrace",
+    "ReapResult",
+    "StatusChange",
+    "WorkspaceRecord",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +41,22 @@ class WorkspaceRecord:
     name: str
     slug: str
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRecord:
+    """The claim a heartbeat renewed, with its new expiry by the database clock.
+
+    ``job_agent_id`` is the claim's agent: the server's presence bookkeeping needs it, the wire
+    answer does not carry it.
+    """
+
+    job_id: UUID
+    claim_id: UUID
+    attempt: int
+    lease_seconds: int
+    claim_expires_at: datetime
+    job_agent_id: UUID | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,6 @@ from jobagentctl.models import (
     AttemptOutcome,
     ClaimedJob,
     ClaimState,
-    Heartbeat,
     Job,
     JobAgent,
     JobAttempt,
@@ -30,7 +29,12 @@ from jobagentctl.models import (
     LogStream,
 )
 from jobagentctl.server.store.fencing import StatusContext
-from jobagentctl.server.store.records import ApiKeyRecord, StatusChange, WorkspaceRecord
+from jobagentctl.server.store.records import (
+    ApiKeyRecord,
+    HeartbeatRecord,
+    StatusChange,
+    WorkspaceRecord,
+)
 
 __all__ = [
     "Row",
@@ -227,17 +231,16 @@ def claimed_job_from_row(row: Row) -> ClaimedJob:
     )
 
 
-def heartbeat_from_row(row: Row) -> Heartbeat:
-    """The ``job_claim`` row a heartbeat touched (its agent kept off the wire)."""
-    beat = Heartbeat(
+def heartbeat_from_row(row: Row) -> HeartbeatRecord:
+    """The ``job_claim`` row a heartbeat touched, with the claim's agent."""
+    return HeartbeatRecord(
         job_id=_uuid(row["job_id"]),
         claim_id=_uuid(row["claim_id"]),
         attempt=int(row["attempt"]),
         lease_seconds=int(row["lease_seconds"]),
         claim_expires_at=_ts(row["claim_expires_at"]),
+        job_agent_id=_opt_uuid(row.get("job_agent_id")),
     )
-    beat._job_agent_id = _opt_uuid(row.get("job_agent_id"))
-    return beat
 
 
 def claim_from_row(row: Row) -> JobClaim:

@@ -36,7 +36,6 @@ from jobagentctl.models import (
     HEARTBEAT_INTERVAL_MIN,
     TERMINAL_STATUSES,
     ClaimedJob,
-    Heartbeat,
     JobAttempt,
     JobClaim,
     JobStatus,
@@ -52,7 +51,12 @@ from jobagentctl.server.store.fencing import (
 )
 from jobagentctl.server.store.logs import LogStore
 from jobagentctl.server.store.queries import migrations
-from jobagentctl.server.store.records import OutageGrace, ReapResult, StatusChange
+from jobagentctl.server.store.records import (
+    HeartbeatRecord,
+    OutageGrace,
+    ReapResult,
+    StatusChange,
+)
 from jobagentctl.server.store.schema_window import SchemaWindow
 from jobagentctl.server.store.validation import check_claim_state, check_lease
 from jobagentctl.server.store.waiters import Mark
@@ -230,7 +234,7 @@ class SqlStore:
         lease_seconds: int | None,
         agent_scope: UUID | None = None,
         last_output_at: datetime | None = None,
-    ) -> Heartbeat:
+    ) -> HeartbeatRecord:
         """Touch ``job_claim`` only: ``claim_expires_at = now + lease`` (and ``lease_seconds``
         when a new value is given; ``last_output_at``, never later than now, when one is given:
         the same row write). An expired row not yet reaped is revived. No claim row →

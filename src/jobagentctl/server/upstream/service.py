@@ -44,7 +44,12 @@ from jobagentctl.models import (
 )
 from jobagentctl.server.auth import Principal
 from jobagentctl.server.metrics import Metrics
-from jobagentctl.server.scopes import no_agent
+from jobagentctl.server.scopes import (
+    no_agent,
+    require_own_agent,
+    require_workspace,
+    require_workspace_key,
+)
 from jobagentctl.server.service import JobService
 from jobagentctl.server.settings import ServerSettings
 from jobagentctl.server.store import Store
@@ -125,8 +130,8 @@ class GatewayService(JobService):
     async def upsert_agent(
         self, principal: Principal, ws: UUID, agent_id: UUID, body: UpsertJobAgentRequest
     ) -> AcceptedResponse:
-        self._workspace(principal, ws)
-        self._workspace_key_only(principal)
+        require_workspace(principal, ws)
+        require_workspace_key(principal)
         await self.upstream.upsert_agent(
             ws, agent_id, body.model_dump(by_alias=True, exclude_none=True)
         )
@@ -135,8 +140,8 @@ class GatewayService(JobService):
     async def delete_agent(
         self, principal: Principal, ws: UUID, agent_id: UUID
     ) -> AcceptedResponse:
-        self._workspace(principal, ws)
-        self._workspace_key_only(principal)
+        require_workspace(principal, ws)
+        require_workspace_key(principal)
         try:
             await self.upstream.delete_agent(ws, agent_id)
         except UpstreamRefused as exc:
@@ -162,8 +167,8 @@ class GatewayService(JobService):
         offset: int,
         cursor: str | None = None,
     ) -> tuple[list[Job], int, str | None]:
-        self._workspace(principal, ws)
-        self._own_agent(principal, agent_id)
+        require_workspace(principal, ws)
+        require_own_agent(principal, agent_id)
         await self.presence.seen(ws, agent_id)
         one = statuses[0].value if statuses and len(statuses) == 1 else None
         try:
@@ -194,7 +199,7 @@ class GatewayService(JobService):
         offset: int,
         cursor: str | None = None,
     ) -> tuple[list[Job], int, str | None]:
-        self._workspace(principal, ws)
+        require_workspace(principal, ws)
         page = await self.upstream.list_jobs(ws, limit, offset)
         jobs = [Job.model_validate(item) for item in page.get("items", [])]
         if statuses:
@@ -204,7 +209,7 @@ class GatewayService(JobService):
         return jobs, int(page.get("total", len(jobs))), None
 
     async def get_job(self, principal: Principal, ws: UUID, job_id: UUID) -> Job:
-        self._workspace(principal, ws)
+        require_workspace(principal, ws)
         try:
             job = Job.model_validate(await self.upstream.get_job(ws, job_id))
         except UpstreamRefused as exc:
@@ -248,8 +253,8 @@ class GatewayService(JobService):
         job_id: UUID,
         body: ClaimRequest | None,
     ) -> ClaimedJob:
-        self._workspace(principal, ws)
-        self._own_agent(principal, agent_id)
+        require_workspace(principal, ws)
+        require_own_agent(principal, agent_id)
         requested = body.lease_seconds if body is not None else None
         await self.presence.seen(ws, agent_id)
         await self.ensure_agent(ws, agent_id)
@@ -268,8 +273,8 @@ class GatewayService(JobService):
         body: ClaimNextRequest | None,
         disconnected: asyncio.Event | None = None,
     ) -> list[ClaimedJob]:
-        self._workspace(principal, ws)
-        self._own_agent(principal, agent_id)
+        require_workspace(principal, ws)
+        require_own_agent(principal, agent_id)
         requested = body.lease_seconds if body is not None else None
         wait = body.wait_seconds if body is not None and body.wait_seconds is not None else 0.0
         wait = min(wait, self.settings.max_wait_seconds)
@@ -468,7 +473,7 @@ class GatewayService(JobService):
     async def update_status(
         self, principal: Principal, ws: UUID, job_id: UUID, body: UpdateJobStatusRequest
     ) -> AcceptedResponse:
-        self._workspace(principal, ws)
+        require_workspace(principal, ws)
         following = body.claim_next
         ending = body.claim_id is not None and body.status != JobStatus.IN_PROGRESS
         if following is not None and not ending:
