@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 from uuid import UUID
 
-from jobagentctl.cli.output import SHORT_ID, short_ids
+from jobagentctl.cli.output import SHORT_ID, Line, short_ids
 from jobagentctl.errors import LeaseUnsupported, NotFound, ServerError, ServerUnavailable
 from jobagentctl.models import QUIET_MARK, STALE_MARK, ClaimState
 
@@ -63,15 +63,6 @@ def mark_rank(mark: str) -> int:
     if mark == ClaimState.EXPIRED:
         return 0
     return 2 if mark == ClaimState.ACTIVE else 1
-
-
-@dataclass(frozen=True)
-class Line:
-    """One line of a frame, and the part of it to colour as ``mark`` (a state's style)."""
-
-    text: str
-    mark: str | None = None
-    mark_at: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True)

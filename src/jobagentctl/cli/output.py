@@ -30,7 +30,7 @@ from jobagentctl.cli.sanitize import (
     tsv_text,
 )
 
-# relative lives with the durations: claims_watch uses it too, and output imports claims_watch.
+# relative lives with the durations: claims_watch uses it too.
 from jobagentctl.durations import format_duration, relative
 from jobagentctl.errors import UsageError
 from jobagentctl.models import (
@@ -47,12 +47,12 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
     from rich.console import Console, RenderableType
 
-    from jobagentctl.cli.claims_watch import Line
     from jobagentctl.cli.context import AppState
 
 __all__ = [
     "VIEWS",
     "Column",
+    "Line",
     "LogPrinter",
     "View",
     "count_title",
@@ -72,6 +72,16 @@ __all__ = [
     "to_jsonable",
     "warn",
 ]
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of a frame, and the part of it to colour as ``mark`` (a state's style)."""
+
+    text: str
+    mark: str | None = None
+    mark_at: tuple[int, int] = (0, 0)
+
 
 # States shown in colour on a TTY (never when NO_COLOR / --no-color).
 # Keys are wire values (StrEnum members hash as their strings) and `stale` and `quiet`, the
