@@ -70,7 +70,7 @@ class GranianServer(Server):
         argv = [sys.executable, "-m", "granian", "--interface", "asgi", "--factory"]
         argv += ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
         argv += ["--runtime-threads", "1", "--loop", "uvloop", "--http", "1", "--no-ws"]
-        argv += [*self.extra, "--log-level", "warning", "jobagentctl.server.app:create_app"]
+        argv += [*self.extra, "--log-level", "warning", "jobagentctl.server.http.app:create_app"]
         self.proc = subprocess.Popen(
             argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )

@@ -28,7 +28,7 @@ __all__ = ["measure"]
 # Runs inside the job: argv = count, size, where to write the figures.
 _JOB = r"""
 import json, os, subprocess, sys, time
-from jobagentctl.supervisor.handover import hand_over
+from jobagentctl.supervisor.process.handover import hand_over
 count, size, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 path, pid = os.environ["JOBAGENTCTL_REDACT_SOCKET"], int(os.environ["JOBAGENTCTL_RUN_PID"])
 line = b"x" * 65535 + b"\n"

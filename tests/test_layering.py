@@ -64,7 +64,7 @@ OWNERS: dict[str, set[str]] = {
     "uvicorn": {"jobagentctl.server."},
     "uvloop": {"jobagentctl.server."},
     "httptools": {"jobagentctl.server."},
-    "prometheus_client": {"jobagentctl.server.metrics", "jobagentctl.server.upstream.metrics"},
+    "prometheus_client": {"jobagentctl.server.http.metrics", "jobagentctl.server.upstream.metrics"},
     "pydantic_settings": {"jobagentctl.server."},
 }
 

@@ -3,7 +3,7 @@ directory on ``PYTHONPATH`` (``benchmarks.fleet`` puts it there), the server wri
 full collection, and per young one that took over 20 ms, to ``$JOBAGENTCTL_BENCH_GC_LOG``:
 ``<wall time> <generation> <wall ms> <cpu ms>``. With ``JOBAGENTCTL_BENCH_GC=cpython`` the
 server keeps CPython's collector settings (``heap.settle_heap`` does nothing): the A/B of
-``server/heap.py``. Any other process (the load generators) is left alone.
+``server/http/heap.py``. Any other process (the load generators) is left alone.
 """
 
 from __future__ import annotations
@@ -40,6 +40,6 @@ if _is_server():
     if os.environ.get("JOBAGENTCTL_BENCH_GC_LOG"):
         _log_collections(os.environ["JOBAGENTCTL_BENCH_GC_LOG"])
     if os.environ.get("JOBAGENTCTL_BENCH_GC") == "cpython":
-        from jobagentctl.server import heap
+        from jobagentctl.server.http import heap
 
         heap.settle_heap = lambda: 0  # CPython's thresholds, nothing frozen

@@ -37,7 +37,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from jobagentctl.server.app import create_app
+from jobagentctl.server.http.app import create_app
 from jobagentctl.server.settings import ServerSettings
 from tests.fixtures.live_server import LiveServer
 

@@ -46,6 +46,6 @@ def test_an_idle_loop_exits_promptly_on_sigterm(shared_server: LiveServer) -> No
     stderr = run.stderr.read().decode()
     assert code == 0, stderr
     # Without the interruption the run waits a full second for the long-poll it abandoned
-    # (supervisor/waiting.py, ABANDONED_JOIN_SECONDS) on top of its own exit: never under 1 s.
+    # (supervisor/offthread.py, ABANDONED_JOIN_SECONDS) on top of its own exit: never under 1 s.
     # With it, the exit itself is what is left (0.3-0.6 s measured on two busy cores).
     assert took < 1.0, f"took {took:.2f}s to exit: {stderr}"

@@ -16,8 +16,13 @@ from unittest import mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobagentctl.supervisor import redact
-from jobagentctl.supervisor.redact import MIN_SECRET_CHARS, REDACTED, Redactor, api_key_secrets
+from jobagentctl.supervisor.output import redact
+from jobagentctl.supervisor.output.redact import (
+    MIN_SECRET_CHARS,
+    REDACTED,
+    Redactor,
+    api_key_secrets,
+)
 
 # Few letters, so secrets overlap each other and the text around them often.
 ALPHABET = "ab€é😀 \n"

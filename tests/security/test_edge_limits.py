@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from jobagentctl.errors import ConfigError
-from jobagentctl.server.runner import _protocol_options
+from jobagentctl.server.http.runner import _protocol_options
 from jobagentctl.server.settings import ServerSettings
 from tests.fixtures.live_server import LiveServer, LiveServerFactory
 from tests.fixtures.waiting import wait_until

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from jobagentctl.errors import AuthError
-from jobagentctl.server.auth import Authenticator, generate_key, hash_secret, split_key
+from jobagentctl.server.http.auth import Authenticator, generate_key, hash_secret, split_key
 from tests.fixtures.server_app import requests_naming
 from tests.server.conftest import Api, make_api
 

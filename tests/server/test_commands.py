@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from jobagentctl.cli.app import app
-from jobagentctl.server.auth import split_key
+from jobagentctl.server.http.auth import split_key
 from tests.fixtures.databases import sql
 
 
@@ -254,7 +254,7 @@ def test_server_commands_do_not_import_the_server_at_import_time() -> None:
     code = (
         "import sys, jobagentctl.cli.server; "
         "heavy = [m for m in ('fastapi', 'uvicorn', 'psycopg', 'asyncpg', 'prometheus_client', "
-        "'jobagentctl.server.app') if m in sys.modules]; print(heavy)"
+        "'jobagentctl.server.http.app') if m in sys.modules]; print(heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

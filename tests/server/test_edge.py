@@ -14,7 +14,7 @@ import pytest
 
 from jobagentctl.errors import JobAgentError, ServerUnavailable
 from jobagentctl.routes import Routes
-from jobagentctl.server.edge import json_too_deep
+from jobagentctl.server.http.edge import json_too_deep
 from jobagentctl.server.settings import ServerSettings
 from jobagentctl.server.store import sqlite_path
 from tests.server.conftest import Api, open_api
@@ -343,7 +343,7 @@ def test_the_listen_queue_grows_with_the_descriptor_limit_and_the_cap_stays_unde
     """A long listen queue for a fleet (the kernel drops connections past it, and each costs
     its client seconds of SYN retries), never at the price of the connection cap: what the
     queue reserves stays within half of the descriptor limit."""
-    from jobagentctl.server.connections import connection_cap, listen_backlog
+    from jobagentctl.server.http.connections import connection_cap, listen_backlog
 
     assert [listen_backlog(n) for n in (0, 1024, 4096, 20_000, 1 << 20)] == [
         128,

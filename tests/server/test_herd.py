@@ -13,7 +13,7 @@ from uuid import UUID
 import pytest
 
 from jobagentctl.server import service
-from jobagentctl.server.longpoll_ends import ENDS_PER_SECOND, LongPollEnds
+from jobagentctl.server.http.longpoll_ends import ENDS_PER_SECOND, LongPollEnds
 from tests.fixtures.waiting import await_until
 from tests.server.conftest import open_api
 

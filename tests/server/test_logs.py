@@ -188,7 +188,7 @@ async def _cap_holds(api: Api, cap: int) -> None:
 
 
 async def test_retention_answers_gone(api: Api) -> None:
-    from jobagentctl.server.metrics import Metrics
+    from jobagentctl.server.http.metrics import Metrics
     from jobagentctl.server.reaper import Reaper
 
     metrics = Metrics()

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from jobagentctl.errors import ServerUnavailable
-from jobagentctl.server.metrics import Metrics
+from jobagentctl.server.http.metrics import Metrics
 from jobagentctl.server.reaper import Reaper
 from jobagentctl.server.store import ReapResult
 

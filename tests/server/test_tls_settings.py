@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from jobagentctl.errors import ConfigError
-from jobagentctl.server.runner import NOTHING_TO_RELOAD, _proxy_options
+from jobagentctl.server.http.runner import NOTHING_TO_RELOAD, _proxy_options
+from jobagentctl.server.http.tls import exposure_warnings, is_loopback, server_context
 from jobagentctl.server.settings import ServerSettings
-from jobagentctl.server.tls import exposure_warnings, is_loopback, server_context
 from tests.fixtures.live_server import LiveServerFactory
 from tests.fixtures.tls import make_tls_files
 from tests.fixtures.waiting import wait_until

@@ -8,7 +8,7 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from jobagentctl.cli.claims_watch import Claims, ClaimsWatch, rank, render, short_ids
+from jobagentctl.cli.claims_live import Claims, ClaimsWatch, rank, render, short_ids
 from jobagentctl.errors import AuthError, ServerUnavailable
 from jobagentctl.models import JobClaim
 

@@ -6,7 +6,7 @@
    without (``watchdog=False``: the command straight under `run`, as before), interleaved,
    median of ``--rounds``. And the two ways the helper could be started: the stdlib-only
    script (``python -I -S watchdog.py``, what ``Child`` does) against importing the
-   package (what ``python -m jobagentctl.supervisor.watchdog`` would pay first).
+   package (what ``python -m jobagentctl.supervisor.process.watchdog`` would pay first).
 2. Supervision: ``sleep SECONDS`` under the watchdog with a lease of 15 s renewed every 5 s
    (``run``'s heartbeat cadence for that lease); the watchdog's CPU over the wall time (from
    /proc/PID/schedstat, in nanoseconds; clock ticks where it is missing), split into its
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from jobagentctl.supervisor.child import _WATCHDOG_SCRIPT, Child
+from jobagentctl.supervisor.process.child import _WATCHDOG_SCRIPT, Child
 
 
 def _start_once(watchdog: bool) -> float:

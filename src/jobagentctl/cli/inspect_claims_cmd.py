@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from jobagentctl.cli import context
-from jobagentctl.cli.claims_watch import STUCK_MARKS, mark_of, quiet_seconds
+from jobagentctl.cli.claims_live import STUCK_MARKS, mark_of, quiet_seconds
 from jobagentctl.cli.context import get_state
 from jobagentctl.errors import JobAgentError, StuckClaims, UsageError, ValidationError
 from jobagentctl.models import QUIET_MARK, STALE_MARK, ClaimState
@@ -48,7 +48,7 @@ def display_states(
 ) -> list[str]:
     """Each claim's state, with active claims silent for longer than ``stale_after`` as stale
     (no heartbeat), else as quiet when their command printed nothing for ``quiet_after``
-    (the watch's marks: :func:`~jobagentctl.cli.claims_watch.mark_of`).
+    (the watch's marks: :func:`~jobagentctl.cli.claims_live.mark_of`).
 
     Ages are measured against this machine's clock; the server's own expiry uses the database
     clock, so a skewed client clock only moves the ``stale`` and ``quiet`` marks, never the
@@ -211,7 +211,8 @@ def _watch(
 ) -> int:
     """Redraw the most urgent claims every ``interval`` (until Ctrl-C, or a stuck claim when
     asked to stop then), through server outages; the number of stuck claims last seen."""
-    from jobagentctl.cli import claims_watch, output
+    from jobagentctl.cli import claims_live as claims_watch
+    from jobagentctl.cli import output
 
     stale, quiet = thresholds
     ranked = True

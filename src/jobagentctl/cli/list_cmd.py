@@ -71,7 +71,7 @@ def agent_names_for_table(state: AppState, client: Client) -> Callable[[UUID], s
     """The agents' names for a table's AGENT column: read (once, every page) only when a
     person will see the table."""
     from jobagentctl.cli import context
-    from jobagentctl.cli.claims_watch import agent_names
+    from jobagentctl.cli.claims_live import agent_names
 
     if state.output != "table" or not context.stdout_is_tty():
         return None

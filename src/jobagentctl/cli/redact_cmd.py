@@ -33,8 +33,8 @@ def add() -> None:
 
     from jobagentctl.errors import AuthError, ServerUnavailable, UsageError
     from jobagentctl.models import REDACT_SOCKET_ENV, RUN_PID_ENV
-    from jobagentctl.supervisor.handover import MAX_VALUE_BYTES, PeerRefused, hand_over
-    from jobagentctl.supervisor.redact import MIN_SECRET_CHARS, redactable
+    from jobagentctl.supervisor.output.redact import MIN_SECRET_CHARS, redactable
+    from jobagentctl.supervisor.process.handover import MAX_VALUE_BYTES, PeerRefused, hand_over
 
     value = sys.stdin.buffer.read(MAX_VALUE_BYTES + 1)
     if len(value) > MAX_VALUE_BYTES:

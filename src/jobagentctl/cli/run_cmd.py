@@ -270,7 +270,7 @@ class RunFlags:
         from jobagentctl.cli.params import uuid_arg
         from jobagentctl.durations import parse_duration
         from jobagentctl.supervisor import RunOptions
-        from jobagentctl.supervisor.redact import DEFAULT_PATTERNS
+        from jobagentctl.supervisor.output.redact import DEFAULT_PATTERNS
 
         self.check()
         idle, silent = self.idle_timeout, self.no_output_timeout
@@ -339,7 +339,7 @@ def _connection(state: AppState, lease_seconds: int | None) -> dict[str, Any]:
 def _record_setup_failure(report: Path | None, *, loop: bool) -> None:
     """Without --loop, --report always gets one record: here, the ``failed`` verdict."""
     from jobagentctl.supervisor.outcome import Verdict
-    from jobagentctl.supervisor.record import JobRecord, utc_now, write_record
+    from jobagentctl.supervisor.report_file import JobRecord, utc_now, write_record
 
     if report is None or loop:
         return

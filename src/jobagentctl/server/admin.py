@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from jobagentctl.errors import NotFound
-from jobagentctl.server.auth import generate_key
+from jobagentctl.server.http.auth import generate_key
 from jobagentctl.server.settings import check_database_url
 from jobagentctl.server.store import Store
 from jobagentctl.server.store.schema_window import SchemaWindow

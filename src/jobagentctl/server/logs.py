@@ -23,8 +23,8 @@ from jobagentctl.models import (
     LogPage,
     LogStream,
 )
-from jobagentctl.server.auth import Principal
-from jobagentctl.server.metrics import Metrics
+from jobagentctl.server.http.auth import Principal
+from jobagentctl.server.http.metrics import Metrics
 from jobagentctl.server.scopes import require_workspace
 from jobagentctl.server.settings import ServerSettings
 from jobagentctl.server.store import Store

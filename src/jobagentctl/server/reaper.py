@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 
 from jobagentctl.errors import JobAgentError
 from jobagentctl.models import HEARTBEAT_INTERVAL_MAX
-from jobagentctl.server.metrics import Metrics
+from jobagentctl.server.http.metrics import Metrics
 from jobagentctl.server.store import OutageGrace, ReapResult, Store
 
 __all__ = ["Reaper"]

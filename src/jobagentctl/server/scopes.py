@@ -10,7 +10,7 @@ from collections.abc import Callable
 from uuid import UUID
 
 from jobagentctl.errors import NotFound
-from jobagentctl.server.auth import Principal
+from jobagentctl.server.http.auth import Principal
 
 __all__ = [
     "claims_scope",

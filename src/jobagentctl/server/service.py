@@ -33,10 +33,10 @@ from jobagentctl.models import (
     UpdateJobStatusRequest,
     UpsertJobAgentRequest,
 )
-from jobagentctl.server.auth import Principal
+from jobagentctl.server.http.auth import Principal
+from jobagentctl.server.http.longpoll_ends import LongPollEnds
+from jobagentctl.server.http.metrics import Metrics
 from jobagentctl.server.logs import JobLogs
-from jobagentctl.server.longpoll_ends import LongPollEnds
-from jobagentctl.server.metrics import Metrics
 from jobagentctl.server.presence import Presence
 from jobagentctl.server.scopes import (
     claims_scope,

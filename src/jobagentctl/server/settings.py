@@ -140,7 +140,7 @@ class ServerSettings(BaseSettings):
     # as idle, else offline. The window should exceed the interval plus the agents' poll period.
     presence_interval: float = Field(default=15.0, ge=0)
     presence_window: float = Field(default=90.0, gt=0)
-    # HTTPS: the certificate chain (PEM) and its private key; both or neither (server/tls.py).
+    # HTTPS: the certificate chain (PEM) and its private key; both or neither (server/http/tls.py).
     tls_cert: Path | None = None
     tls_key: Path | None = None
     # A TLS-terminating proxy is in front: the addresses (or CIDRs) whose X-Forwarded-For and

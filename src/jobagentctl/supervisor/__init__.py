@@ -11,10 +11,10 @@ off the main thread while signals are handled; ``retry`` is the one backoff poli
 
 from __future__ import annotations
 
-from jobagentctl.supervisor.log import Log
+from jobagentctl.supervisor.console import Log
 from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.protocol import SupervisorClient
-from jobagentctl.supervisor.record import JobRecord
+from jobagentctl.supervisor.report_file import JobRecord
 from jobagentctl.supervisor.runner import Supervisor
 
 __all__ = ["JobRecord", "Log", "RunOptions", "Supervisor", "SupervisorClient"]

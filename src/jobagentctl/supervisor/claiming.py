@@ -13,12 +13,12 @@ from functools import partial
 
 from jobagentctl.errors import NoJob, NotClaimable
 from jobagentctl.models import ClaimedJob
-from jobagentctl.supervisor.log import Log
+from jobagentctl.supervisor.console import Log
+from jobagentctl.supervisor.offthread import SignalPolicy, Waiter
 from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.outcome import Outcome, StopReason, Verdict
 from jobagentctl.supervisor.protocol import SupervisorClient, describe_error, is_transient
 from jobagentctl.supervisor.reporting import Reporter
-from jobagentctl.supervisor.waiting import SignalPolicy, Waiter
 
 __all__ = ["Claim", "Claimer"]
 

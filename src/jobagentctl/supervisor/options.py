@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 from uuid import UUID
 
-from jobagentctl.supervisor.redact import DEFAULT_PATTERNS
+from jobagentctl.supervisor.output.redact import DEFAULT_PATTERNS
 
 __all__ = ["REPORT_TIMEOUT_SECONDS", "RunOptions"]
 

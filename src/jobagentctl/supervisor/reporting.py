@@ -15,14 +15,14 @@ from functools import partial
 from jobagentctl.durations import format_duration
 from jobagentctl.errors import ClaimLost, ClaimMismatch, JobTerminal, NotFound
 from jobagentctl.models import ClaimedJob, ClaimNext, JobStatus
-from jobagentctl.supervisor.child import SpawnError
-from jobagentctl.supervisor.lease import Beat
-from jobagentctl.supervisor.log import Log
+from jobagentctl.supervisor.console import Log
+from jobagentctl.supervisor.lease.job_lease import Beat
+from jobagentctl.supervisor.offthread import SignalPolicy, Waiter
 from jobagentctl.supervisor.outcome import Outcome, StopReason, Verdict
+from jobagentctl.supervisor.process.child import SpawnError
 from jobagentctl.supervisor.protocol import SupervisorClient, describe_error, is_transient
-from jobagentctl.supervisor.record import JobRecord
+from jobagentctl.supervisor.report_file import JobRecord
 from jobagentctl.supervisor.retry import Retry
-from jobagentctl.supervisor.waiting import SignalPolicy, Waiter
 from jobagentctl.supervisor.watching import ChildEnd
 
 __all__ = ["Reporter"]

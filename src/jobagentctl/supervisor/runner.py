@@ -22,29 +22,33 @@ from functools import partial
 
 from jobagentctl.durations import format_duration
 from jobagentctl.models import REDACT_SOCKET_ENV, RUN_PID_ENV, ClaimedJob, ClaimNext, JobStatus
-from jobagentctl.supervisor.child import Child, SpawnError
 from jobagentctl.supervisor.claiming import Claim, Claimer
-from jobagentctl.supervisor.claimwatch import ClaimWatcher
+from jobagentctl.supervisor.console import Log
 from jobagentctl.supervisor.events import Events
-from jobagentctl.supervisor.handover import HandoverSocket
-from jobagentctl.supervisor.heartbeat import Heartbeater
-from jobagentctl.supervisor.jobfiles import JobFiles, child_environment, sweep_stale_job_files
-from jobagentctl.supervisor.lease import JobLease
-from jobagentctl.supervisor.log import Log
+from jobagentctl.supervisor.lease.cancel_poll import ClaimWatcher
+from jobagentctl.supervisor.lease.heartbeat import Heartbeater
+from jobagentctl.supervisor.lease.job_lease import JobLease
+from jobagentctl.supervisor.offthread import SignalPolicy, Waiter
 from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.outcome import Outcome, StopReason, Verdict, exit_code
-from jobagentctl.supervisor.protocol import SupervisorClient
-from jobagentctl.supervisor.record import JobRecord, open_report, utc_now, write_record
-from jobagentctl.supervisor.redact import (
+from jobagentctl.supervisor.output.redact import (
     Redactor,
     api_key_secrets,
     secrets_from_context,
     secrets_from_environment,
 )
-from jobagentctl.supervisor.relay import LastOutput, Relay, relayed_stderr
+from jobagentctl.supervisor.output.relay import LastOutput, Relay, relayed_stderr
+from jobagentctl.supervisor.output.shipping import Shipper
+from jobagentctl.supervisor.process.child import Child, SpawnError
+from jobagentctl.supervisor.process.handover import HandoverSocket
+from jobagentctl.supervisor.process.jobfiles import (
+    JobFiles,
+    child_environment,
+    sweep_stale_job_files,
+)
+from jobagentctl.supervisor.protocol import SupervisorClient
+from jobagentctl.supervisor.report_file import JobRecord, open_report, utc_now, write_record
 from jobagentctl.supervisor.reporting import Reporter
-from jobagentctl.supervisor.shipping import Shipper
-from jobagentctl.supervisor.waiting import SignalPolicy, Waiter
 from jobagentctl.supervisor.watching import ChildEnd, Watch
 
 __all__ = ["Supervisor"]

@@ -18,17 +18,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 
 from jobagentctl.durations import format_duration
-from jobagentctl.supervisor.child import Child
+from jobagentctl.supervisor.console import Log
 from jobagentctl.supervisor.events import Events, SignalReceived
-from jobagentctl.supervisor.jobfiles import JobFiles
-from jobagentctl.supervisor.lease import JobLease
-from jobagentctl.supervisor.log import Log
+from jobagentctl.supervisor.lease.job_lease import JobLease
+from jobagentctl.supervisor.offthread import TICK_SECONDS, SignalPolicy
 from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.outcome import StopReason
-from jobagentctl.supervisor.redact import Redactor
-from jobagentctl.supervisor.relay import LastOutput, OutputSink, Relay
-from jobagentctl.supervisor.tail import OutputTail
-from jobagentctl.supervisor.waiting import TICK_SECONDS, SignalPolicy
+from jobagentctl.supervisor.output.redact import Redactor
+from jobagentctl.supervisor.output.relay import LastOutput, OutputSink, Relay
+from jobagentctl.supervisor.output.tail import OutputTail
+from jobagentctl.supervisor.process.child import Child
+from jobagentctl.supervisor.process.jobfiles import JobFiles
 
 __all__ = ["ChildEnd", "RelayRoom", "Watch"]
 

@@ -12,10 +12,14 @@ from pathlib import Path
 import pytest
 
 from jobagentctl.models import ClaimedJob
-from jobagentctl.supervisor.child import Child, SpawnError
-from jobagentctl.supervisor.jobfiles import JobFiles, child_environment, sweep_stale_job_files
 from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.outcome import StopReason
+from jobagentctl.supervisor.process.child import Child, SpawnError
+from jobagentctl.supervisor.process.jobfiles import (
+    JobFiles,
+    child_environment,
+    sweep_stale_job_files,
+)
 from tests.unit.wire import claimed
 
 from .fakes import claimed_job

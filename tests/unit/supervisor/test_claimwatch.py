@@ -15,9 +15,9 @@ import pytest
 
 from jobagentctl.errors import ClaimLost, ServerUnavailable
 from jobagentctl.models import JobStatus, JobWait
-from jobagentctl.supervisor.claimwatch import MIN_REOPEN_SECONDS, RETRY_CAP, ClaimWatcher
-from jobagentctl.supervisor.lease import Beat, LeaseNews
-from jobagentctl.supervisor.log import Log
+from jobagentctl.supervisor.console import Log
+from jobagentctl.supervisor.lease.cancel_poll import MIN_REOPEN_SECONDS, RETRY_CAP, ClaimWatcher
+from jobagentctl.supervisor.lease.job_lease import Beat, LeaseNews
 
 from .fakes import FakeClient, claimed_job
 from .support import DEADLINE, options, reports, run, sh, trap_reason

@@ -18,9 +18,9 @@ from jobagentctl.errors import (
     ServerUnavailable,
 )
 from jobagentctl.models import heartbeat_interval
-from jobagentctl.supervisor.heartbeat import Heartbeater, backoff_delay
-from jobagentctl.supervisor.lease import Beat, Lease, LeaseNews
-from jobagentctl.supervisor.log import Log
+from jobagentctl.supervisor.console import Log
+from jobagentctl.supervisor.lease.heartbeat import Heartbeater, backoff_delay
+from jobagentctl.supervisor.lease.job_lease import Beat, Lease, LeaseNews
 from jobagentctl.supervisor.protocol import is_transient
 
 from .fakes import FakeClient, claimed_job

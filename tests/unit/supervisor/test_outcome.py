@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from jobagentctl.supervisor import watchdog
 from jobagentctl.supervisor.outcome import Outcome, StopReason, Verdict, exit_code
+from jobagentctl.supervisor.process import watchdog
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "run.md"
 

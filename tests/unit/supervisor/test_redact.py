@@ -23,9 +23,7 @@ from typer.testing import CliRunner, Result
 from jobagentctl.cli.app import app
 from jobagentctl.models import REDACT_SOCKET_ENV, RUN_PID_ENV, ClaimedJob
 from jobagentctl.supervisor import Log
-from jobagentctl.supervisor.handover import ADDED, HandoverSocket, hand_over
-from jobagentctl.supervisor.jobfiles import sweep_stale_job_files
-from jobagentctl.supervisor.redact import (
+from jobagentctl.supervisor.output.redact import (
     DEFAULT_PATTERNS,
     Redactor,
     name_matches,
@@ -33,6 +31,8 @@ from jobagentctl.supervisor.redact import (
     secrets_from_context,
     secrets_from_environment,
 )
+from jobagentctl.supervisor.process.handover import ADDED, HandoverSocket, hand_over
+from jobagentctl.supervisor.process.jobfiles import sweep_stale_job_files
 
 from .fakes import FakeClient, claimed_job
 from .support import options, reports, run, sh
@@ -422,10 +422,10 @@ def test_redact_add_refuses_a_directory_that_is_not_private() -> None:
 
 
 _LISTEN = """
-from jobagentctl.supervisor.jobfiles import sweep_stale_job_files
-from jobagentctl.supervisor.handover import HandoverSocket
-from jobagentctl.supervisor.log import Log
-from jobagentctl.supervisor.redact import Redactor
+from jobagentctl.supervisor.process.jobfiles import sweep_stale_job_files
+from jobagentctl.supervisor.process.handover import HandoverSocket
+from jobagentctl.supervisor.console import Log
+from jobagentctl.supervisor.output.redact import Redactor
 handover = HandoverSocket(Redactor(), Log())
 print(handover.directory, flush=True)
 input()

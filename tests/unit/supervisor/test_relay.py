@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobagentctl.supervisor.relay import Relay
+from jobagentctl.supervisor.output.relay import Relay
 
 DEADLINE = 30.0  # generous: two busy cores
 

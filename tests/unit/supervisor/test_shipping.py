@@ -11,7 +11,7 @@ from pathlib import Path
 from jobagentctl.errors import ClaimLost, LogsUnsupported, PayloadTooLarge, ServerUnavailable
 from jobagentctl.models import LogAppendResult
 from jobagentctl.supervisor import Log
-from jobagentctl.supervisor.shipping import Shipper
+from jobagentctl.supervisor.output.shipping import Shipper
 from tests.fixtures.waiting import wait_for_event, wait_until
 
 from .fakes import FakeClient, claimed_job

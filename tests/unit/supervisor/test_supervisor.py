@@ -24,8 +24,8 @@ from jobagentctl.errors import (
 )
 from jobagentctl.models import ClaimedJob, JobStatus
 from jobagentctl.supervisor import Log, Supervisor
-from jobagentctl.supervisor.child import enforcement_window
 from jobagentctl.supervisor.claiming import FIRST_POLL_FRACTION
+from jobagentctl.supervisor.process.child import enforcement_window
 
 from .fakes import FakeClient, claimed_job
 from .support import DEADLINE, options, reports, run, sh, trap_reason, when

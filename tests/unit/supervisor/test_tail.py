@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobagentctl.supervisor.tail import OutputTail, truncate_utf8
+from jobagentctl.supervisor.output.tail import OutputTail, truncate_utf8
 
 
 def test_truncate_keeps_the_end_and_whole_characters() -> None:

@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from jobagentctl.supervisor import watchdog as watchdog_module
-from jobagentctl.supervisor.child import Child, enforcement_window
-from jobagentctl.supervisor.watchdog import TICK_SECONDS, _boottime, _BootTimer, descendants
+from jobagentctl.supervisor.process import watchdog as watchdog_module
+from jobagentctl.supervisor.process.child import Child, enforcement_window
+from jobagentctl.supervisor.process.watchdog import TICK_SECONDS, _boottime, _BootTimer, descendants
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"),
@@ -42,8 +42,8 @@ PATIENCE = 60.0  # the longest any event may take on a loaded machine
 HOST = """
 import json, os, signal, sys, time
 from pathlib import Path
-from jobagentctl.supervisor import child as child_module
-from jobagentctl.supervisor.child import Child
+from jobagentctl.supervisor.process import child as child_module
+from jobagentctl.supervisor.process.child import Child
 lease, renew, grace = float(sys.argv[1]), sys.argv[2] == "1", float(sys.argv[3])
 reason = sys.argv[4]
 if os.environ.get("WATCHDOG_UNDER_TEST"):
@@ -399,7 +399,7 @@ def test_output_exit_status_and_signals_are_relayed_as_before() -> None:
 def test_stdin_passes_through_and_no_capture_output_is_ours(tmp_path: Path) -> None:
     script = (
         "import os, sys\n"
-        "from jobagentctl.supervisor.child import Child\n"
+        "from jobagentctl.supervisor.process.child import Child\n"
         "c = Child.start(['sh', '-c', 'cat; echo done; exit 4'], dict(os.environ), capture=False)\n"
         "sys.exit(c.wait(60))\n"
     )
@@ -538,7 +538,7 @@ def test_without_linux_extras_the_group_is_still_stopped_when_the_supervisor_die
 # say, i.e. before it has read "started": the lease it was given must hold all the same.
 FROZEN_AT_START = """
 import os, signal, sys, time
-from jobagentctl.supervisor.child import Child
+from jobagentctl.supervisor.process.child import Child
 read_line = Child._read_line
 def frozen(self):
     os.kill(os.getpid(), signal.SIGSTOP)

@@ -147,7 +147,7 @@ def start(
     """
     from jobagentctl.cli.server._common import server_settings
     from jobagentctl.errors import JobAgentError
-    from jobagentctl.server.runner import run_server
+    from jobagentctl.server.http.runner import run_server
 
     settings = server_settings(
         database=database,

@@ -42,8 +42,8 @@ from jobagentctl.models import (
     UpdateJobStatusRequest,
     UpsertJobAgentRequest,
 )
-from jobagentctl.server.auth import Principal
-from jobagentctl.server.metrics import Metrics
+from jobagentctl.server.http.auth import Principal
+from jobagentctl.server.http.metrics import Metrics
 from jobagentctl.server.scopes import (
     no_agent,
     require_own_agent,

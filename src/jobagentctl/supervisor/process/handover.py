@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from jobagentctl.models import REDACT_SOCKET_ENV, RUN_PID_ENV
-from jobagentctl.supervisor.jobfiles import socket_directory
-from jobagentctl.supervisor.log import Log
-from jobagentctl.supervisor.redact import Redactor, redactable
+from jobagentctl.supervisor.console import Log
+from jobagentctl.supervisor.output.redact import Redactor, redactable
+from jobagentctl.supervisor.process.jobfiles import socket_directory
 
 __all__ = ["ADDED", "MAX_VALUE_BYTES", "TOO_SHORT", "HandoverSocket", "PeerRefused", "hand_over"]
 

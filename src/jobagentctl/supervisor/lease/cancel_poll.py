@@ -21,8 +21,8 @@ from typing import ClassVar
 
 from jobagentctl.errors import LeaseUnsupported, NotFound
 from jobagentctl.models import JobStatus
-from jobagentctl.supervisor.claimthread import ClaimThread
-from jobagentctl.supervisor.lease import Beat
+from jobagentctl.supervisor.lease.claimthread import ClaimThread
+from jobagentctl.supervisor.lease.job_lease import Beat
 from jobagentctl.supervisor.protocol import describe_error, is_transient
 from jobagentctl.supervisor.retry import Retry
 

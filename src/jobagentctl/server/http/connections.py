@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from jobagentctl.server.encoding import error_bytes
+from jobagentctl.server.http.encoding import error_bytes
 
 if TYPE_CHECKING:
     import ssl

@@ -55,8 +55,8 @@ from jobagentctl.models import (
     Workspace,
 )
 from jobagentctl.routes import Routes
-from jobagentctl.server.auth import Principal
-from jobagentctl.server.encoding import (
+from jobagentctl.server.http.auth import Principal
+from jobagentctl.server.http.encoding import (
     Result,
     accepted_bytes,
     claimed_jobs_bytes,
@@ -66,7 +66,7 @@ from jobagentctl.server.encoding import (
     model_bytes,
     page_bytes,
 )
-from jobagentctl.server.openapi import CONFLICTS, ERRORS
+from jobagentctl.server.http.openapi import CONFLICTS, ERRORS
 from jobagentctl.server.service import JobService
 
 __all__ = ["ENDPOINTS", "Call", "Endpoint", "Operation", "endpoint"]

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from jobagentctl.errors import JobAgentError
-from jobagentctl.server.encoding import error_bytes, json_response
+from jobagentctl.server.http.encoding import error_bytes, json_response
 
 __all__ = ["add_error_handlers", "error_response", "log_unexpected"]
 

@@ -1,8 +1,9 @@
 """The watchdog: a small process between `run` and the job that owns the job's process tree.
 
-Started by :meth:`jobagentctl.supervisor.child.Child.start` as a fresh interpreter running this
-file (``python -I -S watchdog.py …``: standard library only, nothing of jobagentctl imported,
-so it starts in a few milliseconds and stays small). It forks the job, then watches::
+Started by :meth:`jobagentctl.supervisor.process.child.Child.start` as a fresh interpreter
+running this file (``python -I -S watchdog.py …``: standard library only, nothing of
+jobagentctl imported, so it starts in a few milliseconds and stays small). It forks the job,
+then watches::
 
     supervisor (run) ──control pipe──▶ watchdog ──fork/exec──▶ job leader (own session)
          ▲   "lease STOP KILL" / "kill"   │ subreaper        └─▶ its group, double-forked

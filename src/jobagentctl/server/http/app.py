@@ -18,14 +18,14 @@ from fastapi import FastAPI
 
 from jobagentctl import __version__
 from jobagentctl.routes import API_PREFIX
-from jobagentctl.server.auth import Authenticator
-from jobagentctl.server.edge import Edge
-from jobagentctl.server.failures import add_error_handlers
-from jobagentctl.server.fastpath import FastPath
-from jobagentctl.server.metrics import Metrics
-from jobagentctl.server.openapi import document_api
+from jobagentctl.server.http.auth import Authenticator
+from jobagentctl.server.http.edge import Edge
+from jobagentctl.server.http.failures import add_error_handlers
+from jobagentctl.server.http.fastpath import FastPath
+from jobagentctl.server.http.metrics import Metrics
+from jobagentctl.server.http.openapi import document_api
+from jobagentctl.server.http.routing import add_api_routes, add_operational_routes
 from jobagentctl.server.reaper import Reaper
-from jobagentctl.server.routing import add_api_routes, add_operational_routes
 from jobagentctl.server.service import JobService
 from jobagentctl.server.settings import ServerSettings
 from jobagentctl.server.store import Store

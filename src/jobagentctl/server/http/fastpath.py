@@ -20,9 +20,9 @@ from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 from starlette.types import Receive, Scope
 
-from jobagentctl.server.auth import Principal
-from jobagentctl.server.encoding import Result
-from jobagentctl.server.operations import ENDPOINTS, Call, Endpoint
+from jobagentctl.server.http.auth import Principal
+from jobagentctl.server.http.encoding import Result
+from jobagentctl.server.http.operations import ENDPOINTS, Call, Endpoint
 from jobagentctl.server.service import JobService
 
 __all__ = ["FastPath", "HotRoute", "match"]

@@ -26,11 +26,11 @@ from starlette.types import Message, Receive, Scope, Send
 
 from jobagentctl.errors import JobAgentError, PayloadTooLarge, ValidationError
 from jobagentctl.routes import V1_PREFIX
-from jobagentctl.server.auth import Authenticator, Principal
-from jobagentctl.server.encoding import RETRY_AFTER, Result
-from jobagentctl.server.failures import error_response, log_unexpected
-from jobagentctl.server.fastpath import FastPath, match
-from jobagentctl.server.metrics import Metrics
+from jobagentctl.server.http.auth import Authenticator, Principal
+from jobagentctl.server.http.encoding import RETRY_AFTER, Result
+from jobagentctl.server.http.failures import error_response, log_unexpected
+from jobagentctl.server.http.fastpath import FastPath, match
+from jobagentctl.server.http.metrics import Metrics
 
 __all__ = ["PRINCIPAL", "Edge", "json_too_deep"]
 

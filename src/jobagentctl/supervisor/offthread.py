@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Generic, Literal, TypeVar
 
+from jobagentctl.supervisor.console import Log
 from jobagentctl.supervisor.events import Events, SignalReceived
-from jobagentctl.supervisor.log import Log
 
 __all__ = ["Action", "Call", "Phase", "SignalPolicy", "Waiter"]
 

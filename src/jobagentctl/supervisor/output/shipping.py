@@ -42,7 +42,7 @@ from jobagentctl.errors import (
 )
 from jobagentctl.models import LOG_CHUNK_MAX_BYTES, LogChunkIn, LogStream
 from jobagentctl.supervisor import retry
-from jobagentctl.supervisor.log import Log
+from jobagentctl.supervisor.console import Log
 from jobagentctl.supervisor.protocol import describe_error, is_transient
 
 __all__ = [

@@ -14,11 +14,11 @@ from starlette.responses import PlainTextResponse, Response
 from jobagentctl.errors import JobAgentError, ServerUnavailable
 from jobagentctl.models import ErrorBody
 from jobagentctl.routes import Routes
-from jobagentctl.server.edge import PRINCIPAL
-from jobagentctl.server.encoding import json_response
-from jobagentctl.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from jobagentctl.server.metrics import Metrics
-from jobagentctl.server.operations import ENDPOINTS, Call, Endpoint
+from jobagentctl.server.http.edge import PRINCIPAL
+from jobagentctl.server.http.encoding import json_response
+from jobagentctl.server.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from jobagentctl.server.http.metrics import Metrics
+from jobagentctl.server.http.operations import ENDPOINTS, Call, Endpoint
 from jobagentctl.server.service import JobService
 
 __all__ = ["add_api_routes", "add_operational_routes"]

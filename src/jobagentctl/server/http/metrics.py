@@ -9,7 +9,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from jobagentctl.models import ClaimState
-from jobagentctl.server.connections import COUNTS
+from jobagentctl.server.http.connections import COUNTS
 from jobagentctl.server.store import Store
 
 __all__ = ["CONTENT_TYPE", "Metrics"]

@@ -12,8 +12,8 @@ from typing import ClassVar
 from jobagentctl.errors import ClaimLost, ClaimMismatch, JobTerminal, NotFound
 from jobagentctl.models import JobStatus, heartbeat_interval, timestamps_as_sent
 from jobagentctl.supervisor import retry
-from jobagentctl.supervisor.claimthread import ClaimThread
-from jobagentctl.supervisor.lease import Beat, Lease
+from jobagentctl.supervisor.lease.claimthread import ClaimThread
+from jobagentctl.supervisor.lease.job_lease import Beat, Lease
 from jobagentctl.supervisor.protocol import describe_error, is_transient
 
 __all__ = ["Heartbeater", "backoff_delay"]

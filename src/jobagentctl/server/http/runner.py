@@ -19,19 +19,19 @@ from typing import Any, cast
 import uvicorn
 
 from jobagentctl.errors import ConfigError, JobAgentError
-from jobagentctl.server.app import create_app
-from jobagentctl.server.connections import (
+from jobagentctl.server.http.app import create_app
+from jobagentctl.server.http.connections import (
     EdgeLimits,
     connection_cap,
     guarded_protocol,
     listen_backlog,
     raise_fd_limit,
 )
-from jobagentctl.server.heap import YOUNG_THRESHOLD, settle_heap
+from jobagentctl.server.http.heap import YOUNG_THRESHOLD, settle_heap
+from jobagentctl.server.http.tls import exposure_warnings, reload_certificate, server_context
 from jobagentctl.server.service import JobService
 from jobagentctl.server.settings import ServerSettings, redact_url
 from jobagentctl.server.store import Store
-from jobagentctl.server.tls import exposure_warnings, reload_certificate, server_context
 
 __all__ = [
     "NOTHING_TO_RELOAD",

@@ -15,8 +15,8 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import ClassVar
 from uuid import UUID
 
-from jobagentctl.supervisor.lease import Beat, LeaseNews
-from jobagentctl.supervisor.log import Log
+from jobagentctl.supervisor.console import Log
+from jobagentctl.supervisor.lease.job_lease import Beat, LeaseNews
 from jobagentctl.supervisor.protocol import SupervisorClient
 
 __all__ = ["ClaimThread"]
