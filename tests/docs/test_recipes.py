@@ -78,6 +78,10 @@ EXCLUDED: dict[str, str] = {
         "a captured 80x24 screen; tests/integration/test_watch_terminal.py compares it with the "
         "frame it draws in tmux (summary, header, each row's state and agent)"
     ),
+    "docs/operators.md › PostgreSQL and replicas [2]": (
+        "an error line as printed, not a command: tests/store/test_pg_connect.py produces each "
+        "cause it names against real PostgreSQL servers"
+    ),
     "docs/run.md › Lifecycle": "a text diagram",
     "docs/run.md › When `run` dies or freezes: the watchdog": "a text diagram",
     "docs/run.md › systemd: a long-running agent": (
