@@ -38,7 +38,8 @@ __all__ = ["PeerFigure", "main", "section"]
 
 CP_URL = os.environ.get("CTRLPLANE_BENCH_URL", "http://127.0.0.1:18300")
 CP_DSN = os.environ.get("CP_DSN", "postgresql://postgres@127.0.0.1:55432/ctrlplane")
-CP_STATE = Path("/tmp/cp/run/state.json")
+# Where ../shared/ctrlplane/up.sh leaves its state (BENCH_CTRLPLANE_STATE overrides it).
+CP_STATE = Path(os.environ.get("BENCH_CTRLPLANE_STATE", "/tmp/cp/run/state.json"))
 
 
 @dataclass(frozen=True)
@@ -186,8 +187,8 @@ def section(mode: str) -> list[Row]:
         Row(
             f"{cp.who}: claim + status cycles/s, server CPU ms per cycle",
             f"{cp.per_second:.0f}/s, {cp.cpu_ms_per_cycle:.2f} ms",
-            "",
-            "",
+            "the peer",
+            "1.00×",
             "",
             "—",
         )
