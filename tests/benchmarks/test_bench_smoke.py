@@ -151,7 +151,18 @@ STANDALONE = {
 
 # Commands the smoke run reaches otherwise: the runner itself, the two with tests of their
 # own below, and the `ceilings` section's load generators and peer (run as `python -m`).
-ELSEWHERE = {"run", "explain_reaper", "reaper_ab", "workers", "peer_procrastinate"}
+ELSEWHERE = {
+    "run",
+    "explain_reaper",
+    "reaper_ab",
+    "workers",
+    "peer_procrastinate",
+    # the `quiet_run` section runs the command's own measurement (quiet_run.quiet_run)
+    "quiet_run",
+    # needs ctrlplane's own server (node and the npm registry), which the suite never runs: the
+    # section's smoke prints its "skipped" row; its measurement is run where ctrlplane is up
+    "peer_ctrlplane",
+}
 
 
 # Commands that print one line of figures rather than a table: (argv, a pattern of that line).

@@ -70,7 +70,7 @@ def test_cancel_through_another_replica_reaches_the_child(own_harness: Harness) 
     assert run.report()[0]["heartbeats"] == 0
 
 
-def test_a_requeue_is_confirmed_by_a_heartbeat_and_stops_the_child_as_lease_lost(
+def test_a_requeue_is_confirmed_by_a_heartbeat_and_stops_the_child_as_requeued(
     harness: Harness,
 ) -> None:
     job_id = harness.enqueue()
@@ -81,8 +81,10 @@ def test_a_requeue_is_confirmed_by_a_heartbeat_and_stops_the_child_as_lease_lost
         (run.workdir / "reason").exists, what="the child to get the stop signal", timeout=HANG
     )
     assert run.wait() == 75, run.stderr()
-    assert "claim lost (job is queued)" in run.stderr()  # the confirming heartbeat's verdict
-    assert (run.workdir / "reason").read_text() == "lease_lost\n"
+    # The confirming heartbeat's verdict: queued inside our own lease, so an operator did it
+    # (exit 75 as for a lost lease, the stop reason says which).
+    assert "requeued by an operator" in run.stderr()
+    assert (run.workdir / "reason").read_text() == "requeued\n"
     assert harness.job(job_id)["status"] == "queued"  # nothing reported over it
     [record] = run.report()
     assert (record["status"], record["reported"]) == (None, False)
