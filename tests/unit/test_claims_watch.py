@@ -8,7 +8,7 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from jobagentctl.cli.claims_live import Claims, ClaimsWatch, rank, render, short_ids
+from jobagentctl.cli.claims_live import Claims, ClaimsWatch, mark_of, rank, render, short_ids
 from jobagentctl.errors import AuthError, ServerUnavailable
 from jobagentctl.models import JobClaim
 
@@ -150,3 +150,13 @@ def test_other_errors_end_the_watch() -> None:
 
     with pytest.raises(AuthError):
         ClaimsWatch(read, 1.0, None).frame(80, 24)
+
+
+def test_a_claim_waiting_for_ctrlplane_is_marked_delivering_and_not_stuck() -> None:
+    # A gateway's claim whose report waits for ctrlplane: its heartbeats stopped (the holder
+    # reported), yet it is neither stale nor stuck, and the table and the watch say so.
+    waiting = claim("active", 30, last_heartbeat_at=NOW - timedelta(minutes=3), delivery="pending")
+    assert mark_of(waiting, 120, NOW) == "delivering"
+    frame = render(claims_of(waiting), 120, width=80, height=5, now=NOW)
+    assert frame[2].mark == "delivering"
+    assert claims_of(waiting).stuck == 0

@@ -17,7 +17,13 @@ from uuid import UUID
 
 from jobagentctl.cli.output import SHORT_ID, Line, short_ids
 from jobagentctl.errors import LeaseUnsupported, NotFound, ServerError, ServerUnavailable
-from jobagentctl.models import QUIET_MARK, STALE_MARK, ClaimState
+from jobagentctl.models import (
+    DELIVERING_MARK,
+    DELIVERY_PENDING,
+    QUIET_MARK,
+    STALE_MARK,
+    ClaimState,
+)
 
 if TYPE_CHECKING:
     from jobagentctl.client import Client
@@ -47,6 +53,7 @@ MARK_ORDER: tuple[str, ...] = (
     ClaimState.UNLEASED.value,
     STALE_MARK,
     QUIET_MARK,
+    DELIVERING_MARK,
     ClaimState.ACTIVE.value,
 )
 # The marks --fail-if-stuck counts (the table's and the watch's).
@@ -92,7 +99,10 @@ def mark_of(
 ) -> str:
     """The claim's state, or ``stale`` for an active claim silent (no heartbeat) for longer
     than ``stale_after`` seconds, else ``quiet`` when its command printed nothing for longer
-    than ``quiet_after`` (by this machine's clock)."""
+    than ``quiet_after`` (by this machine's clock). A gateway's claim whose report waits for
+    ctrlplane is ``delivering``, whatever its heartbeats."""
+    if claim.delivery == DELIVERY_PENDING:
+        return DELIVERING_MARK
     if claim.state != ClaimState.ACTIVE:
         return str(claim.state)
     last = claim.last_heartbeat_at or claim.claimed_at

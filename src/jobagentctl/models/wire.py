@@ -476,6 +476,9 @@ STALE_MARK = "stale"
 # The mark of an active claim whose command printed nothing for longer than a caller's threshold
 # (``quietAfter``, ``--quiet-after``): a judgement of the caller's, as ``stale``.
 QUIET_MARK = "quiet"
+# The mark of a gateway's claim whose holder reported and whose report waits for ctrlplane
+# (``delivery: pending``): held, never reaped, its heartbeats no longer expected.
+DELIVERING_MARK = "delivering"
 
 
 class UrgentClaims(WireModel):
