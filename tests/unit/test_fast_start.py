@@ -134,6 +134,7 @@ HOT_OWN = {
     "jobagentctl.durations",
     "jobagentctl.errors",
     "jobagentctl.models",
+    "jobagentctl.models.environment",
     "jobagentctl.models.logs",
     "jobagentctl.models.requests",
     "jobagentctl.models.wire",

@@ -22,28 +22,13 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 __all__ = [
-    "AGENT_ENV",
-    "API_KEY_ENV",
-    "API_KEY_FILE_ENV",
-    "ATTEMPT_ENV",
-    "CLAIM_ID_ENV",
     "CLAIM_ROW_STATES",
-    "CTRLPLANE_ENV",
-    "ENV_PREFIX",
     "HEARTBEAT_INTERVAL_MAX",
     "HEARTBEAT_INTERVAL_MIN",
-    "JOB_FILE_ENV",
-    "JOB_ID_ENV",
-    "LEASE_SECONDS_ENV",
     "QUIET_MARK",
-    "REDACT_SOCKET_ENV",
-    "RUN_PID_ENV",
     "SLUG_PATTERN",
     "STALE_MARK",
-    "STOP_REASON_FILE_ENV",
     "TERMINAL_STATUSES",
-    "URL_ENV",
-    "WORKSPACE_ENV",
     "AcceptedResponse",
     "AgentState",
     "AttemptOutcome",
@@ -158,38 +143,6 @@ def heartbeat_interval(lease_seconds: float) -> float:
 # digits and '-', 3 to 50 of them. The server makes only such slugs and the client accepts
 # exactly these, so every slug the server prints works as --workspace.
 SLUG_PATTERN = r"[a-z0-9-]{3,50}"
-
-
-# --- the environment a job runs in: `run` sets it, the client settings read it -------------
-# Named here, the one module both the client settings (which read them) and the supervisor
-# (which sets them for `run`'s child) may import; nowhere else spells them (tests/test_vocabulary).
-ENV_PREFIX = "JOBAGENTCTL_"
-# The job context: `claim -o env` exports it, `run` gives it to its child, `heartbeat` and
-# `complete` read it back (settings.job_context).
-JOB_ID_ENV = f"{ENV_PREFIX}JOB_ID"
-CLAIM_ID_ENV = f"{ENV_PREFIX}CLAIM_ID"
-ATTEMPT_ENV = f"{ENV_PREFIX}ATTEMPT"
-LEASE_SECONDS_ENV = f"{ENV_PREFIX}LEASE_SECONDS"  # also the client's default lease
-# `run`'s files for its child: the claimed job as JSON, and where the stop reason is written.
-JOB_FILE_ENV = f"{ENV_PREFIX}JOB_FILE"
-STOP_REASON_FILE_ENV = f"{ENV_PREFIX}STOP_REASON_FILE"
-# Where `jobagentctl redact add` inside a job hands `run` a value to redact.
-REDACT_SOCKET_ENV = f"{ENV_PREFIX}REDACT_SOCKET"
-# The pid of that `run`: `redact add` hands a value only to a socket this process listens on.
-RUN_PID_ENV = f"{ENV_PREFIX}RUN_PID"
-# Client settings `run` hands its child, so a `jobagentctl` inside the job reaches the same
-# server (the API key only with --pass-api-key).
-URL_ENV = f"{ENV_PREFIX}URL"
-WORKSPACE_ENV = f"{ENV_PREFIX}WORKSPACE"
-AGENT_ENV = f"{ENV_PREFIX}AGENT"
-API_KEY_ENV = f"{ENV_PREFIX}API_KEY"
-API_KEY_FILE_ENV = f"{ENV_PREFIX}API_KEY_FILE"
-# ctrlplane's own variables, honoured as fallbacks so existing ctrlplane set-ups just work.
-CTRLPLANE_ENV = {
-    "url": "CTRLPLANE_URL",
-    "api_key": "CTRLPLANE_API_KEY",
-    "workspace": "CTRLPLANE_WORKSPACE",
-}
 
 
 class WireModel(BaseModel):
