@@ -95,6 +95,8 @@ PRINCIPAL = "jobagentctl.principal"
 # socket is dropped (asyncio's default is 30 s: a closed connection would hold a place under
 # the cap that long, out of the eviction's reach).
 _TLS_SHUTDOWN_SECONDS = 5.0
+# How much one read of a TLS socket may take: asyncio's own size, in one buffer per server.
+_TLS_READ_BUFFER = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,6 +417,13 @@ def _handshake_class(
     import ssl
     from asyncio.sslproto import SSLProtocol
 
+    # One read buffer for every connection of this server. asyncio gives each connection its
+    # own zero-filled 256 KiB buffer: resident memory, 2.5 GiB for 10,000 kept connections.
+    # The loop reads one socket at a time, and ``buffer_updated`` copies what was read into
+    # that connection's TLS input before the loop reads another, so one buffer serves all.
+    shared = bytearray(_TLS_READ_BUFFER)
+    shared_view = memoryview(shared)
+
     class _Handshake(SSLProtocol):
         """One connection's TLS, below the HTTP protocol ``app``: counted under the cap from
         the first byte; the HTTP protocol takes its place there once the handshake is done."""
@@ -427,7 +436,14 @@ def _handshake_class(
                 "ssl_shutdown_timeout": _TLS_SHUTDOWN_SECONDS,
             }
             super().__init__(app.loop, app, context, **options)
+            # asyncio's own attributes, which its stubs do not declare: the buffer it just made
+            # is dropped for the shared one.
+            state: Any = self
+            state._ssl_buffer, state._ssl_buffer_view = shared, shared_view
             self._app = app
+
+        def get_buffer(self, n: int) -> memoryview:
+            return shared_view
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             raw = cast(asyncio.Transport, transport)
