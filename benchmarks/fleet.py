@@ -10,8 +10,8 @@ For each database and fleet size: a live ``jobagentctl server start`` (its conne
 past the fleet, its descriptor limit the machine's hard limit); AGENTS agents registered; half of
 them (the busy ones) each claim a job with a ``--lease`` lease. Generator processes (one per
 ``--per-generator`` agents, so that none of them is the bound: each one's CPU is printed) then
-hold the fleet: an idle agent loops claim-next with ``waitSeconds`` ``--wait`` on its own
-keep-alive connection (a claimed job is completed at once, then it polls again); a busy agent
+hold the fleet: an idle agent loops claim-next with ``waitSeconds`` ``--wait`` (its first poll
+a random 50-100 % of it, as ``run``'s first poll) on its own keep-alive connection (a claimed job is completed at once, then it polls again); a busy agent
 heartbeats every ``--every`` seconds (starting at a random phase): with
 ``--heartbeat-connection keep`` on one connection kept across heartbeats (as the client does
 since the server keeps a keyed connection 75 s), with ``new`` each on a new connection (as
@@ -46,6 +46,7 @@ from pathlib import Path
 
 from benchmarks.common import Server, database, percentile, proc_cpu_seconds
 from benchmarks.httpclient import Connection
+from jobagentctl.supervisor.claiming import FIRST_POLL_FRACTION
 
 __all__ = ["FleetFigure", "main", "measure"]
 
@@ -134,12 +135,19 @@ class _Generator:
     async def idle(self, agent: str) -> None:
         path = f"{self.plan.prefix}/job-agents/{agent}/claim"
         body = {"waitSeconds": self.plan.wait, "leaseSeconds": self.plan.lease}
+        # The first long-poll waits a random part of the wait, as `run`'s does: agents that
+        # connect together (after a server restart) then re-poll spread out.
+        first: dict[str, float] | None = {
+            **body,
+            "waitSeconds": self.plan.wait * random.uniform(FIRST_POLL_FRACTION, 1),
+        }
         conn: Connection | None = None
         while time.time() < self.plan.end:
             try:
                 if conn is None:
                     conn = await Connection.open(self.plan.url)
-                status, raw = await conn.request("POST", path, body=body, headers=self.headers)
+                sent, first = first or body, None
+                status, raw = await conn.request("POST", path, body=sent, headers=self.headers)
                 if status == 200:
                     job = json.loads(raw)
                     self.pickups.append((job["id"], time.time()))
