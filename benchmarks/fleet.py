@@ -9,22 +9,22 @@ Usage: python -m benchmarks.fleet [--db postgres sqlite] [--agents 1000 5000 100
 For each database and fleet size: a live ``jobagentctl server start`` (its connection cap raised
 past the fleet, its descriptor limit the machine's hard limit); AGENTS agents registered; half of
 them (the busy ones) each claim a job with a ``--lease`` lease. Generator processes (one per
-``--per-generator`` agents, so that none of them is the bound: each one's CPU is printed) then
-hold the fleet: an idle agent loops claim-next with ``waitSeconds`` ``--wait`` (its first poll
-a random 50-100 % of it, as ``run``'s first poll) on its own keep-alive connection (a claimed job is completed at once, then it polls again); a busy agent
-heartbeats every ``--every`` seconds (starting at a random phase): with
-``--heartbeat-connection keep`` on one connection kept across heartbeats (as the client does
-since the server keeps a keyed connection 75 s), with ``new`` each on a new connection (as
-before, when the server closed it after 5 s idle). ``--scheme https`` serves the fleet over TLS
-(a test CA made here; every new connection a full handshake: asyncio cannot resume a session).
-For each scheme and mode side by side, one row each, so that rows share the machine's load.
-Server CPU per heartbeat is the server's CPU in the window over the heartbeats in it (all
-traffic: the long-polls and pickups are the same in every row), and connections and TLS
-handshakes per heartbeat come from the server's ``/metrics``. Once every idle agent
-waits, this process measures for SECONDS: it enqueues ``--rate`` jobs a second, each for an idle
-agent picked at random, and the generators time every heartbeat (send to answer) and every pickup
-(enqueue sent to claim answered, one machine's clock). Server RSS (peak of the samples) and CPU
-are read from ``/proc``; errors count only what happened inside the window.
+``--per-generator`` agents, so that none of them is the bound: each one's CPU is printed) then hold
+the fleet: an idle agent loops claim-next with ``waitSeconds`` ``--wait`` (its first poll a random
+50-100 % of it, as ``run``'s first poll) on its own keep-alive connection (a claimed job is
+completed at once, then it polls again); a busy agent heartbeats every ``--every`` seconds
+(starting at a random phase): with ``--heartbeat-connection keep`` on one connection kept across
+heartbeats (as the client does since the server keeps a keyed connection 75 s), with ``new`` each
+on a new connection (as before, when the server closed it after 5 s idle). ``--scheme https``
+serves the fleet over TLS (a test CA made here; every new connection a full handshake: asyncio
+cannot resume a session). For each scheme and mode side by side, one row each, so that rows share
+the machine's load. Server CPU per heartbeat is the server's CPU in the window over the heartbeats
+in it (all traffic: the long-polls and pickups are the same in every row), and connections and TLS
+handshakes per heartbeat come from the server's ``/metrics``. Once every idle agent waits, this
+process measures for SECONDS: it enqueues ``--rate`` jobs a second, each for an idle agent picked
+at random, and the generators time every heartbeat (send to answer) and every pickup (enqueue sent
+to claim answered, one machine's clock). Server RSS (peak of the samples) and CPU are read from
+``/proc``; errors count only what happened inside the window.
 """
 
 from __future__ import annotations
