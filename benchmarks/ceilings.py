@@ -65,6 +65,11 @@ class Figure:
         return 1000 * self.cpu / self.cycles if self.cycles else float("nan")
 
     @property
+    def server_cpu_ms_per_job(self) -> float:
+        """The server (or worker) processes alone, without their database backends."""
+        return 1000 * (self.cpu - self.backend_cpu) / self.cycles if self.cycles else float("nan")
+
+    @property
     def client_bound(self) -> bool:
         return self.busiest_client >= 0.8
 

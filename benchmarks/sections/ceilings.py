@@ -49,6 +49,7 @@ def rows(mode: str) -> list[Row]:
 
     api_rate, api_gate = med("api", "rate")
     api_cpu, _ = med("api", "cpu_ms_per_job")
+    api_server_cpu, _ = med("api", "server_cpu_ms_per_job")
     api_client, _ = med("api", "client_cores")
     api_busiest = max(f.busiest_client for f in runs["api"])
     batch_rate, batch_gate = med("api batch", "rate")
@@ -142,7 +143,8 @@ def rows(mode: str) -> list[Row]:
             gates(proj_gate, seed_gate),
         ),
         Row(
-            "CPU per job: our server process + its own PostgreSQL backends (by PID), 8 agents",
+            "CPU per job: our server process + its own PostgreSQL backends (by PID), 8 agents "
+            f"(the server process alone {api_server_cpu:.2f} ms: what the API's code moves)",
             f"{api_cpu:.2f} ms",
             f"procrastinate ({peer.cycles:,} jobs, worker + its backends) "
             f"{peer.cpu_ms_per_job:.2f} ms; direct {dir_cpu:.2f} ms",
