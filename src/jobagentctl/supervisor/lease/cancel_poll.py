@@ -20,7 +20,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import ClassVar
 
 from jobagentctl.errors import LeaseUnsupported, NotFound
-from jobagentctl.models import JobStatus
+from jobagentctl.models import JobStatus, JobWait
 from jobagentctl.supervisor.lease.claimthread import ClaimThread
 from jobagentctl.supervisor.lease.job_lease import Beat
 from jobagentctl.supervisor.protocol import describe_error, is_transient
@@ -79,28 +79,36 @@ class ClaimWatcher(ClaimThread):
                     return
                 continue
             except Exception as exc:
-                self.failures += 1
-                if self._stop.is_set():
-                    return
-                if not is_transient(exc):
-                    self.log.warn(f"claim long-poll failed ({describe_error(exc)}): {_LATER}")
-                    return
-                delay = retry.failed()
-                self.log.debug(f"claim long-poll failed (transient): {describe_error(exc)}")
-                if delay is None or self._stop.wait(delay):
+                if self._failed(exc, retry):
                     return
                 continue
             retry.succeeded()
             if self._stop.is_set():
                 return  # the job is over: whatever the answer, nobody is listening
             if not answer.claim_held:
-                if answer.status == JobStatus.CANCELLED:
-                    self._verdict(Beat.CANCELLED, "the job was cancelled")
-                    return
-                if self._settle(f"the long-poll saw the claim end (job is {answer.status})", retry):
+                if self._claim_ended(answer, retry):
                     return
                 continue
             self._pause_since(opened)
+
+    def _failed(self, exc: Exception, retry: Retry) -> bool:
+        """Count a failed long-poll and wait out a transient one; whether the watch is over."""
+        self.failures += 1
+        if self._stop.is_set():
+            return True
+        if not is_transient(exc):
+            self.log.warn(f"claim long-poll failed ({describe_error(exc)}): {_LATER}")
+            return True
+        delay = retry.failed()
+        self.log.debug(f"claim long-poll failed (transient): {describe_error(exc)}")
+        return delay is None or self._stop.wait(delay)
+
+    def _claim_ended(self, answer: JobWait, retry: Retry) -> bool:
+        """Act on a long-poll that saw the claim end; whether the watch is over."""
+        if answer.status == JobStatus.CANCELLED:
+            self._verdict(Beat.CANCELLED, "the job was cancelled")
+            return True
+        return self._settle(f"the long-poll saw the claim end (job is {answer.status})", retry)
 
     def _settle(self, what: str, retry: Retry, *, route_missing_if_held: bool = False) -> bool:
         """Confirm with one heartbeat that the claim is gone (the heartbeat then gives the
