@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 import typer
@@ -111,10 +111,10 @@ class AppState:
         except ConfigError:
             return "tsv"
 
-    def client(self, **overrides: Any) -> Client:
+    def client(self) -> Client:
         """A new API client from the settings; the caller closes it (``with state.client()``)."""
         from jobagentctl.cli.messages import warn
-        from jobagentctl.client import Client
+        from jobagentctl.client import Client, ConnectionOptions
         from jobagentctl.settings import profile_hint
 
         settings = self.settings
@@ -129,14 +129,10 @@ class AppState:
             def trace(line: str) -> None:
                 print(f"[http] {line}", file=sys.stderr)
 
-        options: dict[str, Any] = {
-            "timeout": settings.timeout,
-            "trace": trace,
-            "warn": warn,
-            "ca_bundle": settings.ca_bundle,
-        }
-        options.update(overrides)
-        return Client(settings.url, settings.api_key, settings.workspace, **options)
+        options = ConnectionOptions(
+            timeout=settings.timeout, ca_bundle=settings.ca_bundle, trace=trace
+        )
+        return Client(settings.url, settings.api_key, settings.workspace, options, warn=warn)
 
     def require_workspace(self) -> UUID:
         """The workspace id, or a :class:`ConfigError` (exit 2) naming where to set it.

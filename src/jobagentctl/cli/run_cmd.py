@@ -157,7 +157,7 @@ ReportTimeoutFlag = Annotated[
 ]
 
 
-def run(
+def run(  # noqa: PLR0913 - a Typer command: its parameters are its flags
     ctx: typer.Context,
     command: Command = None,
     job: JobFlag = None,

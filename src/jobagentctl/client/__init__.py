@@ -18,8 +18,8 @@ import types
 sys.modules.setdefault("httpx._main", types.ModuleType("httpx._main"))
 
 from jobagentctl.client._client import Client  # noqa: E402
-from jobagentctl.client._connection import USER_AGENT  # noqa: E402
-from jobagentctl.client._ctrlplane import MEMORY  # noqa: E402
+from jobagentctl.client._connection import USER_AGENT, ConnectionOptions  # noqa: E402
+from jobagentctl.client._ctrlplane import MEMORY, V1Pacing  # noqa: E402
 from jobagentctl.client._errors import translate  # noqa: E402
 from jobagentctl.client._pages import (  # noqa: E402
     LOG_FOLLOW_WAIT,
@@ -33,6 +33,8 @@ __all__ = [
     "MEMORY",
     "USER_AGENT",
     "Client",
+    "ConnectionOptions",
+    "V1Pacing",
     "iter_cursor_pages",
     "iter_log_pages",
     "iter_pages",

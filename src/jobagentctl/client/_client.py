@@ -12,23 +12,19 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from pydantic import SecretStr, TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
 from jobagentctl import models
-from jobagentctl.client._connection import Connection, parse
-from jobagentctl.client._ctrlplane import MEMORY, V1_POLL_INTERVAL, V1Fallback
+from jobagentctl.client._connection import Connection, ConnectionOptions, parse
+from jobagentctl.client._ctrlplane import MEMORY, V1Fallback, V1Pacing
 from jobagentctl.errors import ConfigError, NoJob, NotFound
 from jobagentctl.models import MAX_CLAIM_BATCH, ClaimState, JobStatus, keep_wire
 from jobagentctl.routes import Routes
-
-if TYPE_CHECKING:
-    import httpx
 
 __all__ = ["Client"]
 
@@ -76,32 +72,26 @@ class Client:
         url: str,
         api_key: str | SecretStr | None,
         workspace: UUID | str | None,
+        options: ConnectionOptions | None = None,
         *,
-        timeout: float = 10.0,
-        transport: httpx.BaseTransport | None = None,
-        trace: Callable[[str], None] | None = None,
         warn: Callable[[str], None] | None = None,
-        ca_bundle: str | Path | None = None,
-        v1_poll_interval: float = V1_POLL_INTERVAL,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        v1: V1Pacing | None = None,
     ) -> None:
         """``workspace`` is a UUID or a slug (resolved on first use, as ctrlc does).
 
-        ``warn`` receives the one-time warnings about what the server cannot do (default: the
-        ``jobagentctl.client`` logger, which prints on stderr when nothing else is configured).
-        ``v1_poll_interval``, ``clock`` and ``sleep`` pace the claims on a V1-only server.
-        ``ca_bundle``: the CA certificates trusted for an https:// server (see
-        :class:`Connection`).
+        - ``options``: how the server is reached (timeout, CA bundle, trace, transport).
+        - ``warn`` receives the one-time warnings about what the server cannot do.
+          Its default is the ``jobagentctl.client`` logger, which prints on stderr when nothing
+          else is configured.
+        - ``v1`` paces the claims on a V1-only server.
         """
-        self._conn = Connection(
-            url, api_key, timeout=timeout, transport=transport, trace=trace, ca_bundle=ca_bundle
-        )
+        options = options if options is not None else ConnectionOptions()
+        self._conn = Connection(url, api_key, options)
         self.url = self._conn.url
         self.workspace: UUID | str | None = models.Workspace.reference(workspace)
-        self.timeout = timeout
+        self.timeout = options.timeout
         warn = warn if warn is not None else _log.warning  # not `or`: a sink may be falsy
-        self._v1 = V1Fallback(self, warn, v1_poll_interval, clock, sleep)
+        self._v1 = V1Fallback(self, warn, v1 if v1 is not None else V1Pacing())
 
     def __repr__(self) -> str:
         return f"Client(url={self.url!r}, workspace={self.workspace!r})"

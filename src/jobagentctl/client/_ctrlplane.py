@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,7 +40,15 @@ from jobagentctl.errors import (
 from jobagentctl.models import ClaimedJob, ClaimNext, Job, JobStatus, Page
 from jobagentctl.routes import Routes
 
-__all__ = ["MEMORY", "V1_POLL_INTERVAL", "ProcessMemory", "ServerFacts", "V1Calls", "V1Fallback"]
+__all__ = [
+    "MEMORY",
+    "V1_POLL_INTERVAL",
+    "ProcessMemory",
+    "ServerFacts",
+    "V1Calls",
+    "V1Fallback",
+    "V1Pacing",
+]
 
 # How often a V1 claim looks for queued jobs. Each pause is V1_POLL_INTERVAL ± 50 % (jitter), so
 # many agents do not poll in step.
@@ -157,20 +166,28 @@ class V1Calls(Protocol):
     def get_job(self, job_id: UUID) -> Job: ...
 
 
+@dataclass(frozen=True)
+class V1Pacing:
+    """How a claim on a V1-only server polls: every ``poll_interval`` seconds (± 50 %), timed by
+    ``clock`` and waited out with ``sleep`` (tests give their own)."""
+
+    poll_interval: float = V1_POLL_INTERVAL
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+
 @dataclass
 class V1Fallback:
     """The operations of one :class:`Client` that differ on a V1-only server.
 
     Each tries the V2 way first unless the server is known to lack it, learns from the answer,
-    and otherwise does what ctrlplane's own agents do; ``warn`` hears each lack once per process.
-    ``poll_interval``, ``clock`` and ``sleep`` pace a V1 claim's polling.
+    and otherwise does what ctrlplane's own agents do. ``warn`` hears each lack once per process;
+    ``pacing`` paces a V1 claim's polling.
     """
 
     client: V1Calls
     warn: Callable[[str], None]
-    poll_interval: float
-    clock: Callable[[], float]
-    sleep: Callable[[float], None]
+    pacing: V1Pacing
     # status → every job of that status, read once by this client when the server cannot
     # filter: the later pages of one listing come from here, not from a new full read.
     _filtered: dict[str, list[Job]] = field(default_factory=dict)
@@ -221,15 +238,15 @@ class V1Fallback:
     def _claim_by_id(
         self, agent_id: UUID, wait_seconds: float | None, limit: int
     ) -> list[ClaimedJob]:
-        deadline = self.clock() + (wait_seconds or 0.0)
+        deadline = self.pacing.clock() + (wait_seconds or 0.0)
         while True:
             claimed = self._claim_queued(agent_id, limit)
             if claimed:
                 return claimed
-            left = deadline - self.clock()
+            left = deadline - self.pacing.clock()
             if left <= 0:
                 raise NoJob("no job queued for this agent")
-            self.sleep(min(left, self.poll_interval * random.uniform(0.5, 1.5)))
+            self.pacing.sleep(min(left, self.pacing.poll_interval * random.uniform(0.5, 1.5)))
 
     def _claim_queued(self, agent_id: UUID, limit: int) -> list[ClaimedJob]:
         """Up to ``limit`` of the agent's queued jobs, claimed oldest first (ctrlplane lists

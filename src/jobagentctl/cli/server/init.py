@@ -44,7 +44,7 @@ UrlFlag = Annotated[
 ]
 
 
-def init(
+def init(  # noqa: PLR0913 - a Typer command: its parameters are its flags
     ctx: typer.Context,
     database: str | None = database_option(),
     slug: str | None = slug_option('the name "default"'),

@@ -115,7 +115,7 @@ BehindProxy = Annotated[
 ]
 
 
-def start(
+def start(  # noqa: PLR0913 - a Typer command: its parameters are its flags
     database: str | None = database_option(),
     host: Host = None,
     port: Port = None,

@@ -51,6 +51,7 @@ __all__ = [
     "BATCH_SECONDS",
     "BUFFER_BYTES",
     "FLUSH_SECONDS",
+    "ShipLimits",
     "Shipper",
 ]
 
@@ -108,6 +109,21 @@ class _Piece:
     data: bytes
 
 
+@dataclass(frozen=True)
+class ShipLimits:
+    """How much output a :class:`Shipper` keeps and sends at once (tests make them small).
+
+    - ``buffer_bytes``: what may wait for the server before the oldest is dropped;
+    - ``batch_bytes`` and ``batch_seconds``: an append goes when this much waits, or this long;
+    - ``append_bytes``: the most one append carries (halved on a 413).
+    """
+
+    buffer_bytes: int = BUFFER_BYTES
+    batch_bytes: int = BATCH_BYTES
+    batch_seconds: float = BATCH_SECONDS
+    append_bytes: int = APPEND_BYTES
+
+
 class Shipper:
     """Ships one job attempt's output (see the module docstring). ``feed`` from the main
     loop; :meth:`start` once, :meth:`close` once at the end."""
@@ -121,18 +137,15 @@ class Shipper:
         log: Log,
         on_unsupported: Callable[[str], None],
         rng: random.Random | None = None,
-        buffer_bytes: int = BUFFER_BYTES,
-        batch_bytes: int = BATCH_BYTES,
-        batch_seconds: float = BATCH_SECONDS,
-        append_bytes: int = APPEND_BYTES,
+        limits: ShipLimits = ShipLimits(),
     ) -> None:
         self.client, self.job_id, self.claim_id = client, job_id, claim_id
         self.log = log
         self.on_unsupported = on_unsupported
         self.rng = rng or random.Random()
-        self.buffer_bytes, self.batch_bytes = buffer_bytes, batch_bytes
-        self.batch_seconds = batch_seconds
-        self.append_bytes = append_bytes
+        self.buffer_bytes, self.batch_bytes = limits.buffer_bytes, limits.batch_bytes
+        self.batch_seconds = limits.batch_seconds
+        self.append_bytes = limits.append_bytes  # halved when the server answers 413
         self.shipped = 0  # bytes of output the server took
         self.dropped = 0  # bytes of output dropped (marked in the log when it could be)
         self.appends = 0
@@ -143,7 +156,7 @@ class Shipper:
         self.unsupported = False  # the server has no log endpoint
         self._pieces: deque[_Piece] = deque()
         self._pending = 0
-        self._bound = buffer_bytes  # what may wait now (lower once the server's cap cuts)
+        self._bound = limits.buffer_bytes  # what may wait now (lower once the server's cap cuts)
         self._inflight = 0  # bytes of the append being sent
         self._unmarked = 0  # dropped bytes no marker has told the log of yet
         self._why = FASTER  # why the unmarked bytes were dropped
