@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -104,12 +104,9 @@ def _shells(incomplete: str) -> list[str]:
 
 
 def completion(
-    shell: str = typer.Argument(
-        ...,
-        metavar="SHELL",
-        help="bash, zsh or fish.",
-        autocompletion=_shells,
-    ),
+    shell: Annotated[
+        str, typer.Argument(metavar="SHELL", help="bash, zsh or fish.", autocompletion=_shells)
+    ],
 ) -> None:
     """Print the completion script for SHELL.
 

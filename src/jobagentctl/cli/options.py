@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -47,7 +47,6 @@ class GlobalOption:
         default: Any = False if self.is_flag else None
         choices = self.choices
         option = typer.Option(
-            default,
             *self.decls,
             metavar=self.metavar,
             help=self.help,
@@ -59,7 +58,10 @@ class GlobalOption:
             ),
         )
         return inspect.Parameter(
-            self.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=self.annotation
+            self.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=default,
+            annotation=Annotated[self.annotation, option],
         )
 
 
@@ -153,11 +155,9 @@ GLOBAL_OPTIONS: tuple[tuple[GlobalOption, Callable[[AppState, Any], None]], ...]
 
 
 def _own_flags(signature: inspect.Signature) -> set[str]:
-    """The flags a command declares itself, as a default (``= typer.Option(…)``) or in an
-    ``Annotated[…, typer.Option(…)]`` annotation."""
+    """The flags a command declares itself, in its ``Annotated[…, typer.Option(…)]`` types."""
     flags: set[str] = set()
     for param in signature.parameters.values():
-        flags.update(getattr(param.default, "param_decls", None) or ())
         for declared in getattr(param.annotation, "__metadata__", ()):
             # In Annotated, an option's first flag is taken where its default would be.
             first = getattr(declared, "default", None)

@@ -5,7 +5,7 @@ Also holds :func:`set_status`, the body `cancel` shares.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -22,14 +22,20 @@ __all__ = ["held_notice", "register", "set_status"]
 
 def requeue(
     ctx: typer.Context,
-    job_id: str = typer.Argument(..., metavar="JOB_ID", help="The job to put back in the queue."),
-    message: str | None = typer.Option(None, "--message", "-m", metavar="M", help="Why."),
-    force: bool = typer.Option(
-        False,
-        "--force",
-        help="Make the job claimable at once, without waiting for the agent holding its claim "
-        "to stop its command: only for an agent known to be dead (two runs may overlap).",
-    ),
+    job_id: Annotated[
+        str, typer.Argument(metavar="JOB_ID", help="The job to put back in the queue.")
+    ],
+    message: Annotated[
+        str | None, typer.Option("--message", "-m", metavar="M", help="Why.")
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Make the job claimable at once, without waiting for the agent holding its claim "
+            "to stop its command: only for an agent known to be dead (two runs may overlap).",
+        ),
+    ] = False,
 ) -> None:
     """Put a job back in the queue (status queued); its current claim, if any, ends.
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import typer
 
 from jobagentctl.cli.context import get_state
-from jobagentctl.cli.server._common import database_option
+from jobagentctl.cli.server._common import DatabaseFlag
 
 __all__ = ["register"]
 
 
-def migrate(ctx: typer.Context, database: str | None = database_option()) -> None:
+def migrate(ctx: typer.Context, database: DatabaseFlag = None) -> None:
     """Apply pending schema migrations (safe to run while servers of this release and the
     previous one are up: see docs/operators.md, "Upgrading").
 

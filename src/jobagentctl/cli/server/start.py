@@ -8,9 +8,9 @@ from typing import Annotated, Any
 import typer
 
 from jobagentctl.cli.server._common import (
-    database_option,
-    upstream_key_file_option,
-    upstream_url_option,
+    DatabaseFlag,
+    UpstreamKeyFileFlag,
+    UpstreamUrlFlag,
 )
 
 __all__ = ["register"]
@@ -116,7 +116,7 @@ BehindProxy = Annotated[
 
 
 def start(  # noqa: PLR0913 - a Typer command: its parameters are its flags
-    database: str | None = database_option(),
+    database: DatabaseFlag = None,
     host: Host = None,
     port: Port = None,
     lease_seconds: LeaseSeconds = None,
@@ -131,8 +131,8 @@ def start(  # noqa: PLR0913 - a Typer command: its parameters are its flags
     tls_cert: TlsCert = None,
     tls_key: TlsKey = None,
     behind_proxy: BehindProxy = None,
-    upstream_url: str | None = upstream_url_option(),
-    upstream_key_file: Path | None = upstream_key_file_option(),
+    upstream_url: UpstreamUrlFlag = None,
+    upstream_key_file: UpstreamKeyFileFlag = None,
 ) -> None:
     """Run the API and the reaper; migrate first. SIGTERM/SIGINT drain in-flight requests.
 
