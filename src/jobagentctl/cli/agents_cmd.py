@@ -40,8 +40,8 @@ def list_agents(
         ),
     ] = None,
 ) -> None:
-    """List the workspace's job agents, with their presence (STATE, LAST SEEN, and HELD:
-    its jobs in progress and revoked claims not let go, shown whatever its state).
+    """List the workspace's job agents, with their presence (STATE, LAST SEEN, and HELD). HELD
+    counts its jobs in progress and revoked claims not let go, whatever its state.
 
     --state filters on the server. A server without presence (ctrlplane) shows STATE and
     LAST SEEN as "-", and --state then matches nothing (said on stderr).

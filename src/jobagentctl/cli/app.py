@@ -1,7 +1,7 @@
 """The Typer application: command registration, global options, and the exit-code decision.
 
-:class:`RootGroup` is the one place an error becomes an exit code (its class's, from errors.py),
-inside the app so ``CliRunner`` tests see the same codes a shell does.
+:class:`RootGroup` is the one place an error becomes an exit code (its class's, from errors.py). It
+is inside the app, so ``CliRunner`` tests see the same codes a shell does.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""`jobagentctl cancel`: an operator cancels a job; a `run` working on it stops its command
-within about a second (its claim long-poll; at the next heartbeat on servers without one)."""
+"""`jobagentctl cancel`: an operator cancels a job. A `run` working on it stops its command within
+about a second (its claim long-poll), or at its next heartbeat on servers without one."""
 
 from __future__ import annotations
 

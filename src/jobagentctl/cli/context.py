@@ -66,9 +66,9 @@ class Flags:
 class AppState:
     """What the global options said, and the lazily built settings and client.
 
-    Global options may come before or after the command; each occurrence is stored here as it
-    is parsed (:func:`set_global`), and the output format is decided on first use, once all of
-    them are known.
+    Global options may come before or after the command. Each occurrence is stored here as it is
+    parsed (:func:`set_global`). The output format is decided on first use, once all of them are
+    known.
     """
 
     output_flag: str | None = None
@@ -167,8 +167,8 @@ class AppState:
         return agent
 
     def agent_filter(self) -> UUID | None:
-        """The job agent id if one is set; an agent given by name is looked up among the
-        workspace's agents once per process (it must be the only one of that name)."""
+        """The job agent id if one is set. An agent given by name is looked up among the workspace's
+        agents once per process; it must be the only one of that name."""
         agent = self.settings.agent
         if agent is None or isinstance(agent, UUID):
             return agent
@@ -184,8 +184,8 @@ class AppState:
 
 
 def agent_named(client: Client, name: str) -> UUID:
-    """The id of the workspace's one agent called ``name``; a :class:`ConfigError` that says to
-    use the id when there is none, several, or the key may not list agents."""
+    """The id of the workspace's one agent called ``name``. A :class:`ConfigError` says to use the
+    id when there is none, several, or the key may not list agents."""
     from jobagentctl.client import iter_pages
     from jobagentctl.errors import AuthError, NotFound
 

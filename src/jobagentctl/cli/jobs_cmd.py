@@ -78,8 +78,8 @@ def get_job(
     ctx: typer.Context,
     job_id: Annotated[str, typer.Argument(metavar="ID", help="The job.")],
 ) -> None:
-    """Show one job, with its config, dispatch context and metadata, and whether an agent
-    still holds a claim on it (claimHeld: a requeued job waits for it to be let go).
+    """Show one job, with its config, dispatch context and metadata. Its claimHeld says whether an
+    agent still holds a claim on it (a requeued job waits for it to be let go).
 
     \b
     Example:
@@ -198,11 +198,11 @@ def logs(
 ) -> None:
     """Print what a job attempt printed (both streams, in order), as it was stored.
 
-    With --follow, follow the job: wait for its first attempt if it is not claimed yet, keep
-    going through server restarts, move on to the next attempt (a marker line) when one is
-    requeued or expires, and exit by the job's final attempt: 0 if it succeeded, 8 otherwise.
-    With --attempt N --follow, follow that attempt alone. -o json prints one object per chunk
-    (seq, offset, stream, at, data).
+    With --follow, follow the job. Wait for its first attempt if it is not claimed yet, and keep
+    going through server restarts. Move on to the next attempt (a marker line) when one is requeued
+    or expires. Exit by the job's final attempt: 0 if it succeeded, 8 otherwise. With --attempt N
+    --follow, follow that attempt alone. -o json prints one object per chunk (seq, offset, stream,
+    at, data).
 
     \b
     Example:

@@ -114,10 +114,9 @@ def rfc3339(value: datetime) -> str:
 def to_jsonable(value: Any, *, as_sent: bool = False) -> Any:
     """Models, datetimes, UUIDs and enums as JSON values (camelCase keys, RFC 3339 UTC).
 
-    ``as_sent`` (``-o json``): a model parsed from a response is the JSON object the server
-    sent, exactly (its timestamps as written, its key order); tables and tsv use the parsed
-    values, but a timestamp the server sent keeps its text (a datetime we computed is RFC 3339
-    UTC).
+    ``as_sent`` (``-o json``): a model parsed from a response is the JSON object the server sent,
+    exactly (its timestamps as written, its key order). Tables and tsv use the parsed values, but a
+    timestamp the server sent keeps its text. A datetime we computed is RFC 3339 UTC.
     """
     if as_sent and isinstance(value, WireModel) and (sent := value.as_sent()) is not None:
         return sent
@@ -145,8 +144,8 @@ def to_jsonable(value: Any, *, as_sent: bool = False) -> Any:
 @dataclass(frozen=True)
 class Column:
     """One column: its wire key (json/tsv order), its table header, and how to show it.
-    ``gives_way``: when a list table is wider than the terminal, the columns with the highest
-    go first (0: never; the message column is narrowed instead, as the watch does)."""
+    ``gives_way``: when a list table is wider than the terminal, the columns with the highest go
+    first. A column at 0 never goes; the message column is narrowed instead, as the watch does."""
 
     key: str
     header: str
@@ -328,9 +327,9 @@ def emit(
 
 
 def more_hint(state: AppState, shown: int, total: int) -> None:
-    """``50 of 10,000 (use --all-pages or --limit)`` on stderr when one page holds less than
-    the whole list, in every format (a script reading a pipe is told its list was cut too);
-    not with -q."""
+    """``50 of 10,000 (use --all-pages or --limit)`` on stderr when one page holds less than the
+    whole list; not with -q. It is said in every format: a script reading a pipe is told its list
+    was cut too."""
     if total > shown:
         info(state, f"{shown:,} of {total:,} (use --all-pages or --limit)")
 
@@ -569,9 +568,9 @@ def live(
     interval: float,
     sleep: Callable[[float], None],
 ) -> None:
-    """Redraw ``frame(width, height)`` (lines that fit the terminal, as it is sized at each
-    redraw) every ``interval`` until it says stop (its second value); a line's mark is
-    coloured as its state."""
+    """Redraw ``frame(width, height)`` every ``interval`` until its second value says stop. The
+    frame's lines fit the terminal as it is sized at each redraw. A line's mark is coloured as its
+    state."""
     from rich.live import Live
     from rich.text import Text
 
@@ -607,11 +606,11 @@ def live(
 
 
 class LogPrinter:
-    """Prints log chunks on stdout as they come. By default the bytes as they were printed,
-    markers on a line of their own; on a terminal decoded as UTF-8 (a character split across
-    chunks kept whole) with control characters made visible, as tables do. With ``-o json``
-    one object per line: ``seq``, ``offset``, ``stream``, ``at`` and ``data`` — the text when
-    the bytes are valid UTF-8, else their base64 with ``"encoding": "base64"``."""
+    """Prints log chunks on stdout as they come. By default the bytes as they were printed, markers
+    on a line of their own. On a terminal, decoded as UTF-8 with control characters made visible, as
+    tables do; a character split across chunks is kept whole. With ``-o json`` one object per line:
+    ``seq``, ``offset``, ``stream``, ``at`` and ``data`` — the text when the bytes are valid UTF-8,
+    else their base64 with ``"encoding": "base64"``."""
 
     def __init__(self, state: AppState) -> None:
         self._json = state.output == "json"

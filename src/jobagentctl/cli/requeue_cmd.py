@@ -40,7 +40,7 @@ def requeue(
     """Put a job back in the queue (status queued); its current claim, if any, ends.
 
     A job whose claim an agent still holds is claimable again once that agent has stopped its
-    command (or its lease ran out): inspect-claims shows the claim as revoked meanwhile.
+    command, or its lease ran out. Meanwhile inspect-claims shows the claim as revoked.
 
     \b
     Example:
@@ -52,8 +52,8 @@ def requeue(
 def set_status(
     ctx: typer.Context, job_id: str, status: JobStatus, message: str | None, *, force: bool = False
 ) -> None:
-    """Set ``status`` on a job as an operator (no claim id) and confirm; when an agent still
-    holds the job's claim, say on stderr what that means for the job (:func:`held_notice`)."""
+    """Set ``status`` on a job as an operator (no claim id) and confirm. When an agent still holds
+    the job's claim, say on stderr what that means for the job (:func:`held_notice`)."""
     from jobagentctl.cli import output
     from jobagentctl.cli.messages import notice
     from jobagentctl.cli.params import uuid_arg

@@ -77,9 +77,9 @@ def slug_option(derived_from: str) -> Any:
 
 
 def _problems(exc: PydanticValidationError, flags: dict[str, Any]) -> str:
-    """Each refused setting by the name it was given as (``--log-max-bytes`` for a flag,
-    ``JOBAGENTCTL_SERVER_LOG_MAX_BYTES`` otherwise) and what is wrong, in our words: never
-    pydantic's phrasing nor the value (it may be a secret, e.g. in a URL)."""
+    """Each refused setting by the name it was given as, and what is wrong, in our words. The name
+    is ``--log-max-bytes`` for a flag, ``JOBAGENTCTL_SERVER_LOG_MAX_BYTES`` otherwise. Never
+    pydantic's phrasing nor the value: it may be a secret, e.g. in a URL."""
     from jobagentctl.server.settings import ENV_PREFIX
     from jobagentctl.settings import problem_text
 

@@ -14,8 +14,8 @@ def migrate(ctx: typer.Context, database: DatabaseFlag = None) -> None:
     """Apply pending schema migrations (safe to run while servers of this release and the
     previous one are up: see docs/operators.md, "Upgrading").
 
-    A database migrated past this release by a newer one is said so: within the window (its
-    newer migrations only expand the schema) with a warning, else as an error (exit 2).
+    A database migrated past this release by a newer one is said so. Within the window (its newer
+    migrations only expand the schema) it is a warning, else an error (exit 2).
 
     Example: jobagentctl server migrate --database postgresql://jobagent@db/jobagent
     """
