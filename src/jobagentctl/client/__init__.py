@@ -1,10 +1,14 @@
 """The HTTP client for the pull-agent API (V1 and the V2 lease additions).
 
 The only package that imports httpx; every transport error and HTTP status becomes a
-:mod:`jobagentctl.errors` class inside it. ``_client.py`` has one method per endpoint,
-``_ctrlplane.py`` what differs on a server with only the V1 API (and what this process learned
-about each server), ``_errors.py`` the translation of errors, ``_trace.py`` the ``--debug``
-trace, ``_pages.py`` the reading of paginated lists and of a log by its cursor.
+:mod:`jobagentctl.errors` class inside it. Its modules:
+
+- ``_client.py``: one method per endpoint;
+- ``_ctrlplane.py``: what differs on a server with only the V1 API, and what this process learned
+  about each server;
+- ``_errors.py``: the translation of errors;
+- ``_trace.py``: the ``--debug`` trace;
+- ``_pages.py``: the reading of paginated lists, and of a log by its cursor.
 """
 
 from __future__ import annotations

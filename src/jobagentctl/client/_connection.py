@@ -1,5 +1,5 @@
 """One server reached over HTTP with one API key: the only code of the client that touches the
-network, so every httpx error and HTTP status is translated in one place
+network. So every httpx error and HTTP status is translated in one place
 (:func:`jobagentctl.client._errors.translate`), and every body read the same way.
 """
 
@@ -57,7 +57,7 @@ def _needs_tls(base: str) -> bool:
     """Whether to load the CA bundle: not for a plain http:// server (~25 ms of every start).
 
     Redirects are never followed and every path is relative, so such a client opens no TLS
-    connection; unless a proxy from the environment is in the way, which may speak TLS.
+    connection. A proxy from the environment may be in the way, though, and it may speak TLS.
     """
     if not base.startswith("http://"):
         return True
@@ -143,12 +143,12 @@ class Connection:
         self._http.close()
 
     def interrupt(self) -> int:
-        """Shut down the sockets of the requests in flight (idle pooled ones are left alone);
-        how many. Called from another thread: the request's own thread then fails at once
-        (a :class:`ServerUnavailable`), and the server sees the client leave, so a claim
-        long-poll ends without claiming. httpx has no public way to reach a request's socket:
-        the pool is walked through httpcore's attributes, and where they differ nothing is
-        done (the request then ends as it would have)."""
+        """Shut down the sockets of the requests in flight (idle pooled ones are left alone); how
+        many. Called from another thread. The request's own thread then fails at once (a
+        :class:`ServerUnavailable`). The server sees the client leave, so a claim long-poll ends
+        without claiming. The httpx library has no public way to reach a request's socket: the pool
+        is walked through httpcore's attributes. Where they differ nothing is done, and the request
+        ends as it would have."""
         import socket
 
         pool = getattr(getattr(self._http, "_transport", None), "_pool", None)
