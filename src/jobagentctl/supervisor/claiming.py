@@ -53,9 +53,8 @@ class _Attempt:
 
 @dataclass
 class Claimer:
-    """Claims the job a run (or each turn of ``--loop``) works on, through the main side's
-    client; a job claimed too late (the run was stopped meanwhile) goes back through the
-    ``reporter``."""
+    """Claims the job a run (or each turn of ``--loop``) works on, through the main side's client. A
+    job claimed too late (the run was stopped meanwhile) goes back through the ``reporter``."""
 
     options: RunOptions
     client: SupervisorClient

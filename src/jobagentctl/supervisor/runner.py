@@ -4,9 +4,13 @@ One main thread owns the child, its output pipes, the signals and every decision
 thread heartbeats; API calls from the main side run in short-lived threads so that a signal
 never waits for a long-poll to end. Everything wakes the main thread through :class:`Events`.
 
-The phases live in their own modules behind narrow interfaces: :mod:`.claiming` (a job, or
-an :class:`Outcome`), :mod:`.watching` (the child's run → :class:`ChildEnd`),
-:mod:`.reporting` (→ :class:`Outcome`); :func:`.outcome.exit_code` alone picks the number.
+The phases live in their own modules behind narrow interfaces:
+
+- :mod:`.claiming`: a job, or an :class:`Outcome`;
+- :mod:`.watching`: the child's run → :class:`ChildEnd`;
+- :mod:`.reporting`: → :class:`Outcome`.
+
+:func:`.outcome.exit_code` alone picks the number.
 """
 
 from __future__ import annotations
@@ -57,9 +61,9 @@ __all__ = ["Supervisor"]
 class Supervisor:
     """Runs `jobagentctl run`: one job, or jobs in a loop. Call :meth:`run` in the main thread.
 
-    ``client_factory`` makes API clients: one for the main side, and per job one for the
-    heartbeat thread (so a slow heartbeat never holds up a report on a shared connection)
-    and one for the claim long-poll thread (its connection stays open while the job runs).
+    ``client_factory`` makes API clients: one for the main side, and two per job. One is the
+    heartbeat thread's, so a slow heartbeat never holds up a report on a shared connection. One is
+    the claim long-poll thread's, whose connection stays open while the job runs.
     """
 
     def __init__(
@@ -206,8 +210,8 @@ class Supervisor:
     def _suspend(self, child: Child | None) -> None:
         """Ctrl-Z (SIGTSTP): stop the command's group, then ourselves; on resume, the group.
 
-        The command runs in a session of its own, where the terminal's SIGTSTP does not reach
-        it (and a SIGTSTP of ours would be discarded: an orphaned group), hence SIGSTOP.
+        The command runs in a session of its own, where the terminal's SIGTSTP does not reach it,
+        hence SIGSTOP. A SIGTSTP of ours would be discarded too (an orphaned group).
         """
         lease = self._lease
         lapse = ""
@@ -286,10 +290,10 @@ class Supervisor:
         return redactor
 
     def _keep(self, lease: JobLease, events: Events, last_output: LastOutput) -> None:
-        """Start the threads that keep ``lease``, each on a client of its own (a slow
-        heartbeat never holds up a report, and a long-poll keeps its connection): heartbeats,
-        and the claim long-poll, which brings a cancel within about a second whatever the
-        lease. Their news comes to the main loop through ``events``."""
+        """Start the threads that keep ``lease``: heartbeats, and the claim long-poll, which brings
+        a cancel within about a second whatever the lease. Each has a client of its own: a slow
+        heartbeat never holds up a report, and a long-poll keeps its connection. Their news comes to
+        the main loop through ``events``."""
         job, log, rng = lease.job, self._log, self._rng
         assert lease.lease is not None and job.claim_id is not None
         heartbeater = Heartbeater(
@@ -303,8 +307,8 @@ class Supervisor:
         lease.keep(heartbeater, watcher)
 
     def _report_writable(self) -> bool:
-        """Open (and without --loop empty) --report before claiming: a path that cannot be
-        written fails the run now (125), not after the job ran with no verdict to show."""
+        """Open (and without --loop empty) --report before claiming. A path that cannot be written
+        fails the run now (125), not after the job ran with no verdict to show."""
         path = self.options.report_path
         if path is None:
             return True

@@ -1,16 +1,16 @@
 """The claim long-poll thread: a cancel reaches the command within about a second, whatever
 the lease.
 
-A heartbeat learns that the job was cancelled only when it is sent: every third of the lease
-(18 s with the default lease, a minute with long ones). :class:`ClaimWatcher` keeps a long-poll
-open on the server instead (``POST …/jobs/{id}/wait``), which answers as soon as the claim is no
+A heartbeat learns that the job was cancelled only when it is sent. That is every third of the
+lease: 18 s with the default lease, a minute with long ones. Instead, :class:`ClaimWatcher` keeps a
+long-poll open on the server (``POST …/jobs/{id}/wait``). It answers as soon as the claim is no
 longer held. Like the heartbeat thread it never acts: it posts the same news a heartbeat would
 (:class:`~.lease.LeaseNews`).
 
 A claim that ended with any status but ``cancelled`` is confirmed by one heartbeat first
-(``confirm``), which gives the verdict itself: the long-poll also answers when the job's own
-final report lands, and that must never read as a lost lease. On a server without the
-endpoint the watcher ends quietly; heartbeats still see the cancel, later.
+(``confirm``), which gives the verdict itself. The long-poll also answers when the job's own final
+report lands, and that must never read as a lost lease. On a server without the endpoint the watcher
+ends quietly; heartbeats still see the cancel, later.
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ _LATER = "a cancel reaches the command at its next heartbeat"
 
 @dataclass(eq=False)
 class ClaimWatcher(ClaimThread):
-    """Keeps the claim long-poll of one job open from a daemon thread until stopped or until
-    the claim ends; then posts the verdict (cancelled), or asks ``confirm`` (one heartbeat,
-    which posts its own verdict) for any other end. The thread owns its client and closes it
-    when it ends: nothing else uses the connection of a long-poll."""
+    """Keeps the claim long-poll of one job open from a daemon thread until stopped or until the
+    claim ends. Then it posts the verdict (cancelled). For any other end it asks ``confirm``: one
+    heartbeat, which posts its own verdict. The thread owns its client and closes it when it ends:
+    nothing else uses the connection of a long-poll."""
 
     kind: ClassVar[str] = "claimwatch"
 
