@@ -1,8 +1,8 @@
 """The one exception tree of jobagentctl, shared by client and server.
 
-Each class carries its wire ``code`` (the ``code`` of the API's error body), the HTTP status the
-server answers with, and the CLI exit code a script branches on (README.md, "Exit codes").
-The tree::
+Each class carries its wire ``code`` (the ``code`` of the API's error body) and the HTTP status the
+server answers with. It also carries the CLI exit code a script branches on (README.md, "Exit
+codes"). The tree::
 
     JobAgentError                    1   base; unexpected errors
     ├── UsageError                   2   bad flag, bad duration, bad config
@@ -81,7 +81,7 @@ class JobAgentError(Exception):
     def __init_subclass__(
         cls, *, code: str, http_status: int | None = None, exit_code: int | None = None
     ) -> None:
-        """Each class names its wire ``code`` in its ``class`` line (so none is forgotten), and
+        """Each class names its wire ``code`` in its ``class`` line, so none is forgotten. It names
         its HTTP status and exit code where they differ from its parent's."""
         super().__init_subclass__()
         cls.code = code
@@ -120,8 +120,8 @@ class ConfigError(UsageError, code="CONFIG_ERROR"):
 
 
 class SchemaTooNew(ConfigError, code="SCHEMA_TOO_NEW", http_status=503):
-    """The database was migrated by a newer release past this one's window (a migration above
-    this release's newest is not expand-only): this release must not serve it."""
+    """The database was migrated by a newer release past this one's window: this release must not
+    serve it. A migration above this release's newest is not expand-only."""
 
 
 class ValidationError(JobAgentError, code="VALIDATION_ERROR", http_status=400, exit_code=2):
@@ -150,8 +150,8 @@ class NotFound(JobAgentError, code="NOT_FOUND", http_status=404, exit_code=5):
 
 
 class LogNotFound(NotFound, code="LOG_NOT_FOUND"):
-    """No such job or attempt, answered by a log route: its own code tells a client that the
-    route exists (a server without it answers a plain 404)."""
+    """No such job or attempt, answered by a log route. Its own code tells a client that the route
+    exists; a server without it answers a plain 404."""
 
 
 class LogExpired(NotFound, code="LOG_EXPIRED", http_status=410):
@@ -261,8 +261,8 @@ def error_for_code(code: str | None, http_status: int) -> type[JobAgentError]:
 
 
 def exit_code_for(exc: BaseException) -> int:
-    """The CLI exit code for any exception: the one place it is decided, so a script can tell
-    what went wrong by the code alone (130 for Ctrl-C, as shells do)."""
+    """The CLI exit code for any exception (130 for Ctrl-C, as shells do). This is the one place it
+    is decided, so a script can tell what went wrong by the code alone."""
     if isinstance(exc, JobAgentError):
         return exc.exit_code
     if isinstance(exc, KeyboardInterrupt):

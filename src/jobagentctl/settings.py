@@ -1,7 +1,7 @@
 """Client settings: flags, environment, ctrlplane's variables and the config file, merged once.
 
-Every config key the client reads is named here and nowhere else, and every environment
-variable here or, where `run`'s child environment names it too, in ``models.py``.
+Every config key the client reads is named here and nowhere else. Every environment variable is
+named here too, or in ``models.py`` where `run`'s child environment names it as well.
 """
 
 from __future__ import annotations
@@ -242,15 +242,15 @@ def _load_toml(path: Path) -> dict[str, Any]:
 class ClientSettings(BaseModel):
     """What the client needs to reach a server, merged from every source.
 
-    Highest precedence first: flags, ``JOBAGENTCTL_*``, ``CTRLPLANE_*``, the profile in the
-    config file, defaults (as clig.dev asks: what is typed now beats what was set up once);
-    ctrlplane's variables come below ours so an existing ctrlplane set-up works unchanged, and
-    ours can override it. Empty variables count as unset. Build it with :meth:`load`, which
-    turns any problem into a :class:`~jobagentctl.errors.ConfigError` (exit 2).
+    Highest precedence first: flags, ``JOBAGENTCTL_*``, ``CTRLPLANE_*``, the profile in the config
+    file, defaults. As clig.dev asks, what is typed now beats what was set up once. The ctrlplane
+    variables come below ours, so an existing ctrlplane set-up works unchanged and ours can override
+    it. Empty variables count as unset. Build it with :meth:`load`, which turns any problem into a
+    :class:`~jobagentctl.errors.ConfigError` (exit 2).
 
     A plain pydantic model with its four sources written out, not pydantic-settings'
-    ``BaseSettings``: importing pydantic-settings loads every provider it ships (cloud secrets,
-    CLI, dotenv, asyncio), ~75 ms of each CLI start that none of these sources needs.
+    ``BaseSettings``. Importing pydantic-settings loads every provider it ships (cloud secrets, CLI,
+    dotenv, asyncio). That is ~75 ms of each CLI start, which none of these sources needs.
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -354,9 +354,9 @@ class ClientSettings(BaseModel):
 
 
 def profile_hint(settings: ClientSettings) -> str:
-    """``"; or choose a profile of PATH: --profile ci"`` when the config file has profiles but
-    none applied (no ``--profile``, no ``default_profile``), else ``""``: for the messages that
-    say a setting is missing."""
+    """For the messages that say a setting is missing: ``"; or choose a profile of PATH: --profile
+    ci"`` when the config file has profiles but none applied, else ``""``. None applied means no
+    ``--profile`` and no ``default_profile``."""
     path = config_path()
     if settings.profile is not None or not path.is_file():
         return ""
@@ -372,8 +372,9 @@ def profile_hint(settings: ClientSettings) -> str:
 
 
 def validation_problems(exc: PydanticValidationError) -> str:
-    """A pydantic validation error as one line, ``field: problem; …`` (never the input value),
-    in our words: pydantic's ``Value error, `` prefix dropped, bounds said as bounds."""
+    """A pydantic validation error as one line, ``field: problem; …``, in our words and never with
+    the input value. Pydantic's ``Value error, `` prefix is dropped, and bounds are said as
+    bounds."""
     return "; ".join(
         f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {problem_text(err)}"
         for err in exc.errors(include_input=False, include_url=False)

@@ -8,7 +8,7 @@ from uuid import UUID
 import pytest
 
 from jobagentctl import errors
-from jobagentctl.client import Client
+from jobagentctl.client import Client, ConnectionOptions, V1Pacing
 from jobagentctl.models import JobStatus
 from tests.ctrlplane.standin import CtrlplaneStandIn, Request
 
@@ -25,9 +25,9 @@ def client_for(
         server.url,
         server.api_key,
         workspace or server.workspace_id,
-        timeout=30,
+        ConnectionOptions(timeout=30),
         warn=warnings if warnings is not None else Warnings(),
-        v1_poll_interval=0.05,
+        v1=V1Pacing(poll_interval=0.05),
     )
 
 

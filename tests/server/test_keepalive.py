@@ -19,7 +19,7 @@ from uuid import UUID
 
 import pytest
 
-from jobagentctl.client import Client
+from jobagentctl.client import Client, ConnectionOptions
 from tests.fixtures.live_server import LiveServer, LiveServerFactory
 from tests.fixtures.tls import TlsFiles, client_context, make_tls_files
 
@@ -90,7 +90,10 @@ def test_two_heartbeats_past_the_idle_timeout_share_one_connection(
         keep_alive_timeout=5,
     )
     with Client(
-        server.url, server.api_key, server.workspace_id, ca_bundle=server.ca_bundle
+        server.url,
+        server.api_key,
+        server.workspace_id,
+        ConnectionOptions(ca_bundle=server.ca_bundle),
     ) as client:
         job_id, claim_id = _claimed(server, client)
         client.heartbeat(job_id, claim_id=claim_id)
@@ -110,7 +113,9 @@ def test_a_connection_made_anew_resumes_the_tls_session(
     server = servers(
         ca_bundle=tls.ca, **tls.settings(), keep_alive_timeout=1, keyed_keep_alive_timeout=1
     )
-    with Client(server.url, server.api_key, server.workspace_id, ca_bundle=tls.ca) as client:
+    with Client(
+        server.url, server.api_key, server.workspace_id, ConnectionOptions(ca_bundle=tls.ca)
+    ) as client:
         job_id, claim_id = _claimed(server, client)
         client.heartbeat(job_id, claim_id=claim_id)
         _idle_timeout_passed(server, tls)

@@ -53,7 +53,7 @@ def mock_api(request: pytest.FixtureRequest) -> Iterator[respx.MockRouter]:
 @pytest.fixture
 def client() -> Iterator[Client]:
     """A ``Client`` of workspace ``wire.WORKSPACE`` at ``wire.BASE`` (mock it with ``mock_api``)."""
-    from jobagentctl.client import Client
+    from jobagentctl.client import Client, ConnectionOptions
 
-    with Client(f"{BASE}/api/", API_KEY, WORKSPACE, timeout=5.0) as c:
+    with Client(f"{BASE}/api/", API_KEY, WORKSPACE, ConnectionOptions(timeout=5.0)) as c:
         yield c

@@ -11,7 +11,13 @@ import pytest
 import respx
 
 from jobagentctl import __version__, errors
-from jobagentctl.client import Client, iter_cursor_pages, iter_pages, translate
+from jobagentctl.client import (
+    Client,
+    ConnectionOptions,
+    iter_cursor_pages,
+    iter_pages,
+    translate,
+)
 from jobagentctl.models import ClaimedJob, JobStatus
 
 from . import wire
@@ -264,7 +270,7 @@ def test_a_slug_is_resolved_once_from_any_workspace_shape(
     lookup = mock_api.get(f"{BASE}/api/v1/workspaces/slug/team-a").respond(200, json=answer)
     mock_api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job())
     for _ in range(2):  # another client of the same process asks no more
-        with Client(BASE, API_KEY, " team-a ", timeout=5) as c:
+        with Client(BASE, API_KEY, " team-a ", ConnectionOptions(timeout=5)) as c:
             assert c.workspace == "team-a"
             assert c.workspace_id() == WORKSPACE
             c.get_job(JOB)
@@ -272,7 +278,7 @@ def test_a_slug_is_resolved_once_from_any_workspace_shape(
 
 
 def test_a_workspace_given_as_text_uuid_needs_no_look_up() -> None:
-    with Client(BASE, API_KEY, f" {WORKSPACE} ", timeout=5) as c:
+    with Client(BASE, API_KEY, f" {WORKSPACE} ", ConnectionOptions(timeout=5)) as c:
         assert c.workspace == WORKSPACE and c.workspace_id() == WORKSPACE
     with Client(BASE, API_KEY, "   ") as c:
         assert c.workspace is None
@@ -436,7 +442,7 @@ def test_real_connection_refused_is_server_unavailable() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     with (
-        Client(f"http://127.0.0.1:{port}", API_KEY, WORKSPACE, timeout=5) as c,
+        Client(f"http://127.0.0.1:{port}", API_KEY, WORKSPACE, ConnectionOptions(timeout=5)) as c,
         pytest.raises(
             errors.ServerUnavailable, match=f"cannot reach the server at http://127.0.0.1:{port}"
         ),
@@ -492,7 +498,7 @@ def test_key_not_in_repr() -> None:
 def test_debug_trace_redacts_key(mock_api: respx.MockRouter) -> None:
     mock_api.get(f"{WS}/jobs/{JOB}").respond(200, json=wire.job())
     lines: list[str] = []
-    with Client(BASE, API_KEY, WORKSPACE, trace=lines.append) as c:
+    with Client(BASE, API_KEY, WORKSPACE, ConnectionOptions(trace=lines.append)) as c:
         c.get_job(JOB)
     text = "\n".join(lines)
     assert f"> GET {WS}/jobs/{JOB}" in text
@@ -508,7 +514,9 @@ def test_injected_transport_is_used() -> None:
         seen.append(request.url.path)
         return httpx.Response(200, json=wire.job())
 
-    with Client(BASE, API_KEY, WORKSPACE, transport=httpx.MockTransport(handler)) as c:
+    with Client(
+        BASE, API_KEY, WORKSPACE, ConnectionOptions(transport=httpx.MockTransport(handler))
+    ) as c:
         c.get_job(JOB)
     assert seen == [f"/api/v1/workspaces/{WORKSPACE}/jobs/{JOB}"]
 

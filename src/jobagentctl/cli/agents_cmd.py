@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from jobagentctl.cli.context import get_state
@@ -24,18 +26,22 @@ DEFAULT_AGENT_TYPE = "http-pull"
 @agents_app.command("list")
 def list_agents(
     ctx: typer.Context,
-    limit: int = typer.Option(50, "--limit", "-n", min=1, max=1000, help="Page size (1–1000)."),
-    all_pages: bool = typer.Option(False, "--all-pages", help="Fetch every page."),
-    presence: AgentState | None = typer.Option(
-        None,
-        "--state",
-        help="Only agents in this state: busy (seen, running a job), idle (seen, no job), "
-        "offline (not seen within the server's presence window, whatever it holds).",
-        show_default=False,
-    ),
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=1, max=1000, help="Page size (1–1000).")
+    ] = 50,
+    all_pages: Annotated[bool, typer.Option("--all-pages", help="Fetch every page.")] = False,
+    presence: Annotated[
+        AgentState | None,
+        typer.Option(
+            "--state",
+            help="Only agents in this state: busy (seen, running a job), idle (seen, no job), "
+            "offline (not seen within the server's presence window, whatever it holds).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """List the workspace's job agents, with their presence (STATE, LAST SEEN, and HELD:
-    its jobs in progress and revoked claims not let go, shown whatever its state).
+    """List the workspace's job agents, with their presence (STATE, LAST SEEN, and HELD). HELD
+    counts its jobs in progress and revoked claims not let go, whatever its state.
 
     --state filters on the server. A server without presence (ctrlplane) shows STATE and
     LAST SEEN as "-", and --state then matches nothing (said on stderr).
@@ -68,9 +74,9 @@ def list_agents(
 @agents_app.command("get")
 def get_agent(
     ctx: typer.Context,
-    agent_id: str | None = typer.Argument(
-        None, metavar="AGENT_ID", help="Default: --agent / JOBAGENTCTL_AGENT."
-    ),
+    agent_id: Annotated[
+        str | None, typer.Argument(metavar="AGENT_ID", help="Default: --agent / JOBAGENTCTL_AGENT.")
+    ] = None,
 ) -> None:
     """Show one job agent with its config.
 
@@ -91,19 +97,25 @@ def get_agent(
 @agents_app.command("register")
 def register_agent(
     ctx: typer.Context,
-    name: str = typer.Argument(..., metavar="NAME", help="The agent's name."),
-    agent_id: str | None = typer.Option(
-        None, "--id", metavar="UUID", help="Its id (default: derived from workspace and name)."
-    ),
-    agent_type: str = typer.Option(
-        DEFAULT_AGENT_TYPE,
-        "--type",
-        metavar="T",
-        help="Agent type (ctrlplane dispatches pull agents' jobs only to http-pull).",
-    ),
-    config: str | None = typer.Option(
-        None, "--config", metavar="JSON", help="Agent config: JSON, @FILE or @- (stdin)."
-    ),
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The agent's name.")],
+    agent_id: Annotated[
+        str | None,
+        typer.Option(
+            "--id", metavar="UUID", help="Its id (default: derived from workspace and name)."
+        ),
+    ] = None,
+    agent_type: Annotated[
+        str,
+        typer.Option(
+            "--type",
+            metavar="T",
+            help="Agent type (ctrlplane dispatches pull agents' jobs only to http-pull).",
+        ),
+    ] = DEFAULT_AGENT_TYPE,
+    config: Annotated[
+        str | None,
+        typer.Option("--config", metavar="JSON", help="Agent config: JSON, @FILE or @- (stdin)."),
+    ] = None,
 ) -> None:
     """Create or update a job agent and print it.
 
@@ -137,7 +149,7 @@ def register_agent(
 @agents_app.command("delete")
 def delete_agent(
     ctx: typer.Context,
-    agent_id: str = typer.Argument(..., metavar="AGENT_ID", help="The agent to delete."),
+    agent_id: Annotated[str, typer.Argument(metavar="AGENT_ID", help="The agent to delete.")],
 ) -> None:
     """Delete a job agent.
 

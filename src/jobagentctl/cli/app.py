@@ -1,7 +1,7 @@
 """The Typer application: command registration, global options, and the exit-code decision.
 
-:class:`RootGroup` is the one place an error becomes an exit code (its class's, from errors.py),
-inside the app so ``CliRunner`` tests see the same codes a shell does.
+:class:`RootGroup` is the one place an error becomes an exit code (its class's, from errors.py). It
+is inside the app, so ``CliRunner`` tests see the same codes a shell does.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import traceback
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -157,9 +157,12 @@ def _version(value: bool) -> None:
 @app.callback()
 def root(
     ctx: typer.Context,
-    version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
-    ),
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
 ) -> None:
     """Pull-based job agents: claim jobs under a lease, heartbeat, report.
 

@@ -1,7 +1,9 @@
-"""`jobagentctl cancel`: an operator cancels a job; a `run` working on it stops its command
-within about a second (its claim long-poll; at the next heartbeat on servers without one)."""
+"""`jobagentctl cancel`: an operator cancels a job. A `run` working on it stops its command within
+about a second (its claim long-poll), or at its next heartbeat on servers without one."""
 
 from __future__ import annotations
+
+from typing import Annotated
 
 import typer
 
@@ -13,8 +15,10 @@ __all__ = ["register"]
 
 def cancel(
     ctx: typer.Context,
-    job_id: str = typer.Argument(..., metavar="JOB_ID", help="The job to cancel."),
-    message: str | None = typer.Option(None, "--message", "-m", metavar="M", help="Why."),
+    job_id: Annotated[str, typer.Argument(metavar="JOB_ID", help="The job to cancel.")],
+    message: Annotated[
+        str | None, typer.Option("--message", "-m", metavar="M", help="Why.")
+    ] = None,
 ) -> None:
     """Cancel a job (status cancelled); a `run` working on it stops its command within ~1 s.
 

@@ -62,8 +62,8 @@ def claim(
     With -o env, prints export lines for eval: JOBAGENTCTL_JOB_ID, JOBAGENTCTL_CLAIM_ID,
     JOBAGENTCTL_LEASE_SECONDS and JOBAGENTCTL_ATTEMPT, which heartbeat and complete read.
 
-    With --limit N, claims up to N jobs at once (a busy agent saves a request per job) and
-    prints them as a list; each has its own claim id, heartbeated and completed on its own.
+    With --limit N, claims up to N jobs at once (a busy agent saves a request per job) and prints
+    them as a list. Each has its own claim id, heartbeated and completed on its own.
 
     \b
     Example:

@@ -1,9 +1,13 @@
 """The live view of ``inspect-claims --watch``: what fits an operator's pane, most urgent first.
 
-A frame is plain lines cut to the terminal (``output.live`` colours and draws them): a summary
-(how many claims of each kind, how many rows are not shown), a line while the server is
-unreachable, the header, and one line per claim. Columns give way in a fixed order when the
-width runs out; ids are shortened as git abbreviates hashes, unambiguous within the frame.
+A frame is plain lines cut to the terminal; ``output.live`` colours and draws them. It holds:
+
+- a summary (how many claims of each kind, how many rows are not shown);
+- a line while the server is unreachable;
+- the header, and one line per claim.
+
+Columns give way in a fixed order when the width runs out; ids are shortened as git abbreviates
+hashes, unambiguous within the frame.
 """
 
 from __future__ import annotations
@@ -74,9 +78,9 @@ def mark_rank(mark: str) -> int:
 
 @dataclass(frozen=True)
 class Claims:
-    """What one refresh read: the most urgent claims, the count of each mark over all of them,
-    when, and whether the server could rank them itself (``ranked``: an older one could not,
-    so every claim was read)."""
+    """What one refresh read: the most urgent claims, the count of each mark over all of them, and
+    when. ``ranked`` says whether the server could rank them itself (an older one could not, so
+    every claim was read)."""
 
     items: list[JobClaim]
     counts: dict[str, int]
@@ -97,10 +101,13 @@ class Claims:
 def mark_of(
     claim: JobClaim, stale_after: float | None, now: datetime, quiet_after: float | None = None
 ) -> str:
-    """The claim's state, or ``stale`` for an active claim silent (no heartbeat) for longer
-    than ``stale_after`` seconds, else ``quiet`` when its command printed nothing for longer
-    than ``quiet_after`` (by this machine's clock). A gateway's claim whose report waits for
-    ctrlplane is ``delivering``, whatever its heartbeats."""
+    """The claim's state, by this machine's clock:
+
+    - ``stale`` for an active claim silent (no heartbeat) for longer than ``stale_after`` seconds;
+    - else ``quiet`` when its command printed nothing for longer than ``quiet_after``.
+
+    A gateway's claim whose report waits for ctrlplane is ``delivering``, whatever its
+    heartbeats."""
     if claim.delivery == DELIVERY_PENDING:
         return DELIVERING_MARK
     if claim.state != ClaimState.ACTIVE:
@@ -115,9 +122,9 @@ def mark_of(
 
 
 def quiet_seconds(claim: JobClaim, now: datetime) -> int | None:
-    """How long the claim's command has printed nothing, in whole seconds: since its last
-    output, or since the claim when it printed nothing yet (or the server does not know:
-    an older server or agent sends no ``lastOutputAt``). None without a claim time."""
+    """How long the claim's command has printed nothing, in whole seconds. It counts from its last
+    output, or from the claim when there is none yet. An older server or agent sends no
+    ``lastOutputAt``, so the claim time is used then too. None without a claim time."""
     since = claim.last_output_at or claim.claimed_at
     if since is None:
         return None
@@ -330,9 +337,9 @@ def render(
 
 @dataclass
 class ClaimsWatch:
-    """The watch's state between frames: the last claims read, the outage if any, and when to
-    read again (every ``interval``; while the server is unreachable, backing off to
-    :data:`MAX_BACKOFF`). Errors other than an unreachable or failing server end the watch."""
+    """The watch's state between frames: the last claims read, the outage if any, and when to read
+    again. It reads every ``interval``; while the server is unreachable, it backs off to
+    :data:`MAX_BACKOFF`. Errors other than an unreachable or failing server end the watch."""
 
     read: Callable[[int], Claims]
     interval: float

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 import typer
@@ -66,9 +66,9 @@ class Flags:
 class AppState:
     """What the global options said, and the lazily built settings and client.
 
-    Global options may come before or after the command; each occurrence is stored here as it
-    is parsed (:func:`set_global`), and the output format is decided on first use, once all of
-    them are known.
+    Global options may come before or after the command. Each occurrence is stored here as it is
+    parsed (:func:`set_global`). The output format is decided on first use, once all of them are
+    known.
     """
 
     output_flag: str | None = None
@@ -111,10 +111,10 @@ class AppState:
         except ConfigError:
             return "tsv"
 
-    def client(self, **overrides: Any) -> Client:
+    def client(self) -> Client:
         """A new API client from the settings; the caller closes it (``with state.client()``)."""
         from jobagentctl.cli.messages import warn
-        from jobagentctl.client import Client
+        from jobagentctl.client import Client, ConnectionOptions
         from jobagentctl.settings import profile_hint
 
         settings = self.settings
@@ -129,14 +129,10 @@ class AppState:
             def trace(line: str) -> None:
                 print(f"[http] {line}", file=sys.stderr)
 
-        options: dict[str, Any] = {
-            "timeout": settings.timeout,
-            "trace": trace,
-            "warn": warn,
-            "ca_bundle": settings.ca_bundle,
-        }
-        options.update(overrides)
-        return Client(settings.url, settings.api_key, settings.workspace, **options)
+        options = ConnectionOptions(
+            timeout=settings.timeout, ca_bundle=settings.ca_bundle, trace=trace
+        )
+        return Client(settings.url, settings.api_key, settings.workspace, options, warn=warn)
 
     def require_workspace(self) -> UUID:
         """The workspace id, or a :class:`ConfigError` (exit 2) naming where to set it.
@@ -171,8 +167,8 @@ class AppState:
         return agent
 
     def agent_filter(self) -> UUID | None:
-        """The job agent id if one is set; an agent given by name is looked up among the
-        workspace's agents once per process (it must be the only one of that name)."""
+        """The job agent id if one is set. An agent given by name is looked up among the workspace's
+        agents once per process; it must be the only one of that name."""
         agent = self.settings.agent
         if agent is None or isinstance(agent, UUID):
             return agent
@@ -188,8 +184,8 @@ class AppState:
 
 
 def agent_named(client: Client, name: str) -> UUID:
-    """The id of the workspace's one agent called ``name``; a :class:`ConfigError` that says to
-    use the id when there is none, several, or the key may not list agents."""
+    """The id of the workspace's one agent called ``name``. A :class:`ConfigError` says to use the
+    id when there is none, several, or the key may not list agents."""
     from jobagentctl.client import iter_pages
     from jobagentctl.errors import AuthError, NotFound
 

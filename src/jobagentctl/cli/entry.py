@@ -1,8 +1,8 @@
 """The console-script entry point, kept free of imports so `jobagentctl --version` is instant.
 
-`--version` on its own, and Tab completion (answered from the static command tree in
-:mod:`jobagentctl.cli.shell_complete`), are handled here, before Typer, httpx and pydantic are
-imported (they cost ~20× a bare interpreter start). Everything else goes to the Typer app in
+`--version` on its own and Tab completion are handled here, before Typer, httpx and pydantic are
+imported (they cost ~20× a bare interpreter start). Tab is answered from the static command tree in
+:mod:`jobagentctl.cli.shell_complete`. Everything else goes to the Typer app in
 :mod:`jobagentctl.cli.app`.
 """
 

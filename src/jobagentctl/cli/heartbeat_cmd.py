@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from jobagentctl.cli.context import get_state
@@ -11,18 +13,20 @@ __all__ = ["register"]
 
 def heartbeat(
     ctx: typer.Context,
-    job_id: str | None = typer.Argument(
-        None, metavar="JOB_ID", help="The claimed job (default: $JOBAGENTCTL_JOB_ID)."
-    ),
-    claim_id: str | None = typer.Option(
-        None,
-        "--claim-id",
-        metavar="ID",
-        help="The claim to extend (default: $JOBAGENTCTL_CLAIM_ID).",
-    ),
-    lease_seconds: int | None = typer.Option(
-        None, "--lease-seconds", min=1, metavar="N", help="Ask for a new lease length."
-    ),
+    job_id: Annotated[
+        str | None,
+        typer.Argument(metavar="JOB_ID", help="The claimed job (default: $JOBAGENTCTL_JOB_ID)."),
+    ] = None,
+    claim_id: Annotated[
+        str | None,
+        typer.Option(
+            "--claim-id", metavar="ID", help="The claim to extend (default: $JOBAGENTCTL_CLAIM_ID)."
+        ),
+    ] = None,
+    lease_seconds: Annotated[
+        int | None,
+        typer.Option("--lease-seconds", min=1, metavar="N", help="Ask for a new lease length."),
+    ] = None,
 ) -> None:
     """Send one heartbeat: the lease runs for another lease length from now.
 

@@ -46,13 +46,12 @@ def display_states(
     now: datetime,
     quiet_after: float | None = None,
 ) -> list[str]:
-    """Each claim's state, with active claims silent for longer than ``stale_after`` as stale
-    (no heartbeat), else as quiet when their command printed nothing for ``quiet_after``
-    (the watch's marks: :func:`~jobagentctl.cli.claims_live.mark_of`).
+    """Each claim's state, with the watch's marks (:func:`~jobagentctl.cli.claims_live.mark_of`). An
+    active claim silent for longer than ``stale_after`` is stale (no heartbeat). Else it is quiet
+    when its command printed nothing for ``quiet_after``.
 
-    Ages are measured against this machine's clock; the server's own expiry uses the database
-    clock, so a skewed client clock only moves the ``stale`` and ``quiet`` marks, never the
-    lease.
+    Ages are measured against this machine's clock. The server's own expiry uses the database clock,
+    so a skewed client clock only moves the ``stale`` and ``quiet`` marks, never the lease.
     """
     return [mark_of(claim, stale_after, now, quiet_after) for claim in claims]
 
@@ -152,7 +151,7 @@ def inspect_claims(
 @contextlib.contextmanager
 def _state_known(state_filter: str) -> Iterator[None]:
     """A server older than a claim state (``revoked`` came with 0.4) refuses it as a malformed
-    query: said as what it is, not as the framework's validation message."""
+    query. This says so plainly, not in the framework's validation message."""
     try:
         yield
     except ValidationError as exc:
@@ -209,8 +208,8 @@ def _watch(
     interval: float,
     stop_when_stuck: bool,
 ) -> int:
-    """Redraw the most urgent claims every ``interval`` (until Ctrl-C, or a stuck claim when
-    asked to stop then), through server outages; the number of stuck claims last seen."""
+    """Redraw the most urgent claims every ``interval``, through server outages, until Ctrl-C (or a
+    stuck claim when asked to stop then). Returns the number of stuck claims last seen."""
     from jobagentctl.cli import claims_live as claims_watch
     from jobagentctl.cli import output
 

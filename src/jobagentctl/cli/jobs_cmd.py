@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -25,16 +25,20 @@ jobs_app = typer.Typer(help="Jobs: list, get, enqueue, attempts, logs.", no_args
 @jobs_app.command("list")
 def list_jobs(
     ctx: typer.Context,
-    status: str = typer.Option(
-        EVERY_STATUS,
-        "--status",
-        "-s",
-        metavar="S",
-        help=f"A status, or {EVERY_STATUS}.",
-        autocompletion=filter_choices,
-    ),
-    limit: int = typer.Option(50, "--limit", "-n", min=1, max=1000, help="Page size (1–1000)."),
-    all_pages: bool = typer.Option(False, "--all-pages", help="Fetch every page."),
+    status: Annotated[
+        str,
+        typer.Option(
+            "--status",
+            "-s",
+            metavar="S",
+            help=f"A status, or {EVERY_STATUS}.",
+            autocompletion=filter_choices,
+        ),
+    ] = EVERY_STATUS,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=1, max=1000, help="Page size (1–1000).")
+    ] = 50,
+    all_pages: Annotated[bool, typer.Option("--all-pages", help="Fetch every page.")] = False,
 ) -> None:
     """List the workspace's jobs of every agent, newest first.
 
@@ -72,10 +76,10 @@ def list_jobs(
 @jobs_app.command("get")
 def get_job(
     ctx: typer.Context,
-    job_id: str = typer.Argument(..., metavar="ID", help="The job."),
+    job_id: Annotated[str, typer.Argument(metavar="ID", help="The job.")],
 ) -> None:
-    """Show one job, with its config, dispatch context and metadata, and whether an agent
-    still holds a claim on it (claimHeld: a requeued job waits for it to be let go).
+    """Show one job, with its config, dispatch context and metadata. Its claimHeld says whether an
+    agent still holds a claim on it (a requeued job waits for it to be let go).
 
     \b
     Example:
@@ -123,15 +127,17 @@ def _job_env(job: Job, claim_held: bool) -> dict[str, object]:
 @jobs_app.command("enqueue")
 def enqueue(
     ctx: typer.Context,
-    config: str | None = typer.Option(
-        None, "--config", metavar="JSON|@FILE", help="The job's jobAgentConfig."
-    ),
-    context: str | None = typer.Option(
-        None, "--context", metavar="JSON|@FILE", help="The job's dispatchContext."
-    ),
-    metadata: list[str] = typer.Option(
-        [], "--metadata", metavar="K=V", help="Metadata entry (repeatable)."
-    ),
+    config: Annotated[
+        str | None, typer.Option("--config", metavar="JSON|@FILE", help="The job's jobAgentConfig.")
+    ] = None,
+    context: Annotated[
+        str | None,
+        typer.Option("--context", metavar="JSON|@FILE", help="The job's dispatchContext."),
+    ] = None,
+    metadata: Annotated[
+        list[str] | None,
+        typer.Option("--metadata", metavar="K=V", help="Metadata entry (repeatable)."),
+    ] = None,
 ) -> None:
     """Queue a new job for the agent (--agent) and print it.
 
@@ -145,7 +151,7 @@ def enqueue(
     state = get_state(ctx)
     job_config = json_object(config, "--config")
     dispatch = json_object(context, "--context")
-    meta = key_values(metadata, "--metadata") or None
+    meta = key_values(metadata or [], "--metadata") or None
     agent = state.require_agent()
     with state.client() as client:
         job = client.create_job(
@@ -157,7 +163,7 @@ def enqueue(
 @jobs_app.command("attempts")
 def attempts(
     ctx: typer.Context,
-    job_id: str = typer.Argument(..., metavar="ID", help="The job."),
+    job_id: Annotated[str, typer.Argument(metavar="ID", help="The job.")],
 ) -> None:
     """Show every claim of a job: attempt number, claim id, agent, start, end and outcome.
 
@@ -178,21 +184,25 @@ def attempts(
 @jobs_app.command("logs")
 def logs(
     ctx: typer.Context,
-    job_id: str = typer.Argument(..., metavar="ID", help="The job."),
-    attempt: int | None = typer.Option(
-        None, "--attempt", min=1, metavar="N", help="This attempt (default: the latest)."
-    ),
-    follow: bool = typer.Option(
-        False, "--follow", "-f", help="Print new output until the job (or --attempt N) ends."
-    ),
+    job_id: Annotated[str, typer.Argument(metavar="ID", help="The job.")],
+    attempt: Annotated[
+        int | None,
+        typer.Option("--attempt", min=1, metavar="N", help="This attempt (default: the latest)."),
+    ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow", "-f", help="Print new output until the job (or --attempt N) ends."
+        ),
+    ] = False,
 ) -> None:
     """Print what a job attempt printed (both streams, in order), as it was stored.
 
-    With --follow, follow the job: wait for its first attempt if it is not claimed yet, keep
-    going through server restarts, move on to the next attempt (a marker line) when one is
-    requeued or expires, and exit by the job's final attempt: 0 if it succeeded, 8 otherwise.
-    With --attempt N --follow, follow that attempt alone. -o json prints one object per chunk
-    (seq, offset, stream, at, data).
+    With --follow, follow the job. Wait for its first attempt if it is not claimed yet, and keep
+    going through server restarts. Move on to the next attempt (a marker line) when one is requeued
+    or expires. Exit by the job's final attempt: 0 if it succeeded, 8 otherwise. With --attempt N
+    --follow, follow that attempt alone. -o json prints one object per chunk (seq, offset, stream,
+    at, data).
 
     \b
     Example:

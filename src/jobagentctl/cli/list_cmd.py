@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -24,16 +24,18 @@ STATUS_HELP = "Job status to show, or 'all' (statuses: queued, inProgress, succe
 
 def list_jobs(
     ctx: typer.Context,
-    status: str = typer.Option(
-        JobStatus.QUEUED.value,
-        "--status",
-        "-s",
-        metavar="S",
-        help=STATUS_HELP,
-        autocompletion=filter_choices,
-    ),
-    limit: int = typer.Option(50, "--limit", "-n", min=1, max=1000, help="Page size (1–1000)."),
-    all_pages: bool = typer.Option(False, "--all-pages", help="Fetch every page, not just one."),
+    status: Annotated[
+        str,
+        typer.Option(
+            "--status", "-s", metavar="S", help=STATUS_HELP, autocompletion=filter_choices
+        ),
+    ] = JobStatus.QUEUED.value,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=1, max=1000, help="Page size (1–1000).")
+    ] = 50,
+    all_pages: Annotated[
+        bool, typer.Option("--all-pages", help="Fetch every page, not just one.")
+    ] = False,
 ) -> None:
     """List the agent's jobs, newest first (default: queued ones).
 

@@ -1,11 +1,15 @@
 """`jobs logs --follow` without `--attempt`: following the JOB, not one attempt.
 
-It waits for the job's first attempt (a job not claimed yet is not an error), keeps following
-through server outages and restarts (backing off as ``inspect-claims --watch`` does, with a
-note on stderr), moves on to the next attempt with a marker line when one is requeued or
-expires, and ends with the job's final attempt. A server that answers the long-poll at once
-(``maxWaitSeconds`` 0, or a proxy with a short timeout) is read at a slowing pace instead of
-hundreds of times a second.
+It:
+
+- waits for the job's first attempt (a job not claimed yet is not an error);
+- keeps following through server outages and restarts, backing off as ``inspect-claims --watch``
+  does, with a note on stderr;
+- moves on to the next attempt with a marker line when one is requeued or expires;
+- ends with the job's final attempt.
+
+A server may answer the long-poll at once (``maxWaitSeconds`` 0, or a proxy with a short timeout).
+It is then read at a slowing pace, not hundreds of times a second.
 """
 
 from __future__ import annotations
@@ -76,10 +80,10 @@ def attempt_marker(page: LogPage, following: int) -> str:
 class JobFollow:
     """Follows job ``job_id``'s log from its latest attempt (or the first, once claimed).
 
-    ``read(attempt, after, wait)`` reads one page, ``job_status()`` the job's status now;
-    ``chunks`` / ``marker`` / ``note`` receive the log's bytes, the lines between attempts and
-    the notes for stderr. :meth:`run` returns how the job ended; errors other than an
-    unreachable or failing server (an unknown job, a key without access) end it.
+    ``read(attempt, after, wait)`` reads one page, ``job_status()`` the job's status now; ``chunks``
+    / ``marker`` / ``note`` receive the log's bytes, the lines between attempts and the notes for
+    stderr. :meth:`run` returns how the job ended. Errors other than an unreachable or failing
+    server end it (an unknown job, a key without access).
     """
 
     job_id: UUID

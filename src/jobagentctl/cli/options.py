@@ -1,11 +1,11 @@
 """The global options, declared once and given to the root and to every command.
 
-``jobagentctl --json list`` and ``jobagentctl list --json`` mean the same: each command's
-signature gets the global options (hidden from its ``--help``; the root's help lists them) through
-Typer's public API — a wrapper with a ``__signature__`` — so Click parses them where they are:
-an option the command defines itself stays the command's (``server create-key --workspace``),
-and nothing after ``--`` or after ``run``'s command line is an option. Each occurrence is stored
-in the invocation's :class:`~jobagentctl.cli.context.AppState`; a later one wins.
+``jobagentctl --json list`` and ``jobagentctl list --json`` mean the same. Each command's signature
+gets the global options through Typer's public API: a wrapper with a ``__signature__``. They are
+hidden from its ``--help``; the root's help lists them. Click then parses them where they are. An
+option the command defines itself stays the command's (``server create-key --workspace``). Nothing
+after ``--`` or after ``run``'s command line is an option. Each occurrence is stored in the
+invocation's :class:`~jobagentctl.cli.context.AppState`; a later one wins.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -47,7 +47,6 @@ class GlobalOption:
         default: Any = False if self.is_flag else None
         choices = self.choices
         option = typer.Option(
-            default,
             *self.decls,
             metavar=self.metavar,
             help=self.help,
@@ -59,7 +58,10 @@ class GlobalOption:
             ),
         )
         return inspect.Parameter(
-            self.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=self.annotation
+            self.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=default,
+            annotation=Annotated[self.annotation, option],
         )
 
 
@@ -153,11 +155,9 @@ GLOBAL_OPTIONS: tuple[tuple[GlobalOption, Callable[[AppState, Any], None]], ...]
 
 
 def _own_flags(signature: inspect.Signature) -> set[str]:
-    """The flags a command declares itself, as a default (``= typer.Option(…)``) or in an
-    ``Annotated[…, typer.Option(…)]`` annotation."""
+    """The flags a command declares itself, in its ``Annotated[…, typer.Option(…)]`` types."""
     flags: set[str] = set()
     for param in signature.parameters.values():
-        flags.update(getattr(param.default, "param_decls", None) or ())
         for declared in getattr(param.annotation, "__metadata__", ()):
             # In Annotated, an option's first flag is taken where its default would be.
             first = getattr(declared, "default", None)
@@ -169,8 +169,8 @@ def _own_flags(signature: inspect.Signature) -> set[str]:
 def with_global_options(func: Callable[..., Any], *, root: bool = False) -> Callable[..., Any]:
     """``func`` with the global options added to its signature (those it lacks).
 
-    In the root callback they are listed in ``--help``; in a command they are hidden and, once
-    every option is parsed, the output format is decided (a conflict is a usage error, exit 2).
+    In the root callback they are listed in ``--help``. In a command they are hidden, and the output
+    format is decided once every option is parsed (a conflict is a usage error, exit 2).
     """
     if getattr(func, _MARK, False):
         return func

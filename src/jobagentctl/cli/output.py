@@ -114,10 +114,9 @@ def rfc3339(value: datetime) -> str:
 def to_jsonable(value: Any, *, as_sent: bool = False) -> Any:
     """Models, datetimes, UUIDs and enums as JSON values (camelCase keys, RFC 3339 UTC).
 
-    ``as_sent`` (``-o json``): a model parsed from a response is the JSON object the server
-    sent, exactly (its timestamps as written, its key order); tables and tsv use the parsed
-    values, but a timestamp the server sent keeps its text (a datetime we computed is RFC 3339
-    UTC).
+    ``as_sent`` (``-o json``): a model parsed from a response is the JSON object the server sent,
+    exactly (its timestamps as written, its key order). Tables and tsv use the parsed values, but a
+    timestamp the server sent keeps its text. A datetime we computed is RFC 3339 UTC.
     """
     if as_sent and isinstance(value, WireModel) and (sent := value.as_sent()) is not None:
         return sent
@@ -145,8 +144,8 @@ def to_jsonable(value: Any, *, as_sent: bool = False) -> Any:
 @dataclass(frozen=True)
 class Column:
     """One column: its wire key (json/tsv order), its table header, and how to show it.
-    ``gives_way``: when a list table is wider than the terminal, the columns with the highest
-    go first (0: never; the message column is narrowed instead, as the watch does)."""
+    ``gives_way``: when a list table is wider than the terminal, the columns with the highest go
+    first. A column at 0 never goes; the message column is narrowed instead, as the watch does."""
 
     key: str
     header: str
@@ -328,9 +327,9 @@ def emit(
 
 
 def more_hint(state: AppState, shown: int, total: int) -> None:
-    """``50 of 10,000 (use --all-pages or --limit)`` on stderr when one page holds less than
-    the whole list, in every format (a script reading a pipe is told its list was cut too);
-    not with -q."""
+    """``50 of 10,000 (use --all-pages or --limit)`` on stderr when one page holds less than the
+    whole list; not with -q. It is said in every format: a script reading a pipe is told its list
+    was cut too."""
     if total > shown:
         info(state, f"{shown:,} of {total:,} (use --all-pages or --limit)")
 
@@ -405,41 +404,19 @@ def short_ids(ids: Sequence[UUID], minimum: int = SHORT_ID) -> dict[UUID, str]:
 def fit_list(columns: Sequence[Column], cells: list[list[str]], width: int) -> list[str]:
     """A list's header and rows as lines of at most ``width`` characters, one line per row.
 
-    When the whole table does not fit: ids are shortened first, then columns give way in
-    their ``gives_way`` order, the message column being narrowed (its end kept) rather than
-    dropped until nothing else can go; a line still too wide is cut."""
-    count = len(columns)
+    When the whole table does not fit:
 
-    def widths() -> list[int]:
-        return [max([len(columns[i].header)] + [len(r[i]) for r in cells]) for i in range(count)]
-
-    def total(kept: list[int], w: list[int]) -> int:
-        return sum(w[i] for i in kept) + _GAP * (len(kept) - 1)
-
-    kept = list(range(count))
-    w = widths()
-    if total(kept, w) > width:
-        for i, column in enumerate(columns):
-            if column.key in _ID_KEYS:
-                ids = {cell: _as_uuid(cell) for cell in {r[i] for r in cells}}
-                short = short_ids([u for u in ids.values() if u is not None])
-                for r in cells:
-                    found = ids.get(r[i])
-                    if found is not None:
-                        r[i] = short[found]
-        w = widths()
-    message = next((i for i, c in enumerate(columns) if c.key == "message"), None)
-    order = sorted((i for i in kept if columns[i].gives_way), key=lambda i: -columns[i].gives_way)
-    for i in order:
-        if total(kept, w) <= width:
-            break
-        if i == message:
-            floor = max(_MESSAGE_MIN, len(columns[i].header))
-            w[i] = max(floor, w[i] - (total(kept, w) - width))
-            continue
-        kept.remove(i)
-    if total(kept, w) > width and message in kept:
-        kept.remove(message)
+    - ids are shortened first;
+    - then columns give way in their ``gives_way`` order;
+    - the message column is narrowed (its end kept) rather than dropped, until nothing else
+      can go;
+    - a line still too wide is cut."""
+    kept = list(range(len(columns)))
+    w = _widths(columns, cells)
+    if _total(kept, w) > width:
+        _shorten_ids(columns, cells)
+        w = _widths(columns, cells)
+    _give_way(columns, kept, w, width)
 
     def cut(text: str, room: int) -> str:
         return text if len(text) <= room else "…" + text[len(text) - room + 1 :]
@@ -448,8 +425,47 @@ def fit_list(columns: Sequence[Column], cells: list[list[str]], width: int) -> l
         return "  ".join(cut(values[i], w[i]).ljust(w[i]) for i in kept).rstrip()[:width]
 
     header = line([c.header for c in columns])
-    rule = "─" * min(width, total(kept, w))
+    rule = "─" * min(width, _total(kept, w))
     return [header, rule, *(line(r) for r in cells)]
+
+
+def _widths(columns: Sequence[Column], cells: list[list[str]]) -> list[int]:
+    """Each column's width: its longest cell or its header."""
+    return [max([len(c.header)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+
+
+def _total(kept: list[int], w: list[int]) -> int:
+    """The width of the ``kept`` columns side by side."""
+    return sum(w[i] for i in kept) + _GAP * (len(kept) - 1)
+
+
+def _shorten_ids(columns: Sequence[Column], cells: list[list[str]]) -> None:
+    """Shorten, in place, the id columns' cells to their unambiguous prefixes."""
+    for i, column in enumerate(columns):
+        if column.key not in _ID_KEYS:
+            continue
+        ids = {cell: _as_uuid(cell) for cell in {r[i] for r in cells}}
+        short = short_ids([u for u in ids.values() if u is not None])
+        for r in cells:
+            found = ids.get(r[i])
+            if found is not None:
+                r[i] = short[found]
+
+
+def _give_way(columns: Sequence[Column], kept: list[int], w: list[int], width: int) -> None:
+    """Drop from ``kept`` (and narrow the message in ``w``) until the columns fit ``width``."""
+    message = next((i for i, c in enumerate(columns) if c.key == "message"), None)
+    order = sorted((i for i in kept if columns[i].gives_way), key=lambda i: -columns[i].gives_way)
+    for i in order:
+        if _total(kept, w) <= width:
+            break
+        if i == message:
+            floor = max(_MESSAGE_MIN, len(columns[i].header))
+            w[i] = max(floor, w[i] - (_total(kept, w) - width))
+            continue
+        kept.remove(i)
+    if _total(kept, w) > width and message in kept:
+        kept.remove(message)
 
 
 def _as_uuid(text: str) -> UUID | None:
@@ -552,9 +568,9 @@ def live(
     interval: float,
     sleep: Callable[[float], None],
 ) -> None:
-    """Redraw ``frame(width, height)`` (lines that fit the terminal, as it is sized at each
-    redraw) every ``interval`` until it says stop (its second value); a line's mark is
-    coloured as its state."""
+    """Redraw ``frame(width, height)`` every ``interval`` until its second value says stop. The
+    frame's lines fit the terminal as it is sized at each redraw. A line's mark is coloured as its
+    state."""
     from rich.live import Live
     from rich.text import Text
 
@@ -590,11 +606,11 @@ def live(
 
 
 class LogPrinter:
-    """Prints log chunks on stdout as they come. By default the bytes as they were printed,
-    markers on a line of their own; on a terminal decoded as UTF-8 (a character split across
-    chunks kept whole) with control characters made visible, as tables do. With ``-o json``
-    one object per line: ``seq``, ``offset``, ``stream``, ``at`` and ``data`` — the text when
-    the bytes are valid UTF-8, else their base64 with ``"encoding": "base64"``."""
+    """Prints log chunks on stdout as they come. By default the bytes as they were printed, markers
+    on a line of their own. On a terminal, decoded as UTF-8 with control characters made visible, as
+    tables do; a character split across chunks is kept whole. With ``-o json`` one object per line:
+    ``seq``, ``offset``, ``stream``, ``at`` and ``data`` — the text when the bytes are valid UTF-8,
+    else their base64 with ``"encoding": "base64"``."""
 
     def __init__(self, state: AppState) -> None:
         self._json = state.output == "json"

@@ -13,15 +13,15 @@ redact_app = typer.Typer(help="Secrets `run` redacts: add one at run time.", no_
 def add() -> None:
     """Read a value on stdin and have the `run` supervising this job redact it from now on.
 
-    For a secret the command fetched while it runs (from Vault, a cloud secrets manager):
-    from then on it is replaced by [REDACTED] in what `run` sends to the server (the failure
-    message, --report). One value per call: all of stdin, less one trailing newline; values
-    under 6 characters are not redacted. Only the job's own processes can hand values over
-    (run names its socket in JOBAGENTCTL_REDACT_SOCKET and its pid in JOBAGENTCTL_RUN_PID), and
-    the value goes only to that run: a socket whose listener is another process gets nothing.
+    For a secret the command fetched while it runs (from Vault, a cloud secrets manager). From then
+    on it is replaced by [REDACTED] in what `run` sends to the server (the failure message,
+    --report). One value per call: all of stdin, less one trailing newline; values under 6
+    characters are not redacted. Only the job's own processes can hand values over: run names its
+    socket in JOBAGENTCTL_REDACT_SOCKET and its pid in JOBAGENTCTL_RUN_PID. The value goes only to
+    that run; a socket whose listener is another process gets nothing.
 
-    Exit codes: 0 added; 2 no value, or too short; 3 no `run` to hand it to; 4 what listens
-    is not this job's `run` (the value was not sent).
+    Exit codes: 0 added; 2 no value, or too short; 3 no `run` to hand it to; 4 what listens is not
+    this job's `run` (the value was not sent).
 
     \b
     Example:

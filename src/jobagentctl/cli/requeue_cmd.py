@@ -5,7 +5,7 @@ Also holds :func:`set_status`, the body `cancel` shares.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -22,19 +22,25 @@ __all__ = ["held_notice", "register", "set_status"]
 
 def requeue(
     ctx: typer.Context,
-    job_id: str = typer.Argument(..., metavar="JOB_ID", help="The job to put back in the queue."),
-    message: str | None = typer.Option(None, "--message", "-m", metavar="M", help="Why."),
-    force: bool = typer.Option(
-        False,
-        "--force",
-        help="Make the job claimable at once, without waiting for the agent holding its claim "
-        "to stop its command: only for an agent known to be dead (two runs may overlap).",
-    ),
+    job_id: Annotated[
+        str, typer.Argument(metavar="JOB_ID", help="The job to put back in the queue.")
+    ],
+    message: Annotated[
+        str | None, typer.Option("--message", "-m", metavar="M", help="Why.")
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Make the job claimable at once, without waiting for the agent holding its claim "
+            "to stop its command: only for an agent known to be dead (two runs may overlap).",
+        ),
+    ] = False,
 ) -> None:
     """Put a job back in the queue (status queued); its current claim, if any, ends.
 
     A job whose claim an agent still holds is claimable again once that agent has stopped its
-    command (or its lease ran out): inspect-claims shows the claim as revoked meanwhile.
+    command, or its lease ran out. Meanwhile inspect-claims shows the claim as revoked.
 
     \b
     Example:
@@ -46,8 +52,8 @@ def requeue(
 def set_status(
     ctx: typer.Context, job_id: str, status: JobStatus, message: str | None, *, force: bool = False
 ) -> None:
-    """Set ``status`` on a job as an operator (no claim id) and confirm; when an agent still
-    holds the job's claim, say on stderr what that means for the job (:func:`held_notice`)."""
+    """Set ``status`` on a job as an operator (no claim id) and confirm. When an agent still holds
+    the job's claim, say on stderr what that means for the job (:func:`held_notice`)."""
     from jobagentctl.cli import output
     from jobagentctl.cli.messages import notice
     from jobagentctl.cli.params import uuid_arg

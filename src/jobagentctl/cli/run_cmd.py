@@ -1,8 +1,8 @@
 """`jobagentctl run -- CMD`: claim a job, run CMD under a heartbeated lease, report its result.
 
-Parses flags into :class:`~jobagentctl.supervisor.RunOptions` and hands over to the supervisor;
-the exit code is the supervisor's (the table of docs/run.md), never remapped by the app's error
-handler: a shell script tells "no job" from "the command failed" by it.
+Parses flags into :class:`~jobagentctl.supervisor.RunOptions` and hands over to the supervisor. The
+exit code is the supervisor's (the table of docs/run.md), never remapped by the app's error handler.
+A shell script tells "no job" from "the command failed" by it.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ ReportTimeoutFlag = Annotated[
 ]
 
 
-def run(
+def run(  # noqa: PLR0913 - a Typer command: its parameters are its flags
     ctx: typer.Context,
     command: Command = None,
     job: JobFlag = None,
@@ -185,9 +185,9 @@ def run(
     JOBAGENTCTL_ATTEMPT, JOBAGENTCTL_LEASE_SECONDS, JOBAGENTCTL_JOB_FILE (the job as JSON) and
     JOBAGENTCTL_STOP_REASON_FILE set. Exit 0 reports successful, anything else failure.
 
-    Exit codes: CMD's own; 7 no job; 75 lease lost; 124 --timeout or --no-output-timeout;
-    125 jobagentctl failed; 126 not executable; 127 not found; 128+N signal N; 143 cancelled.
-    CMD may exit with any of these itself: --report's "verdict" says who chose. See docs/run.md.
+    Exit codes: CMD's own; 7 no job; 75 lease lost; 124 --timeout or --no-output-timeout; 125
+    jobagentctl failed; 126 not executable; 127 not found; 128+N signal N; 143 cancelled. CMD may
+    exit with any of these itself: --report's "verdict" says who chose. See docs/run.md.
 
     \b
     Examples:
@@ -300,8 +300,8 @@ class RunFlags:
 
 
 def _options(state: AppState, flags: RunFlags) -> RunOptions:
-    """The options of the run: a bad flag is a usage error (exit 2) whatever the settings say;
-    settings that cannot connect are jobagentctl's own failure (exit 125, reported)."""
+    """The options of the run. A bad flag is a usage error (exit 2) whatever the settings say.
+    Settings that cannot connect are jobagentctl's own failure (exit 125, reported)."""
     try:
         partial_options = flags.parse()
     except UsageError as exc:

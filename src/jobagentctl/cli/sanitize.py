@@ -1,7 +1,7 @@
 """Text made safe to print: no control character reaches a terminal or breaks a tsv record.
 
-Job output and server messages may hold escape sequences, bidi controls and line separators;
-every table cell, tsv field and error line goes through one of these functions.
+Job output and server messages may hold escape sequences, bidi controls and line separators. Every
+table cell, tsv field and error line goes through one of these functions.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def message_cell(text: str) -> str:
     """A message in a list: its last lines (a failure's output tail ends with what matters).
 
     Lines end at ``\n`` (or ``\r\n``) only, not at every character ``str.splitlines`` takes
-    for a line break: a lone CR, VT, FF, NEL, … is a control like any other, shown ``\\xNN``.
+    for a line break. A lone CR, VT, FF, NEL, … is a control like any other, shown ``\\xNN``.
     """
     lines = [line.removesuffix("\r").strip(" \t") for line in text.split("\n")]
     lines = [line for line in lines if line]

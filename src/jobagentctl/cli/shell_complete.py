@@ -1,9 +1,9 @@
 """Tab completion answered from the static command tree, without Typer, httpx or pydantic.
 
 The tree (``completion_tree.json``) is generated from the Typer app by ``make completions`` and
-checked fresh by a test; the answers follow Click's completion rules (what Typer answered before)
-in the protocol of the scripts under ``completions/``. Standard library only: one Tab costs
-little more than an interpreter start.
+checked fresh by a test. The answers follow Click's completion rules (what Typer answered before),
+in the protocol of the scripts under ``completions/``. Standard library only: one Tab costs little
+more than an interpreter start.
 """
 
 from __future__ import annotations

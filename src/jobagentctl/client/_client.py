@@ -12,23 +12,19 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from pydantic import SecretStr, TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
 from jobagentctl import models
-from jobagentctl.client._connection import Connection, parse
-from jobagentctl.client._ctrlplane import MEMORY, V1_POLL_INTERVAL, V1Fallback
+from jobagentctl.client._connection import Connection, ConnectionOptions, parse
+from jobagentctl.client._ctrlplane import MEMORY, V1Fallback, V1Pacing
 from jobagentctl.errors import ConfigError, NoJob, NotFound
 from jobagentctl.models import MAX_CLAIM_BATCH, ClaimState, JobStatus, keep_wire
 from jobagentctl.routes import Routes
-
-if TYPE_CHECKING:
-    import httpx
 
 __all__ = ["Client"]
 
@@ -76,32 +72,26 @@ class Client:
         url: str,
         api_key: str | SecretStr | None,
         workspace: UUID | str | None,
+        options: ConnectionOptions | None = None,
         *,
-        timeout: float = 10.0,
-        transport: httpx.BaseTransport | None = None,
-        trace: Callable[[str], None] | None = None,
         warn: Callable[[str], None] | None = None,
-        ca_bundle: str | Path | None = None,
-        v1_poll_interval: float = V1_POLL_INTERVAL,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        v1: V1Pacing | None = None,
     ) -> None:
         """``workspace`` is a UUID or a slug (resolved on first use, as ctrlc does).
 
-        ``warn`` receives the one-time warnings about what the server cannot do (default: the
-        ``jobagentctl.client`` logger, which prints on stderr when nothing else is configured).
-        ``v1_poll_interval``, ``clock`` and ``sleep`` pace the claims on a V1-only server.
-        ``ca_bundle``: the CA certificates trusted for an https:// server (see
-        :class:`Connection`).
+        - ``options``: how the server is reached (timeout, CA bundle, trace, transport).
+        - ``warn`` receives the one-time warnings about what the server cannot do.
+          Its default is the ``jobagentctl.client`` logger, which prints on stderr when nothing
+          else is configured.
+        - ``v1`` paces the claims on a V1-only server.
         """
-        self._conn = Connection(
-            url, api_key, timeout=timeout, transport=transport, trace=trace, ca_bundle=ca_bundle
-        )
+        options = options if options is not None else ConnectionOptions()
+        self._conn = Connection(url, api_key, options)
         self.url = self._conn.url
         self.workspace: UUID | str | None = models.Workspace.reference(workspace)
-        self.timeout = timeout
+        self.timeout = options.timeout
         warn = warn if warn is not None else _log.warning  # not `or`: a sink may be falsy
-        self._v1 = V1Fallback(self, warn, v1_poll_interval, clock, sleep)
+        self._v1 = V1Fallback(self, warn, v1 if v1 is not None else V1Pacing())
 
     def __repr__(self) -> str:
         return f"Client(url={self.url!r}, workspace={self.workspace!r})"
@@ -177,8 +167,8 @@ class Client:
     def list_agents(
         self, limit: int = 50, offset: int = 0, state: models.AgentState | None = None
     ) -> models.Page[models.JobAgent]:
-        """A page of the workspace's agents (only those in ``state``, when the server knows
-        agent presence: one that does not ignores the filter and sends no ``state``)."""
+        """A page of the workspace's agents (only those in ``state``, when the server knows agent
+        presence). A server that does not ignores the filter and sends no ``state``."""
         params: dict[str, Any] = {"limit": limit, "offset": offset}
         if state is not None:
             params["state"] = models.AgentState(state).value
@@ -292,7 +282,8 @@ class Client:
         """Claim the agent's oldest queued job; :class:`NoJob` when none came within the wait.
 
         On a server without claim-next (a V1-only server such as ctrlplane; learned once per
-        process) the job is claimed by id, without claim id or lease (:meth:`V1Fallback.claim`).
+        process), the job is claimed by id. It then has no claim id and no lease
+        (:meth:`V1Fallback.claim`).
         """
         return self._v1.claim(
             agent_id, lease_seconds=lease_seconds, wait_seconds=wait_seconds, limit=None
@@ -307,7 +298,7 @@ class Client:
         limit: int,
     ) -> list[models.ClaimedJob]:
         """Claim up to ``limit`` of the agent's oldest queued jobs in one request (claim-next's
-        ``limit``), each with its own claim; :class:`NoJob` when none came within the wait.
+        ``limit``). Each has its own claim; :class:`NoJob` when none came within the wait.
 
         A server that ignores ``limit`` (an older jobagentctl) answers one job: that is the
         batch. On a V1-only server the jobs are claimed by id, one request each, as
@@ -457,12 +448,12 @@ class Client:
         claim_next: models.ClaimNext | None = None,
         force: bool = False,
     ) -> models.AcceptedResponse:
-        """Set the job's status. ``force`` (an operator's, without ``claim_id``): a claim
-        still held ends without waiting for its agent to let go (sent only when True).
-        ``claim_next`` (with ``claim_id``, ending the attempt): the
-        same request claims the agent's next jobs, listed in the answer's ``claimed`` — which
-        stays None from a server that does not do this (ctrlplane, an older jobagentctl), where
-        the caller claims as usual. Not sent to a server known to be V1-only.
+        """Set the job's status. ``force`` (an operator's, without ``claim_id``): a claim still held
+        ends without waiting for its agent to let go (sent only when True). ``claim_next`` (with
+        ``claim_id``, ending the attempt): the same request claims the agent's next jobs, listed in
+        the answer's ``claimed``. A server that does not do this (ctrlplane, an older jobagentctl)
+        leaves ``claimed`` None; the caller then claims as usual. Not sent to a server known to be
+        V1-only.
 
         What the server did not store of ``message``, ``external_id`` and ``metadata`` is said
         once (:meth:`V1Fallback.check_stored`)."""
@@ -513,9 +504,9 @@ class Client:
         quiet_after: float | None = None,
         limit: int = 50,
     ) -> models.UrgentClaims:
-        """The ``limit`` most urgent claims (expired, unleased or silent for ``stale_after``
-        seconds, then nearest expiry) and the count of each kind; a server without the route
-        (older than 0.4) answers :class:`LeaseUnsupported` or a :class:`NotFound` without
+        """The ``limit`` most urgent claims and the count of each kind. Most urgent are the expired,
+        unleased or silent for ``stale_after`` seconds, then the nearest expiry. A server without
+        the route (older than 0.4) answers :class:`LeaseUnsupported` or a :class:`NotFound` without
         details."""
         params = {
             "jobAgentId": agent_id,
@@ -539,11 +530,14 @@ class Client:
     def append_logs(
         self, job_id: UUID, claim_id: UUID, chunks: Sequence[models.LogChunkIn]
     ) -> models.LogAppendResult:
-        """Append output chunks to the log of the attempt that ``claim_id`` holds (each at most
-        ``models.LOG_CHUNK_MAX_BYTES`` raw; the request within the server's body limit, 1 MiB
-        by default). :class:`ClaimLost` / :class:`ClaimMismatch` when the claim is not the
-        job's current one (nothing written); :class:`LogsUnsupported` on a server without
-        logs (ctrlplane, an older jobagentctl), learned once per process."""
+        """Append output chunks to the log of the attempt that ``claim_id`` holds. Each is at most
+        ``models.LOG_CHUNK_MAX_BYTES`` raw, and the request within the server's body limit (1 MiB by
+        default). Errors:
+
+        - :class:`ClaimLost` / :class:`ClaimMismatch` when the claim is not the job's current one
+          (nothing written);
+        - :class:`LogsUnsupported` on a server without logs (ctrlplane, an older jobagentctl),
+          learned once per process."""
         body = models.LogAppendRequest(claim_id=claim_id, chunks=list(chunks))
         path = self._at(Routes.JOB_LOGS, jobId=job_id)
         with self._v1.logs_route("POST"):
@@ -566,10 +560,12 @@ class Client:
         limit: int | None = None,
     ) -> models.LogPage:
         """The chunks of an attempt's log (None: the latest attempt) after seq ``after``.
-        ``wait_seconds``: when there are none yet and the attempt runs, the server waits up to
-        that long (capped by its ``maxWaitSeconds``) for some or for the attempt's end.
-        :class:`LogNotFound` for an unknown job or attempt, :class:`LogExpired` for a log past
-        the server's retention, :class:`LogsUnsupported` on a server without logs."""
+        ``wait_seconds``: when there are none yet and the attempt runs, the server waits up to that
+        long for some, or for the attempt's end. Its ``maxWaitSeconds`` caps the wait. Errors:
+
+        - :class:`LogNotFound` for an unknown job or attempt;
+        - :class:`LogExpired` for a log past the server's retention;
+        - :class:`LogsUnsupported` on a server without logs."""
         params = {"attempt": attempt, "after": after, "waitSeconds": wait_seconds, "limit": limit}
         path = self._at(Routes.JOB_LOGS, jobId=job_id)
         with self._v1.logs_route("GET"):

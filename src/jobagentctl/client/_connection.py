@@ -1,5 +1,5 @@
 """One server reached over HTTP with one API key: the only code of the client that touches the
-network, so every httpx error and HTTP status is translated in one place
+network. So every httpx error and HTTP status is translated in one place
 (:func:`jobagentctl.client._errors.translate`), and every body read the same way.
 """
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -23,7 +24,7 @@ from jobagentctl.routes import API_PREFIX
 if TYPE_CHECKING:
     import ssl
 
-__all__ = ["USER_AGENT", "Connection", "base_url"]
+__all__ = ["USER_AGENT", "Connection", "ConnectionOptions", "base_url"]
 
 USER_AGENT = f"jobagentctl/{__version__}"
 API_KEY_HEADER = "X-API-Key"
@@ -56,7 +57,7 @@ def _needs_tls(base: str) -> bool:
     """Whether to load the CA bundle: not for a plain http:// server (~25 ms of every start).
 
     Redirects are never followed and every path is relative, so such a client opens no TLS
-    connection; unless a proxy from the environment is in the way, which may speak TLS.
+    connection. A proxy from the environment may be in the way, though, and it may speak TLS.
     """
     if not base.startswith("http://"):
         return True
@@ -92,39 +93,49 @@ def _verify(base: str, ca_bundle: str | Path | None) -> ssl.SSLContext | bool:
         raise ConfigError(f"cannot use {origin} {path}: {reason}") from None
 
 
+@dataclass(frozen=True)
+class ConnectionOptions:
+    """How a :class:`Connection` reaches its server, besides the URL and the key.
+
+    - ``timeout``: seconds for each request (a long-poll's read gets its wait on top);
+    - ``ca_bundle``: the CA certificates trusted for an https:// server (:func:`_verify`);
+    - ``trace``: receives the ``--debug`` lines;
+    - ``transport``: an httpx transport in place of the network (tests).
+    """
+
+    timeout: float = 10.0
+    ca_bundle: str | Path | None = None
+    trace: Callable[[str], None] | None = None
+    transport: httpx.BaseTransport | None = None
+
+
 class Connection:
     """Requests to the API at ``url`` (with or without ``/api``), authenticated with
-    ``api_key``. The key is checked before each request: a missing key raises
-    :class:`AuthError` without touching the network. ``trace`` receives the ``--debug`` lines.
-    ``ca_bundle``: the CA certificates trusted for an https:// server (:func:`_verify`).
+    ``api_key``.
+
+    The key is checked before each request: a missing key raises :class:`AuthError` without
+    touching the network. ``options`` says how the server is reached.
     """
 
     def __init__(
-        self,
-        url: str,
-        api_key: str | SecretStr | None,
-        *,
-        timeout: float,
-        transport: httpx.BaseTransport | None = None,
-        trace: Callable[[str], None] | None = None,
-        ca_bundle: str | Path | None = None,
+        self, url: str, api_key: str | SecretStr | None, options: ConnectionOptions
     ) -> None:
         self.url = base_url(url)
         secret = api_key if isinstance(api_key, SecretStr) else SecretStr(api_key or "")
         self._api_key = SecretStr(secret.get_secret_value().strip())
-        self.timeout = timeout
+        self.timeout = options.timeout
         hooks: dict[str, list[Callable[..., Any]]] = {}
-        if trace is not None:
-            tracer = Tracer(trace, redact=(API_KEY_HEADER,))
+        if options.trace is not None:
+            tracer = Tracer(options.trace, redact=(API_KEY_HEADER,))
             hooks = {"request": [tracer.request], "response": [tracer.response]}
         self._http = httpx.Client(
             base_url=f"{self.url}{API_PREFIX}",
             headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
-            timeout=httpx.Timeout(timeout),
+            timeout=httpx.Timeout(options.timeout),
             limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS),
-            transport=transport,
+            transport=options.transport,
             event_hooks=hooks,
-            verify=_verify(self.url, ca_bundle),
+            verify=_verify(self.url, options.ca_bundle),
         )
 
     def close(self) -> None:
@@ -132,12 +143,12 @@ class Connection:
         self._http.close()
 
     def interrupt(self) -> int:
-        """Shut down the sockets of the requests in flight (idle pooled ones are left alone);
-        how many. Called from another thread: the request's own thread then fails at once
-        (a :class:`ServerUnavailable`), and the server sees the client leave, so a claim
-        long-poll ends without claiming. httpx has no public way to reach a request's socket:
-        the pool is walked through httpcore's attributes, and where they differ nothing is
-        done (the request then ends as it would have)."""
+        """Shut down the sockets of the requests in flight (idle pooled ones are left alone); how
+        many. Called from another thread. The request's own thread then fails at once (a
+        :class:`ServerUnavailable`). The server sees the client leave, so a claim long-poll ends
+        without claiming. The httpx library has no public way to reach a request's socket: the pool
+        is walked through httpcore's attributes. Where they differ nothing is done, and the request
+        ends as it would have."""
         import socket
 
         pool = getattr(getattr(self._http, "_transport", None), "_pool", None)

@@ -1,12 +1,12 @@
-"""Compatibility with servers that speak only the V1 pull-agent API (ctrlplane, whose own API
-has no leases, and older jobagentctl servers), kept out of the client's endpoint methods.
+"""Compatibility with servers that speak only the V1 pull-agent API, kept out of the client's
+endpoint methods. These are ctrlplane (whose own API has no leases) and older jobagentctl servers.
 
 What a server turned out to lack is learned once per process (:data:`MEMORY`) and said once on
-stderr; the endpoint methods of :class:`~jobagentctl.client.Client` stay one request and one
-parse each, and hand the few operations that differ on such a server to :class:`V1Fallback`:
+stderr. The endpoint methods of :class:`~jobagentctl.client.Client` stay one request and one parse
+each. They hand the few operations that differ on such a server to :class:`V1Fallback`:
 
-- claim-next (one job or a batch): the agent's queued jobs listed, the oldest claimed by id, the
-  next one on a lost race, polled with jitter until the wait runs out (no claim id, no lease);
+- claim-next (a job or a batch): the oldest of the agent's queued jobs is claimed by id (the next on
+a lost race). They are polled with jitter until the wait runs out (no claim id, no lease);
 - ``GET /jobs?status=``: ctrlplane refuses the parameter, so the jobs are filtered here;
 - a status update's message, external id and metadata: ctrlplane stores only the status;
 - the claim long-poll: missing on such a server, so a cancel waits for the next heartbeat;
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,7 +40,15 @@ from jobagentctl.errors import (
 from jobagentctl.models import ClaimedJob, ClaimNext, Job, JobStatus, Page
 from jobagentctl.routes import Routes
 
-__all__ = ["MEMORY", "V1_POLL_INTERVAL", "ProcessMemory", "ServerFacts", "V1Calls", "V1Fallback"]
+__all__ = [
+    "MEMORY",
+    "V1_POLL_INTERVAL",
+    "ProcessMemory",
+    "ServerFacts",
+    "V1Calls",
+    "V1Fallback",
+    "V1Pacing",
+]
 
 # How often a V1 claim looks for queued jobs. Each pause is V1_POLL_INTERVAL ± 50 % (jitter), so
 # many agents do not poll in step.
@@ -157,20 +166,28 @@ class V1Calls(Protocol):
     def get_job(self, job_id: UUID) -> Job: ...
 
 
+@dataclass(frozen=True)
+class V1Pacing:
+    """How a claim on a V1-only server polls: every ``poll_interval`` seconds (± 50 %). It is timed
+    by ``clock`` and waited out with ``sleep`` (tests give their own)."""
+
+    poll_interval: float = V1_POLL_INTERVAL
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+
 @dataclass
 class V1Fallback:
     """The operations of one :class:`Client` that differ on a V1-only server.
 
-    Each tries the V2 way first unless the server is known to lack it, learns from the answer,
-    and otherwise does what ctrlplane's own agents do; ``warn`` hears each lack once per process.
-    ``poll_interval``, ``clock`` and ``sleep`` pace a V1 claim's polling.
+    Each tries the V2 way first unless the server is known to lack it, and learns from the answer.
+    Otherwise it does what ctrlplane's own agents do. ``warn`` hears each lack once per process;
+    ``pacing`` paces a V1 claim's polling.
     """
 
     client: V1Calls
     warn: Callable[[str], None]
-    poll_interval: float
-    clock: Callable[[], float]
-    sleep: Callable[[float], None]
+    pacing: V1Pacing
     # status → every job of that status, read once by this client when the server cannot
     # filter: the later pages of one listing come from here, not from a new full read.
     _filtered: dict[str, list[Job]] = field(default_factory=dict)
@@ -221,20 +238,20 @@ class V1Fallback:
     def _claim_by_id(
         self, agent_id: UUID, wait_seconds: float | None, limit: int
     ) -> list[ClaimedJob]:
-        deadline = self.clock() + (wait_seconds or 0.0)
+        deadline = self.pacing.clock() + (wait_seconds or 0.0)
         while True:
             claimed = self._claim_queued(agent_id, limit)
             if claimed:
                 return claimed
-            left = deadline - self.clock()
+            left = deadline - self.pacing.clock()
             if left <= 0:
                 raise NoJob("no job queued for this agent")
-            self.sleep(min(left, self.poll_interval * random.uniform(0.5, 1.5)))
+            self.pacing.sleep(min(left, self.pacing.poll_interval * random.uniform(0.5, 1.5)))
 
     def _claim_queued(self, agent_id: UUID, limit: int) -> list[ClaimedJob]:
-        """Up to ``limit`` of the agent's queued jobs, claimed oldest first (ctrlplane lists
-        them newest first); a job another agent took meanwhile (409) or that went away is
-        passed over."""
+        """Up to ``limit`` of the agent's queued jobs, claimed oldest first (ctrlplane lists them
+        newest first). A job another agent took meanwhile (409), or that went away, is passed
+        over."""
         client = self.client
         queued = iter_pages(
             lambda n, off: client.list_agent_jobs(
@@ -254,7 +271,7 @@ class V1Fallback:
 
     @contextmanager
     def claim_by_id_answer(self) -> Iterator[None]:
-        """Around a claim by id: ctrlplane answers a job that is not claimable with a 409
+        """Around a claim by id. For a job that is not claimable, ctrlplane answers a 409
         ``{"message": "Job is not available to claim"}``, without our error code."""
         try:
             yield
@@ -265,9 +282,9 @@ class V1Fallback:
 
     @contextmanager
     def job_by_id_answer(self, job_id: UUID) -> Iterator[None]:
-        """Around a read or status update of one job: ctrlplane answers 404 ``{"message": "Job
-        not found"}`` also for a job it holds but cannot reach by id (one without a release):
-        say so, since the job may still be listed and claimable."""
+        """Around a read or status update of one job. For a job it holds but cannot reach by id (one
+        without a release), ctrlplane answers 404 ``{"message": "Job not found"}`` too. Say so,
+        since the job may still be listed and claimable."""
         try:
             yield
         except NotFound as exc:
@@ -298,9 +315,9 @@ class V1Fallback:
         """Around ``POST …/jobs/{jobId}/wait``: :class:`LeaseUnsupported` when the server has
         no such route, learned once per process (later calls raise without a request).
 
-        ctrlplane answers a 404/405 without our codes (LeaseUnsupported already); an older
-        jobagentctl its generic 404 NOT_FOUND, without the ``jobId`` details that our "no such
-        job" carries.
+        ctrlplane answers a 404/405 without our codes (LeaseUnsupported already). An older
+        jobagentctl answers its generic 404 NOT_FOUND, without the ``jobId`` details of our "no such
+        job".
         """
         if self._facts.no_wait:
             raise LeaseUnsupported(_NO_WAIT.format(why="learned earlier in this process"))
@@ -325,10 +342,10 @@ class V1Fallback:
         """Around ``…/jobs/{jobId}/logs``: :class:`LogsUnsupported` when the server has no such
         route, learned once per process (later calls raise without a request).
 
-        Our server answers every 404 of this route with the code ``LOG_NOT_FOUND`` (410
-        ``LOG_EXPIRED`` for a log past retention); any other 404 or a 405 means the route
-        itself is missing: ctrlplane's (no code of ours: LeaseUnsupported already) or an older
-        jobagentctl's generic ``NOT_FOUND``.
+        Our server answers every 404 of this route with the code ``LOG_NOT_FOUND``, and 410
+        ``LOG_EXPIRED`` for a log past retention. Any other 404 or a 405 means the route itself is
+        missing: ctrlplane's (no code of ours: LeaseUnsupported already) or an older jobagentctl's
+        generic ``NOT_FOUND``.
         """
         if self._facts.no_logs:
             raise LogsUnsupported(_NO_LOGS.format(why="learned earlier in this process"))
@@ -348,9 +365,9 @@ class V1Fallback:
     def jobs_of_status(
         self, status: str, limit: int, offset: int, cursor: str | None = None
     ) -> Page[Job]:
-        """A page of the workspace's jobs of one status, newest first. ctrlplane's ``GET /jobs``
-        has no ``status`` parameter (its validator answers 400): then every job is read and
-        the page is a page of the matching ones (such a server gives no cursor)."""
+        """A page of the workspace's jobs of one status, newest first. ctrlplane's ``GET /jobs`` has
+        no ``status`` parameter (its validator answers 400). Then every job is read, and the page is
+        a page of the matching ones (such a server gives no cursor)."""
         if not self._facts.no_status_filter:
             try:
                 return self.client.jobs_page(
@@ -378,10 +395,10 @@ class V1Fallback:
     ) -> None:
         """Say once what an accepted status update's server did not store.
 
-        ctrlplane's ``PUT /jobs/{id}/status`` reads only ``status``, and no other endpoint of
-        its API stores a job's message, external id or metadata (they come only from its
-        GitHub/Terraform/Argo webhooks). On a server not known to be V1-only, the job is read
-        back once to see.
+        ctrlplane's ``PUT /jobs/{id}/status`` reads only ``status``. No other endpoint of its API
+        stores a job's message, external id or metadata; they come only from its
+        GitHub/Terraform/Argo webhooks. On a server not known to be V1-only, the job is read back
+        once to see.
         """
         fields = (
             ("message", message),

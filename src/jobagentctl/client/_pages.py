@@ -1,6 +1,6 @@
-"""Reading a whole paginated list (``{items, total, limit, offset}``) page by page: by keyset
-cursor where the server gives one (``nextCursor``), else by offset; and an attempt's log by its
-cursor (to its end, or following it live)."""
+"""Reading a whole paginated list (``{items, total, limit, offset}``) page by page: by keyset cursor
+where the server gives one (``nextCursor``), else by offset. And an attempt's log by its cursor, to
+its end or following it live."""
 
 from __future__ import annotations
 
@@ -38,10 +38,9 @@ def iter_cursor_pages(
 ) -> Iterator[T]:
     """Every item of a list that may page by cursor: ``fetch(limit, offset, cursor)``.
 
-    While the server answers a ``nextCursor``, each page starts after the last one (a job
-    that exists and matches for the whole listing comes exactly once, whatever writers do
-    meanwhile); a server that never sends one (ctrlplane) is paged by offset, as
-    :func:`iter_pages` does.
+    While the server answers a ``nextCursor``, each page starts after the last one. A job that
+    exists and matches for the whole listing then comes exactly once, whatever writers do meanwhile.
+    A server that never sends one (ctrlplane) is paged by offset, as :func:`iter_pages` does.
     """
     offset, cursor = 0, None
     while True:

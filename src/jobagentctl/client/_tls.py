@@ -1,13 +1,13 @@
 """Client TLS contexts that resume the server's TLS session on a new connection.
 
-httpcore wraps each new socket with ``SSLContext.wrap_socket`` and no ``session``, so every
-connection an agent makes anew (after the server or the pool closed an idle one, or a restart)
-is a full handshake: a certificate check and a key exchange on both sides. Python resumes only
-when handed the previous session, which under TLS 1.3 arrives as a ticket after the handshake
-(readable from the socket until it is closed). The sockets of :class:`ResumingContext` keep
-their session when they close, and the next socket to the same host offers it: a resumed
-handshake skips the certificate chain and its verification. A server that does not accept the
-session (another process, restarted) simply does a full handshake.
+httpcore wraps each new socket with ``SSLContext.wrap_socket`` and no ``session``. So every
+connection an agent makes anew is a full handshake: a certificate check and a key exchange on both
+sides. That is after the server or the pool closed an idle one, or after a restart. Python resumes
+only when handed the previous session. Under TLS 1.3 it arrives as a ticket after the handshake,
+readable from the socket until it is closed. The sockets of :class:`ResumingContext` keep their
+session when they close, and the next socket to the same host offers it. A resumed handshake skips
+the certificate chain and its verification. A server that does not accept the session (another
+process, restarted) simply does a full handshake.
 """
 
 from __future__ import annotations

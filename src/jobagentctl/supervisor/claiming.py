@@ -19,6 +19,7 @@ from jobagentctl.supervisor.options import RunOptions
 from jobagentctl.supervisor.outcome import Outcome, StopReason, Verdict
 from jobagentctl.supervisor.protocol import SupervisorClient, describe_error, is_transient
 from jobagentctl.supervisor.reporting import Reporter
+from jobagentctl.supervisor.retry import Retry
 
 __all__ = ["Claim", "Claimer"]
 
@@ -41,11 +42,19 @@ class Claim:
     received_at: float
 
 
+@dataclass(frozen=True)
+class _Attempt:
+    """One claim request: when it was sent, its long-poll, and the budget's end (monotonic)."""
+
+    sent_at: float
+    poll: float
+    deadline: float
+
+
 @dataclass
 class Claimer:
-    """Claims the job a run (or each turn of ``--loop``) works on, through the main side's
-    client; a job claimed too late (the run was stopped meanwhile) goes back through the
-    ``reporter``."""
+    """Claims the job a run (or each turn of ``--loop``) works on, through the main side's client. A
+    job claimed too late (the run was stopped meanwhile) goes back through the ``reporter``."""
 
     options: RunOptions
     client: SupervisorClient
@@ -62,22 +71,13 @@ class Claimer:
 
     def acquire(self, budget: float, *, loop: bool) -> Claim | Outcome:
         """Claim a job within ``budget`` seconds, or say how the run ends."""
-        opts, policy = self.options, self.policy
+        policy = self.policy
         deadline = time.monotonic() + budget
         retry = self.reporter.retry(budget)
         while True:
             if policy.stopping:
                 return self._stopped()
-            remaining = max(0.0, deadline - time.monotonic())
-            poll = min(remaining, MAX_POLL_SECONDS)
-            if opts.lease_seconds > 0:
-                # The lease counts from when the request was sent, and a long-poll may claim
-                # at its very end: keep each poll to a third of the lease, as a heartbeat.
-                poll = min(poll, opts.lease_seconds / 3)
-            if self._first_poll and opts.job_id is None:
-                self._first_poll = False
-                if poll < remaining:  # not the budget's last poll: that one keeps its end
-                    poll *= random.uniform(FIRST_POLL_FRACTION, 1.0)
+            poll = self._poll_seconds(max(0.0, deadline - time.monotonic()))
             sent_at = time.monotonic()
             call = self.waiter.call(
                 partial(self._claim_once, poll), "idle", on_abandoned=self.reporter.give_back
@@ -95,29 +95,52 @@ class Claimer:
                 if policy.stopping and interrupt is not None:
                     interrupt()
                 continue
-            error = call.error
-            if isinstance(error, NoJob):
-                if time.monotonic() >= deadline:
-                    if not loop:
-                        self.log.warn("no job to claim")
-                    return Outcome(Verdict.NO_JOB)
-                if time.monotonic() - sent_at < MIN_POLL_GAP_SECONDS and poll >= 1.0:
-                    # The server answered "nothing" long before our wait: do not spin.
-                    self.waiter.pause(MIN_POLL_GAP_SECONDS, "idle")
-                retry.succeeded()
-                continue
-            if isinstance(error, NotClaimable):
-                self.log.warn(f"job {opts.job_id} is not claimable: {error.message}")
+            failed = self._after_error(
+                call.error, _Attempt(sent_at, poll, deadline), retry, loop=loop
+            )
+            if failed is not None:
+                return failed
+
+    def _poll_seconds(self, remaining: float) -> float:
+        """How long the next claim-next long-poll waits, ``remaining`` seconds being left."""
+        opts = self.options
+        poll = min(remaining, MAX_POLL_SECONDS)
+        if opts.lease_seconds > 0:
+            # The lease counts from when the request was sent, and a long-poll may claim
+            # at its very end: keep each poll to a third of the lease, as a heartbeat.
+            poll = min(poll, opts.lease_seconds / 3)
+        if self._first_poll and opts.job_id is None:
+            self._first_poll = False
+            if poll < remaining:  # not the budget's last poll: that one keeps its end
+                poll *= random.uniform(FIRST_POLL_FRACTION, 1.0)
+        return poll
+
+    def _after_error(
+        self, error: BaseException | None, attempt: _Attempt, retry: Retry, *, loop: bool
+    ) -> Outcome | None:
+        """How the run ends after a claim that failed with ``error``; None to claim again."""
+        if isinstance(error, NoJob):
+            if time.monotonic() >= attempt.deadline:
+                if not loop:
+                    self.log.warn("no job to claim")
                 return Outcome(Verdict.NO_JOB)
-            if loop and error is not None and is_transient(error):
-                delay = retry.failed()
-                if delay is None:
-                    return Outcome(Verdict.NO_JOB)
-                self.log.warn(f"claim failed, retrying in {delay:.1f}s: {describe_error(error)}")
-                self.waiter.pause(delay, "idle")
-                continue
-            self.log.warn(f"cannot claim a job: {describe_error(error)}")
-            return Outcome(Verdict.FAILED)
+            if time.monotonic() - attempt.sent_at < MIN_POLL_GAP_SECONDS and attempt.poll >= 1.0:
+                # The server answered "nothing" long before our wait: do not spin.
+                self.waiter.pause(MIN_POLL_GAP_SECONDS, "idle")
+            retry.succeeded()
+            return None
+        if isinstance(error, NotClaimable):
+            self.log.warn(f"job {self.options.job_id} is not claimable: {error.message}")
+            return Outcome(Verdict.NO_JOB)
+        if loop and error is not None and is_transient(error):
+            delay = retry.failed()
+            if delay is None:
+                return Outcome(Verdict.NO_JOB)
+            self.log.warn(f"claim failed, retrying in {delay:.1f}s: {describe_error(error)}")
+            self.waiter.pause(delay, "idle")
+            return None
+        self.log.warn(f"cannot claim a job: {describe_error(error)}")
+        return Outcome(Verdict.FAILED)
 
     def _claim_once(self, poll: float) -> ClaimedJob:
         opts, client = self.options, self.client

@@ -1,9 +1,9 @@
 """Waiting in the main thread outside the child: API calls in threads, pauses, signals.
 
-The main thread must stay free for signals, so every API call of the claiming and reporting
-phases runs in a short-lived daemon thread while the main thread waits on :class:`Events`.
-What a signal means is the :class:`SignalPolicy`'s decision; news from other threads (a
-heartbeat verdict) goes to the ``on_news`` callback.
+The main thread must stay free for signals. So every API call of the claiming and reporting phases
+runs in a short-lived daemon thread, while the main thread waits on :class:`Events`. What a signal
+means is the :class:`SignalPolicy`'s decision; news from other threads (a heartbeat verdict) goes to
+the ``on_news`` callback.
 """
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ class SignalPolicy:
 class Call(Generic[T]):
     """One API call running in its own thread.
 
-    A call the main loop stops waiting for (a signal) is *abandoned*: if it still succeeds,
-    its thread hands the value to ``on_abandoned`` (e.g. releases a job claimed too late).
+    A call the main loop stops waiting for (a signal) is *abandoned*. If it still succeeds, its
+    thread hands the value to ``on_abandoned`` (e.g. releases a job claimed too late).
     """
 
     value: T | None = None
@@ -114,8 +114,8 @@ class Waiter:
     ) -> Call[T]:
         """Run ``fn`` in a thread and wait for it, handling signals meanwhile.
 
-        Returns the call unfinished when a signal asked us to stop waiting; the thread (a
-        daemon) is then abandoned, and a late result goes to ``on_abandoned``.
+        Returns the call unfinished when a signal asked us to stop waiting. The thread (a daemon) is
+        then abandoned, and a late result goes to ``on_abandoned``.
         """
         call: Call[T] = Call()
         events = self.events

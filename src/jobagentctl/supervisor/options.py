@@ -1,5 +1,5 @@
-"""What `jobagentctl run` was asked to do: the CLI builds :class:`RunOptions` from flags and
-settings; the supervisor only reads it (the exit codes it answers with are in outcome.py).
+"""What `jobagentctl run` was asked to do. The CLI builds :class:`RunOptions` from flags and
+settings; the supervisor only reads it. The exit codes it answers with are in outcome.py.
 """
 
 from __future__ import annotations

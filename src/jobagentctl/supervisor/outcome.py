@@ -62,9 +62,9 @@ class Verdict(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Outcome:
-    """The verdict (a :class:`Verdict`, or the :class:`StopReason` that ended the run), plus
-    what the exit code needs: the command's return code (``-N`` when signal N killed it;
-    126/127 when it could not start) and the signal that interrupted run."""
+    """The verdict (a :class:`Verdict`, or the :class:`StopReason` that ended the run), plus what
+    the exit code needs. That is the command's return code and the signal that interrupted run. The
+    return code is ``-N`` when signal N killed it, 126/127 when it could not start."""
 
     verdict: Verdict | StopReason
     returncode: int | None = None

@@ -54,8 +54,8 @@ class SupervisorClient(Protocol):
         message: str | None = None,
         claim_next: ClaimNext | None = None,
     ) -> object:
-        """Report a status (the terminal one, at the end of a run); with ``claim_next``, an
-        answer whose ``claimed`` lists the jobs the same request claimed (absent: none)."""
+        """Report a status (the terminal one, at the end of a run). With ``claim_next``, the
+        answer's ``claimed`` lists the jobs the same request claimed (absent: none)."""
         ...
 
     def release(self, job_id: UUID, *, claim_id: UUID | None) -> object:
@@ -80,9 +80,9 @@ class SupervisorClient(Protocol):
 def is_transient(exc: BaseException) -> bool:
     """Whether ``exc`` is worth retrying: connect errors, timeouts, 408, 429, 5xx.
 
-    The client maps connect errors, timeouts, 408, 429 and 502–504 to ``ServerUnavailable``
-    and other 5xx to ``ServerError``; the status check keeps 408/429 transient even if that
-    mapping moves. Malformed responses (``ProtocolError``) are not retried: they do not heal.
+    The client maps connect errors, timeouts, 408, 429 and 502–504 to ``ServerUnavailable``, and
+    other 5xx to ``ServerError``. The status check keeps 408/429 transient even if that mapping
+    moves. Malformed responses (``ProtocolError``) are not retried: they do not heal.
     """
     if isinstance(exc, ServerUnavailable | ServerError):
         return True

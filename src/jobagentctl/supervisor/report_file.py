@@ -32,16 +32,15 @@ def _rfc3339(moment: datetime | None) -> str | None:
 class JobRecord:
     """What happened to one claimed job.
 
-    ``status`` is the job status this run left the job in, as far as it knows: the terminal
-    status it reported, ``queued`` after a release, ``cancelled``, or None when the lease was
-    lost or the report failed. ``exitCode`` is the child's exit status (None when a signal
-    killed it, 126/127 when it could not start); ``signal`` the number of the signal that
-    killed it; ``reason`` why the run stopped it (a :class:`~.outcome.StopReason`) or None
-    when it ended on its own; ``message`` the status message reported with it, redacted as
-    it was sent. ``verdict`` is how the run ended (a :class:`~.outcome.Verdict`
-    or a stop reason): ``completed`` means the exit code is the command's own. Without a job
-    (``no_job``, or a ``failed`` claim) ``jobId`` is None. The enums are written as their
-    values, which docs/run.md lists.
+    ``status`` is the job status this run left the job in, as far as it knows. It is the terminal
+    status it reported, ``queued`` after a release, or ``cancelled``. It is None when the lease was
+    lost or the report failed. ``exitCode`` is the child's exit status (None when a signal killed
+    it, 126/127 when it could not start); ``signal`` the number of the signal that killed it;
+    ``reason`` why the run stopped it (a :class:`~.outcome.StopReason`) or None when it ended on its
+    own; ``message`` the status message reported with it, redacted as it was sent. ``verdict`` is
+    how the run ended (a :class:`~.outcome.Verdict` or a stop reason): ``completed`` means the exit
+    code is the command's own. Without a job (``no_job``, or a ``failed`` claim) ``jobId`` is None.
+    The enums are written as their values, which docs/run.md lists.
     """
 
     job_id: UUID | None
@@ -87,8 +86,8 @@ class JobRecord:
 def open_report(path: Path, *, append: bool) -> None:
     """Make sure ``path`` can take the records before anything is claimed (OSError if not).
 
-    Without ``append`` the file is emptied now: a record an earlier run left there is never
-    read as this run's (a run killed before it wrote its own leaves an empty file, no verdict).
+    Without ``append`` the file is emptied now: a record an earlier run left there is never read as
+    this run's. A run killed before it wrote its own leaves an empty file, no verdict.
     """
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
     os.close(os.open(path, flags, 0o644))

@@ -1,5 +1,5 @@
-"""The reporting phase: turn how the child ended into the job's terminal status, report it
-with the claim id (retrying while the heartbeats keep the lease), or release the job.
+"""The reporting phase: turn how the child ended into the job's terminal status, and report it with
+the claim id, or release the job. A report is retried while the heartbeats keep the lease.
 """
 
 from __future__ import annotations
@@ -138,9 +138,9 @@ class Reporter:
         accepted, else how the run ends (lease lost, cancelled, failed, interrupted).
 
         With :attr:`claim_next` set (``run --loop``: a next job is wanted), the first try also
-        claims the agent's next job in the same request; it is kept in :attr:`next_claim`.
-        Retries do not ask again: a first try whose answer was lost may have claimed one
-        already (its lease then runs out and the reaper puts it back).
+        claims the agent's next job in the same request. It is kept in :attr:`next_claim`. Retries
+        do not ask again: a first try whose answer was lost may have claimed one already. Its lease
+        then runs out, and the reaper puts it back.
         """
         retry = self.retry(self.report_timeout)
         # Stopping (a drain, an interrupt): no next job wanted.
@@ -223,9 +223,9 @@ class Reporter:
                 return False
 
     def let_go(self, job: ClaimedJob) -> None:
-        """Say once, after the command of a claim we lost has ended, that it has: a job an
-        operator requeued waits for this (or for the lease to run out) before another agent may
-        claim it. The server refuses it (the claim is gone); no answer changes anything here."""
+        """Say once, after the command of a claim we lost has ended, that it has. A job an operator
+        requeued waits for this (or for the lease to run out) before another agent may claim it. The
+        server refuses it (the claim is gone); no answer changes anything here."""
         if job.claim_id is None:
             return
         client = self.client
@@ -266,8 +266,8 @@ def _signal_name(signum: int) -> str:
 def _result(
     rc: int, reason: StopReason | None, timeout: float, no_output_timeout: float
 ) -> tuple[JobStatus, str | None]:
-    """The terminal status to report for a command that ended with ``rc`` (stopped for
-    ``reason``, if it was), and the message that says why it failed."""
+    """The terminal status to report for a command that ended with ``rc``, and the message that says
+    why it failed. ``reason`` is why it was stopped, if it was."""
     if reason is StopReason.TIMEOUT:
         return JobStatus.FAILURE, f"timed out after {format_duration(timeout)}"
     if reason is StopReason.NO_OUTPUT:

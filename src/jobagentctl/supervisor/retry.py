@@ -1,7 +1,7 @@
 """The one retry policy of `run`: jittered exponential backoff within a time budget.
 
-The claim (with ``--loop``), the final report, the release after an interrupt and the
-heartbeats all retry with it; each caller decides only which errors are worth another try.
+The claim (with ``--loop``), the final report, the release after an interrupt and the heartbeats all
+retry with it. Each caller decides only which errors are worth another try.
 """
 
 from __future__ import annotations

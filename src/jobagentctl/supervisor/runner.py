@@ -4,9 +4,13 @@ One main thread owns the child, its output pipes, the signals and every decision
 thread heartbeats; API calls from the main side run in short-lived threads so that a signal
 never waits for a long-poll to end. Everything wakes the main thread through :class:`Events`.
 
-The phases live in their own modules behind narrow interfaces: :mod:`.claiming` (a job, or
-an :class:`Outcome`), :mod:`.watching` (the child's run → :class:`ChildEnd`),
-:mod:`.reporting` (→ :class:`Outcome`); :func:`.outcome.exit_code` alone picks the number.
+The phases live in their own modules behind narrow interfaces:
+
+- :mod:`.claiming`: a job, or an :class:`Outcome`;
+- :mod:`.watching`: the child's run → :class:`ChildEnd`;
+- :mod:`.reporting`: → :class:`Outcome`.
+
+:func:`.outcome.exit_code` alone picks the number.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import random
 import select
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 
 from jobagentctl.durations import format_duration
@@ -57,9 +61,9 @@ __all__ = ["Supervisor"]
 class Supervisor:
     """Runs `jobagentctl run`: one job, or jobs in a loop. Call :meth:`run` in the main thread.
 
-    ``client_factory`` makes API clients: one for the main side, and per job one for the
-    heartbeat thread (so a slow heartbeat never holds up a report on a shared connection)
-    and one for the claim long-poll thread (its connection stays open while the job runs).
+    ``client_factory`` makes API clients: one for the main side, and two per job. One is the
+    heartbeat thread's, so a slow heartbeat never holds up a report on a shared connection. One is
+    the claim long-poll thread's, whose connection stays open while the job runs.
     """
 
     def __init__(
@@ -206,8 +210,8 @@ class Supervisor:
     def _suspend(self, child: Child | None) -> None:
         """Ctrl-Z (SIGTSTP): stop the command's group, then ourselves; on resume, the group.
 
-        The command runs in a session of its own, where the terminal's SIGTSTP does not reach
-        it (and a SIGTSTP of ours would be discarded: an orphaned group), hence SIGSTOP.
+        The command runs in a session of its own, where the terminal's SIGTSTP does not reach it,
+        hence SIGSTOP. A SIGTSTP of ours would be discarded too (an orphaned group).
         """
         lease = self._lease
         lapse = ""
@@ -286,10 +290,10 @@ class Supervisor:
         return redactor
 
     def _keep(self, lease: JobLease, events: Events, last_output: LastOutput) -> None:
-        """Start the threads that keep ``lease``, each on a client of its own (a slow
-        heartbeat never holds up a report, and a long-poll keeps its connection): heartbeats,
-        and the claim long-poll, which brings a cancel within about a second whatever the
-        lease. Their news comes to the main loop through ``events``."""
+        """Start the threads that keep ``lease``: heartbeats, and the claim long-poll, which brings
+        a cancel within about a second whatever the lease. Each has a client of its own: a slow
+        heartbeat never holds up a report, and a long-poll keeps its connection. Their news comes to
+        the main loop through ``events``."""
         job, log, rng = lease.job, self._log, self._rng
         assert lease.lease is not None and job.claim_id is not None
         heartbeater = Heartbeater(
@@ -303,8 +307,8 @@ class Supervisor:
         lease.keep(heartbeater, watcher)
 
     def _report_writable(self) -> bool:
-        """Open (and without --loop empty) --report before claiming: a path that cannot be
-        written fails the run now (125), not after the job ran with no verdict to show."""
+        """Open (and without --loop empty) --report before claiming. A path that cannot be written
+        fails the run now (125), not after the job ran with no verdict to show."""
         path = self.options.report_path
         if path is None:
             return True
@@ -333,47 +337,53 @@ class Supervisor:
         events: Events,
         output: tuple[Redactor, LastOutput],
     ) -> ChildEnd | SpawnError:
-        """Start the command (unless the claim is already gone) and watch it to its end;
-        its output goes through ``output``'s redactor to the tail and the job's log, and sets
-        its last-output clock."""
-        redactor = output[0]
+        """Start the command (unless the claim is already gone) and watch it to its end.
+
+        Its output goes through ``output``'s redactor to the tail and the job's log, and sets
+        its last-output clock.
+        """
         gone = lease.gone_before_start()
         if gone is not None:
             return ChildEnd(returncode=None, reason=gone, tail="")
         env = child_environment(os.environ, claim.job, self.options, files)
-        handover = self._open_handover(redactor, env)
-        try:
-            return self._start_and_watch(claim, files, lease, events, output, env, handover)
-        finally:
+        with self._handover(output[0], env) as handover:
+            child = self._spawn(env, files, lease)
+            if isinstance(child, SpawnError):
+                return child
             if handover is not None:
-                handover.close()
+                # From its start, the handover takes values from the command's processes.
+                handover.admit(child.pgid)  # the command leads a session of its own
+            with self._shipping(claim.job) as shipper:
+                watch = Watch(
+                    self.options, child, files, lease, events, self.policy, self._relays,
+                    suspend=self._suspend, log=self._log, redactor=output[0], clock=output[1],
+                    sinks=[shipper] if shipper else [],
+                )  # fmt: skip
+                return watch.run()
 
-    def _open_handover(self, redactor: Redactor, env: dict[str, str]) -> HandoverSocket | None:
-        """The socket `jobagentctl redact add` reaches (named in ``env``); None if it cannot
-        be made (the job still runs: only hand-overs fail)."""
+    @contextlib.contextmanager
+    def _handover(self, redactor: Redactor, env: dict[str, str]) -> Iterator[HandoverSocket | None]:
+        """The socket `jobagentctl redact add` reaches (named in ``env``), closed on leaving.
+
+        None if it cannot be made: the job still runs, only hand-overs fail.
+        """
         try:
             handover = HandoverSocket(redactor, self._log)
         except OSError as exc:
             self._log.warn(f"cannot listen for `redact add` (it will fail in this job): {exc}")
             env.pop(REDACT_SOCKET_ENV, None)
             env.pop(RUN_PID_ENV, None)
-            return None
+            yield None
+            return
         env.update(handover.environment())
-        return handover
+        try:
+            yield handover
+        finally:
+            handover.close()
 
-    def _start_and_watch(
-        self,
-        claim: Claim,
-        files: JobFiles,
-        lease: JobLease,
-        events: Events,
-        output: tuple[Redactor, LastOutput],
-        env: dict[str, str],
-        handover: HandoverSocket | None,
-    ) -> ChildEnd | SpawnError:
-        """Start the command and watch it to its end; from its start, ``handover`` takes
-        values from the command's processes."""
-        opts, log = self.options, self._log
+    def _spawn(self, env: dict[str, str], files: JobFiles, lease: JobLease) -> Child | SpawnError:
+        """Start the command under the watchdog; the spawn error (said on stderr) if it fails."""
+        opts = self.options
         try:
             # The watchdog enforces the lease even if we die or freeze (docs/run.md), unless
             # the user asked the command to outlive a lost lease.
@@ -384,28 +394,26 @@ class Supervisor:
                 stop_signal=opts.stop_signal, stop_reason_file=files.stop_reason_file,
             )  # fmt: skip
         except SpawnError as exc:
-            log.warn(exc.message)
+            self._log.warn(exc.message)
             return exc
         if enforce is not None:
             enforce.on_renew = child.lease_holds_until
             child.lease_holds_until(enforce.deadline)  # a renewal while it started
-        if handover is not None:
-            handover.admit(child.pgid)  # the command leads a session of its own
-        shipper = self._shipper(claim.job)
-        watch = Watch(
-            opts, child, files, lease, events, self.policy, self._relays,
-            suspend=self._suspend, log=log, redactor=output[0], clock=output[1],
-            sinks=[shipper] if shipper else [],
-        )  # fmt: skip
+        return child
+
+    @contextlib.contextmanager
+    def _shipping(self, job: ClaimedJob) -> Iterator[Shipper | None]:
+        """The job's :meth:`_shipper`, closed on leaving: the last output reaches the log
+        before the result is reported (bounded)."""
+        shipper = self._shipper(job)
         try:
-            return watch.run()
+            yield shipper
         finally:
             if shipper is not None:
-                # The last output reaches the log before the result is reported (bounded).
                 shipper.close()
                 if shipper.appends and self._no_logs:
                     self._no_logs = False
-                    log.info("the server keeps job logs now: output is shipped again")
+                    self._log.info("the server keeps job logs now: output is shipped again")
 
     def _shipper(self, job: ClaimedJob) -> Shipper | None:
         """A started :class:`Shipper` for the job's output, on a client of its own (a slow

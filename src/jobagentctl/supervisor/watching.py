@@ -1,9 +1,12 @@
 """The watching phase: the main loop while the child runs.
 
-It pumps the child's output (to our relays, the tail and the run's sinks), acts on signals,
-heartbeat verdicts, the local lease deadline, ``--timeout`` and ``--no-output-timeout``, stops
-the child when asked to (reason file, stop signal, SIGKILL after ``--grace``), and ends with a
-:class:`ChildEnd` once the child and its pipes are done.
+It:
+
+- pumps the child's output to our relays, the tail and the run's sinks;
+- acts on signals, heartbeat verdicts, the local lease deadline, ``--timeout`` and
+  ``--no-output-timeout``;
+- stops the child when asked to (reason file, stop signal, SIGKILL after ``--grace``);
+- ends with a :class:`ChildEnd` once the child and its pipes are done.
 """
 
 from __future__ import annotations
@@ -241,9 +244,9 @@ class Watch:
     def _stop(self, reason: StopReason, signum: int) -> None:
         """Ask the child to stop: reason file, signal to the group, SIGKILL after --grace.
 
-        The first reason stands, but any later one replaces a lost lease (with
-        ``--on-lease-lost continue`` the command runs on, and what then stops it, a timeout
-        or an interrupt, is what the command and the report are told)."""
+        The first reason stands, but any later one replaces a lost lease. With ``--on-lease-lost
+        continue`` the command runs on. What then stops it (a timeout or an interrupt) is what the
+        command and the report are told."""
         lease_lost = StopReason.LEASE_LOST
         if self.reason is None or (self.reason is lease_lost and reason is not lease_lost):
             self.reason = reason

@@ -11,7 +11,7 @@ from pathlib import Path
 from jobagentctl.errors import ClaimLost, LogsUnsupported, PayloadTooLarge, ServerUnavailable
 from jobagentctl.models import LogAppendResult
 from jobagentctl.supervisor import Log
-from jobagentctl.supervisor.output.shipping import Shipper
+from jobagentctl.supervisor.output.shipping import ShipLimits, Shipper
 from tests.fixtures.waiting import wait_for_event, wait_until
 
 from .fakes import FakeClient, claimed_job
@@ -30,7 +30,7 @@ def shipper(client: FakeClient, **knobs: object) -> tuple[Shipper, list[str], li
         CLAIM,
         log=log,
         on_unsupported=unsupported.append,
-        **knobs,  # type: ignore[arg-type]
+        limits=ShipLimits(**knobs),  # type: ignore[arg-type]
     )
     ship.start()
     return ship, said, unsupported

@@ -1,8 +1,10 @@
 """`jobagentctl server …`: run the API server and administer its database, one module a command.
 
-As every command, these raise :mod:`jobagentctl.errors` exceptions (the root app maps them to
-exit codes), print through :mod:`jobagentctl.cli.output` under the global ``-o``/``--json``, and
-import the server package (FastAPI, uvicorn, asyncpg) only inside the command that runs.
+As every command, these:
+
+- raise :mod:`jobagentctl.errors` exceptions (the root app maps them to exit codes);
+- print through :mod:`jobagentctl.cli.output` under the global ``-o``/``--json``;
+- import the server package (FastAPI, uvicorn, asyncpg) only inside the command that runs.
 """
 
 from __future__ import annotations

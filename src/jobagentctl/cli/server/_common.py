@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -14,12 +15,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LOCAL_PROFILE",
-    "database_option",
+    "DatabaseFlag",
+    "UpstreamKeyFileFlag",
+    "UpstreamUrlFlag",
     "run_async",
     "server_settings",
     "slug_option",
-    "upstream_key_file_option",
-    "upstream_url_option",
 ]
 
 T = TypeVar("T")
@@ -33,40 +34,40 @@ _DATABASE_HELP = (
 )
 
 
-def database_option() -> Any:
-    """The --database option of every ``server`` command (a URL; env and default in its help)."""
-    return typer.Option(None, "--database", help=_DATABASE_HELP, show_default=False)
-
-
-def upstream_url_option() -> Any:
-    """--upstream-url of gateway mode (docs/gateway.md)."""
-    return typer.Option(
-        None,
+# The options the ``server`` commands share, as ``Annotated`` types (default None: unset).
+DatabaseFlag = Annotated[
+    str | None, typer.Option("--database", help=_DATABASE_HELP, show_default=False)
+]
+# --upstream-url of gateway mode (docs/gateway.md).
+UpstreamUrlFlag = Annotated[
+    str | None,
+    typer.Option(
         "--upstream-url",
         metavar="URL",
         help="Gateway mode: ctrlplane's API URL, with or without /api "
         "[env JOBAGENTCTL_SERVER_UPSTREAM_URL].",
         show_default=False,
-    )
-
-
-def upstream_key_file_option() -> Any:
-    """--upstream-key-file: ctrlplane's API key, never as a flag value."""
-    return typer.Option(
-        None,
+    ),
+]
+# --upstream-key-file: ctrlplane's API key, never as a flag value.
+UpstreamKeyFileFlag = Annotated[
+    Path | None,
+    typer.Option(
         "--upstream-key-file",
         metavar="FILE",
         help="Gateway mode: a file holding ctrlplane's API key (else env "
         "JOBAGENTCTL_SERVER_UPSTREAM_API_KEY; never a flag value).",
         show_default=False,
-    )
+    ),
+]
 
 
 def slug_option(derived_from: str) -> Any:
-    """The --slug option of the commands that create a workspace; ``derived_from`` names
-    what the default slug is made of."""
+    """The --slug option of the commands that create a workspace, for ``Annotated``.
+
+    ``derived_from`` names what the default slug is made of.
+    """
     return typer.Option(
-        None,
         "--slug",
         metavar="SLUG",
         help="The workspace's slug, usable as --workspace: 3-50 of a-z, 0-9 and '-' (as "
@@ -76,9 +77,9 @@ def slug_option(derived_from: str) -> Any:
 
 
 def _problems(exc: PydanticValidationError, flags: dict[str, Any]) -> str:
-    """Each refused setting by the name it was given as (``--log-max-bytes`` for a flag,
-    ``JOBAGENTCTL_SERVER_LOG_MAX_BYTES`` otherwise) and what is wrong, in our words: never
-    pydantic's phrasing nor the value (it may be a secret, e.g. in a URL)."""
+    """Each refused setting by the name it was given as, and what is wrong, in our words. The name
+    is ``--log-max-bytes`` for a flag, ``JOBAGENTCTL_SERVER_LOG_MAX_BYTES`` otherwise. Never
+    pydantic's phrasing nor the value: it may be a secret, e.g. in a URL."""
     from jobagentctl.server.settings import ENV_PREFIX
     from jobagentctl.settings import problem_text
 

@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 import re
+from typing import Annotated
 from uuid import UUID
 
 import typer
 
 from jobagentctl.cli.context import get_state
-from jobagentctl.cli.server._common import database_option
+from jobagentctl.cli.server._common import DatabaseFlag
 
 __all__ = ["register", "workspace_reference"]
 
 
 def create_key(
     ctx: typer.Context,
-    workspace: str = typer.Option(..., "--workspace", help="Workspace id or slug."),
-    agent: str | None = typer.Option(
-        None, "--agent", help="Job agent id: the key may then act only for this agent."
-    ),
-    database: str | None = database_option(),
+    workspace: Annotated[str, typer.Option("--workspace", help="Workspace id or slug.")],
+    agent: Annotated[
+        str | None,
+        typer.Option("--agent", help="Job agent id: the key may then act only for this agent."),
+    ] = None,
+    database: DatabaseFlag = None,
 ) -> None:
     """Create an API key (workspace-wide, or scoped to one agent); print it once.
 

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from jobagentctl.cli.context import get_state
-from jobagentctl.cli.server._common import database_option, slug_option
+from jobagentctl.cli.server._common import DatabaseFlag, slug_option
 
 __all__ = ["register"]
 
 
 def create_workspace(
     ctx: typer.Context,
-    name: str = typer.Argument(..., help="Workspace name."),
-    database: str | None = database_option(),
-    slug: str | None = slug_option("NAME"),
+    name: Annotated[str, typer.Argument(help="Workspace name.")],
+    database: DatabaseFlag = None,
+    slug: Annotated[str | None, slug_option("NAME")] = None,
 ) -> None:
     """Create another workspace and its first workspace key; print them once.
 

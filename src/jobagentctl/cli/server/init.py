@@ -10,10 +10,10 @@ import typer
 from jobagentctl.cli.context import get_state
 from jobagentctl.cli.server._common import (
     LOCAL_PROFILE,
-    database_option,
+    DatabaseFlag,
+    UpstreamKeyFileFlag,
+    UpstreamUrlFlag,
     slug_option,
-    upstream_key_file_option,
-    upstream_url_option,
 )
 
 if TYPE_CHECKING:
@@ -44,10 +44,10 @@ UrlFlag = Annotated[
 ]
 
 
-def init(
+def init(  # noqa: PLR0913 - a Typer command: its parameters are its flags
     ctx: typer.Context,
-    database: str | None = database_option(),
-    slug: str | None = slug_option('the name "default"'),
+    database: DatabaseFlag = None,
+    slug: Annotated[str | None, slug_option('the name "default"')] = None,
     write_config: WriteConfigFlag = False,
     force: ForceFlag = False,
     url: UrlFlag = None,
@@ -61,8 +61,8 @@ def init(
             show_default=False,
         ),
     ] = None,
-    upstream_url: str | None = upstream_url_option(),
-    upstream_key_file: Path | None = upstream_key_file_option(),
+    upstream_url: UpstreamUrlFlag = None,
+    upstream_key_file: UpstreamKeyFileFlag = None,
 ) -> None:
     """Create the schema, a workspace "default" and a workspace key; print them once.
 

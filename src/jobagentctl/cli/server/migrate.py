@@ -5,17 +5,17 @@ from __future__ import annotations
 import typer
 
 from jobagentctl.cli.context import get_state
-from jobagentctl.cli.server._common import database_option
+from jobagentctl.cli.server._common import DatabaseFlag
 
 __all__ = ["register"]
 
 
-def migrate(ctx: typer.Context, database: str | None = database_option()) -> None:
+def migrate(ctx: typer.Context, database: DatabaseFlag = None) -> None:
     """Apply pending schema migrations (safe to run while servers of this release and the
     previous one are up: see docs/operators.md, "Upgrading").
 
-    A database migrated past this release by a newer one is said so: within the window (its
-    newer migrations only expand the schema) with a warning, else as an error (exit 2).
+    A database migrated past this release by a newer one is said so. Within the window (its newer
+    migrations only expand the schema) it is a warning, else an error (exit 2).
 
     Example: jobagentctl server migrate --database postgresql://jobagent@db/jobagent
     """

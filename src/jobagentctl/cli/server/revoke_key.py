@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from jobagentctl.cli.context import get_state
-from jobagentctl.cli.server._common import database_option
+from jobagentctl.cli.server._common import DatabaseFlag
 
 __all__ = ["register"]
 
 
 def revoke_key(
     ctx: typer.Context,
-    key_id: str = typer.Argument(..., help="The key's id (from create-key)."),
-    database: str | None = database_option(),
+    key_id: Annotated[str, typer.Argument(help="The key's id (from create-key).")],
+    database: DatabaseFlag = None,
 ) -> None:
     """Revoke an API key: requests with it get 401 within a few seconds (key cache TTL).
     Revoking a revoked key changes nothing and succeeds.

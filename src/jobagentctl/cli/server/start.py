@@ -8,17 +8,17 @@ from typing import Annotated, Any
 import typer
 
 from jobagentctl.cli.server._common import (
-    database_option,
-    upstream_key_file_option,
-    upstream_url_option,
+    DatabaseFlag,
+    UpstreamKeyFileFlag,
+    UpstreamUrlFlag,
 )
 
 __all__ = ["register"]
 
 
 def _setting(flag: str, help: str) -> Any:
-    """A flag over a server setting: unset unless given (the env and the default then hold,
-    as its help says, so no default of Typer's is shown)."""
+    """A flag over a server setting, unset unless given. The env and the default then hold, as its
+    help says, so no default of Typer's is shown."""
     return typer.Option(flag, help=help, show_default=False)
 
 
@@ -115,8 +115,8 @@ BehindProxy = Annotated[
 ]
 
 
-def start(
-    database: str | None = database_option(),
+def start(  # noqa: PLR0913 - a Typer command: its parameters are its flags
+    database: DatabaseFlag = None,
     host: Host = None,
     port: Port = None,
     lease_seconds: LeaseSeconds = None,
@@ -131,8 +131,8 @@ def start(
     tls_cert: TlsCert = None,
     tls_key: TlsKey = None,
     behind_proxy: BehindProxy = None,
-    upstream_url: str | None = upstream_url_option(),
-    upstream_key_file: Path | None = upstream_key_file_option(),
+    upstream_url: UpstreamUrlFlag = None,
+    upstream_key_file: UpstreamKeyFileFlag = None,
 ) -> None:
     """Run the API and the reaper; migrate first. SIGTERM/SIGINT drain in-flight requests.
 
@@ -184,10 +184,10 @@ def start(
 
 
 def _expired(cert: Path) -> str | None:
-    """When the certificate ``cert`` (its first, the leaf) expired (RFC 3339), or None while
-    it is valid or cannot be read (the server then says what is wrong with the file). The
-    standard library decodes a certificate only through this private helper; it has done so
-    unchanged since Python 3.4, and a version without it just gives no warning."""
+    """When the certificate ``cert`` (its first, the leaf) expired (RFC 3339). None while it is
+    valid or cannot be read; the server then says what is wrong with the file. The standard library
+    decodes a certificate only through this private helper. It has done so unchanged since Python
+    3.4; a version without it just gives no warning."""
     import ssl
     from datetime import UTC, datetime
 

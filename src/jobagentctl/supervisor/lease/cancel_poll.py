@@ -1,16 +1,16 @@
 """The claim long-poll thread: a cancel reaches the command within about a second, whatever
 the lease.
 
-A heartbeat learns that the job was cancelled only when it is sent: every third of the lease
-(18 s with the default lease, a minute with long ones). :class:`ClaimWatcher` keeps a long-poll
-open on the server instead (``POST …/jobs/{id}/wait``), which answers as soon as the claim is no
+A heartbeat learns that the job was cancelled only when it is sent. That is every third of the
+lease: 18 s with the default lease, a minute with long ones. Instead, :class:`ClaimWatcher` keeps a
+long-poll open on the server (``POST …/jobs/{id}/wait``). It answers as soon as the claim is no
 longer held. Like the heartbeat thread it never acts: it posts the same news a heartbeat would
 (:class:`~.lease.LeaseNews`).
 
 A claim that ended with any status but ``cancelled`` is confirmed by one heartbeat first
-(``confirm``), which gives the verdict itself: the long-poll also answers when the job's own
-final report lands, and that must never read as a lost lease. On a server without the
-endpoint the watcher ends quietly; heartbeats still see the cancel, later.
+(``confirm``), which gives the verdict itself. The long-poll also answers when the job's own final
+report lands, and that must never read as a lost lease. On a server without the endpoint the watcher
+ends quietly; heartbeats still see the cancel, later.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import ClassVar
 
 from jobagentctl.errors import LeaseUnsupported, NotFound
-from jobagentctl.models import JobStatus
+from jobagentctl.models import JobStatus, JobWait
 from jobagentctl.supervisor.lease.claimthread import ClaimThread
 from jobagentctl.supervisor.lease.job_lease import Beat
 from jobagentctl.supervisor.protocol import describe_error, is_transient
@@ -44,10 +44,10 @@ _LATER = "a cancel reaches the command at its next heartbeat"
 
 @dataclass(eq=False)
 class ClaimWatcher(ClaimThread):
-    """Keeps the claim long-poll of one job open from a daemon thread until stopped or until
-    the claim ends; then posts the verdict (cancelled), or asks ``confirm`` (one heartbeat,
-    which posts its own verdict) for any other end. The thread owns its client and closes it
-    when it ends: nothing else uses the connection of a long-poll."""
+    """Keeps the claim long-poll of one job open from a daemon thread until stopped or until the
+    claim ends. Then it posts the verdict (cancelled). For any other end it asks ``confirm``: one
+    heartbeat, which posts its own verdict. The thread owns its client and closes it when it ends:
+    nothing else uses the connection of a long-poll."""
 
     kind: ClassVar[str] = "claimwatch"
 
@@ -79,28 +79,36 @@ class ClaimWatcher(ClaimThread):
                     return
                 continue
             except Exception as exc:
-                self.failures += 1
-                if self._stop.is_set():
-                    return
-                if not is_transient(exc):
-                    self.log.warn(f"claim long-poll failed ({describe_error(exc)}): {_LATER}")
-                    return
-                delay = retry.failed()
-                self.log.debug(f"claim long-poll failed (transient): {describe_error(exc)}")
-                if delay is None or self._stop.wait(delay):
+                if self._failed(exc, retry):
                     return
                 continue
             retry.succeeded()
             if self._stop.is_set():
                 return  # the job is over: whatever the answer, nobody is listening
             if not answer.claim_held:
-                if answer.status == JobStatus.CANCELLED:
-                    self._verdict(Beat.CANCELLED, "the job was cancelled")
-                    return
-                if self._settle(f"the long-poll saw the claim end (job is {answer.status})", retry):
+                if self._claim_ended(answer, retry):
                     return
                 continue
             self._pause_since(opened)
+
+    def _failed(self, exc: Exception, retry: Retry) -> bool:
+        """Count a failed long-poll and wait out a transient one; whether the watch is over."""
+        self.failures += 1
+        if self._stop.is_set():
+            return True
+        if not is_transient(exc):
+            self.log.warn(f"claim long-poll failed ({describe_error(exc)}): {_LATER}")
+            return True
+        delay = retry.failed()
+        self.log.debug(f"claim long-poll failed (transient): {describe_error(exc)}")
+        return delay is None or self._stop.wait(delay)
+
+    def _claim_ended(self, answer: JobWait, retry: Retry) -> bool:
+        """Act on a long-poll that saw the claim end; whether the watch is over."""
+        if answer.status == JobStatus.CANCELLED:
+            self._verdict(Beat.CANCELLED, "the job was cancelled")
+            return True
+        return self._settle(f"the long-poll saw the claim end (job is {answer.status})", retry)
 
     def _settle(self, what: str, retry: Retry, *, route_missing_if_held: bool = False) -> bool:
         """Confirm with one heartbeat that the claim is gone (the heartbeat then gives the

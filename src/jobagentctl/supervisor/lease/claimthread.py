@@ -78,8 +78,8 @@ class ClaimThread:
         """Called on the thread as it ends."""
 
     def _verdict(self, beat: Beat, why: str) -> Beat:
-        """The claim is gone: end the loop and post the news, once, and only while running
-        (after :meth:`stop` the job is over and nobody is listening)."""
+        """The claim is gone: end the loop and post the news, once, and only while running. After
+        :meth:`stop` the job is over and nobody is listening."""
         if not self._stop.is_set():
             self._stop.set()
             self.post(LeaseNews(self.job_id, beat, why))

@@ -31,10 +31,10 @@ def backoff_delay(failures: int, interval: float, rng: random.Random) -> float:
 class Heartbeater(ClaimThread):
     """Heartbeats one claim from a daemon thread until stopped or told the claim is gone.
 
-    Failures are retried with jittered exponential backoff (capped at the interval) for as
-    long as the thread runs: declaring the lease lost when the local deadline passes is the
-    supervisor's decision, not this thread's. A definitive answer (409, 404) ends the loop and
-    is posted as news (``Beat.LEASE_LOST``, ``Beat.CANCELLED`` or ``Beat.JOB_GONE``, and why).
+    Failures are retried with jittered exponential backoff (capped at the interval) for as long as
+    the thread runs. Declaring the lease lost when the local deadline passes is the supervisor's
+    decision, not this thread's. A definitive answer (409, 404) ends the loop and is posted as news
+    (``Beat.LEASE_LOST``, ``Beat.CANCELLED`` or ``Beat.JOB_GONE``, and why).
     """
 
     kind: ClassVar[str] = "heartbeat"

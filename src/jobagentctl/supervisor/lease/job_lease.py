@@ -1,9 +1,9 @@
 """The lease of one claimed job: its local deadline, the verdicts on it, and the news of them.
 
 The threads that keep the lease (:mod:`.heartbeat`, :mod:`.claimwatch`) never act: they post
-:class:`LeaseNews` to the main loop, which notes it here (:meth:`JobLease.note`) and decides.
-The local deadline is conservative: it counts from when a request was *sent*, so the server's
-expiry (counted from when it *received* the request) is never earlier than ours.
+:class:`LeaseNews` to the main loop, which notes it here (:meth:`JobLease.note`) and decides. The
+local deadline is conservative: it counts from when a request was *sent*. The server's expiry counts
+from when it *received* the request, so it is never earlier than ours.
 """
 
 from __future__ import annotations
@@ -126,8 +126,8 @@ class WatchesClaim(KeepsLease, Protocol):
 
 
 class JobLease:
-    """The lease of one job as the main thread sees it (or its absence: an unleased claim has
-    no deadline and no heartbeats), and the threads that keep it."""
+    """The lease of one job as the main thread sees it, and the threads that keep it. An unleased
+    claim has none: no deadline and no heartbeats."""
 
     def __init__(self, job: ClaimedJob, sent_at: float, received_at: float) -> None:
         self.job = job
@@ -148,9 +148,9 @@ class JobLease:
     def keep(self, heartbeater: BeatsLease, watcher: WatchesClaim) -> None:
         """Start the threads that keep the lease (they are now this lease's to stop).
 
-        Heartbeat at once first if the claim itself took more than a third of the lease (a
-        long-poll, and a server that granted less than asked). The claim long-poll (which
-        brings a cancel within about a second whatever the lease) is not started when that
+        Heartbeat at once first if the claim itself took more than a third of the lease. That
+        happens with a long-poll and a server that granted less than asked. The claim long-poll
+        brings a cancel within about a second, whatever the lease. It is not started when that
         heartbeat found the claim gone; its client is closed instead.
         """
         assert self.lease is not None

@@ -1,7 +1,7 @@
 """Redaction: secret values replaced by ``[REDACTED]`` in what `run` sends off the machine.
 
-:class:`Redactor` matches on the bytes of the values' UTF-8 encoding, over the two output
-streams taken as one text in arrival order; the helpers below find the values to redact.
+:class:`Redactor` matches on the bytes of the values' UTF-8 encoding, over the two output streams
+taken as one text in arrival order. The helpers below find the values to redact.
 """
 
 from __future__ import annotations
@@ -125,8 +125,8 @@ def url_credentials(text: str) -> Iterator[str]:
 
 
 def api_key_secrets(key: str) -> list[str]:
-    """The API key, and its secret part on its own: a key is ``<prefix>.<secret>``, and a
-    script that splits it may print the part that authenticates without the prefix."""
+    """The API key, and its secret part on its own. A key is ``<prefix>.<secret>``, and a script
+    that splits it may print the part that authenticates without the prefix."""
     prefix, dot, rest = key.partition(".")
     return [key, rest] if prefix and dot and rest else [key]
 
@@ -159,15 +159,14 @@ class _Secrets:
     """The values to redact, shared by redactors (so one added reaches all of them).
 
     Values are indexed by their key: their first :data:`_KEY_BYTES` bytes, or all of a shorter
-    value. Candidates are found by searching for keys (one by one when few, by regular
-    expressions over the keys only when many) and checked against the values of the keys that
-    begin there. The keys are compiled in tiers whose sizes are
-    distinct powers of two, merged as a binary counter carries: an add compiles the new key
-    and, amortised, O(log n) others, never one giant pattern of every value. Memory is the
-    values plus a few bytes per key.
+    value. Candidates are found by searching for keys, then checked against the values of the keys
+    that begin there. The search goes one key by one when few, by regular expressions over the keys
+    only when many. The keys are compiled in tiers whose sizes are distinct powers of two, merged as
+    a binary counter carries. An add compiles the new key and, amortised, O(log n) others: never one
+    giant pattern of every value. Memory is the values plus a few bytes per key.
 
-    Readers take no lock: values are only ever added, each structure is replaced or extended
-    in one step, and a value added while a reader scans is redacted from the next scan on.
+    Readers take no lock. Values are only ever added, and each structure is replaced or extended in
+    one step. A value added while a reader scans is redacted from the next scan on.
     """
 
     def __init__(self) -> None:
@@ -212,8 +211,8 @@ class _Secrets:
 
     def scan(self, data: bytes, *, final: bool) -> tuple[list[tuple[int, int]], int]:
         """The secrets in ``data`` as ``(start, end)``, left to right, the longest where several
-        begin; and the offset from which ``data`` must be held back (``len(data)`` if none),
-        where a secret may begin that continues past the end. ``final``: nothing follows."""
+        begin. And the offset from which ``data`` must be held back, where a secret may begin that
+        continues past the end (``len(data)`` if none). ``final``: nothing follows."""
         finders, by_key, stubs, key_sizes = self.finders, self.by_key, self.stubs, self.key_sizes
         size = len(data)
         view = memoryview(data)
@@ -270,16 +269,16 @@ class _Secrets:
 class Redactor:
     """Replaces secret values with ``[REDACTED]`` in output fed in chunks, or in one piece.
 
-    :meth:`feed` takes the chunks of both streams in the order they arrived and treats them as
-    one text: a secret split across chunks, writes or the two streams is still replaced (by
-    one marker, attributed to the stream its first byte came from). It holds back at most the
-    longest secret's length minus one byte (what may be the start of a secret) and releases
-    everything else, so what it returns, joined, is exactly what replacing every secret in the
-    whole text at once would give. Values shorter than :data:`MIN_SECRET_CHARS` characters are
-    ignored. Every method may be called from any thread: chunks fed from two threads (one per
-    stream) are one text in the order the calls were made. What is held back waits for the next
-    chunk or :meth:`flush`, however long that takes: releasing the start of a secret early would
-    let the rest of it follow in the next chunk.
+    The :meth:`feed` method takes the chunks of both streams in the order they arrived and treats
+    them as one text. A secret split across chunks, writes or the two streams is still replaced. One
+    marker replaces it, attributed to the stream its first byte came from. It holds back at most the
+    longest secret's length minus one byte (what may be the start of a secret), and releases
+    everything else. So what it returns, joined, is exactly what replacing every secret in the whole
+    text at once would give. Values shorter than :data:`MIN_SECRET_CHARS` characters are ignored.
+    Every method may be called from any thread. Chunks fed from two threads (one per stream) are one
+    text, in the order the calls were made. What is held back waits for the next chunk or
+    :meth:`flush`, however long that takes. Releasing the start of a secret early would let the rest
+    of it follow in the next chunk.
     """
 
     def __init__(self, secrets: Iterable[bytes | str] = ()) -> None:

@@ -1,17 +1,16 @@
 """Relaying output to our own stdout/stderr without ever blocking the main loop.
 
-A :class:`Relay` owns one of our descriptors (1 or 2): a daemon thread writes what it is
-given, in order, with plain blocking writes, so a reader that never reads blocks only that
-thread. What waits is bounded (:data:`RELAY_LIMIT_BYTES` per descriptor): while a relay is
-full the watching phase stops reading the child's pipe, so the child feels the back-pressure
-a plain pipe would give it, while timeouts, signals, cancellation and lease loss are still
-acted on. Output that cannot be handed over (the relay full after the child exited, or still
-waiting when the run ends and ``--grace`` has passed) is dropped and counted.
+A :class:`Relay` owns one of our descriptors (1 or 2). A daemon thread writes what it is given, in
+order, with plain blocking writes, so a reader that never reads blocks only that thread. What waits
+is bounded (:data:`RELAY_LIMIT_BYTES` per descriptor). While a relay is full the watching phase
+stops reading the child's pipe, so the child feels the back-pressure a plain pipe would give it.
+Timeouts, signals, cancellation and lease loss are still acted on meanwhile. Output that cannot be
+handed over is dropped and counted. That is output with the relay full after the child exited, or
+still waiting when the run ends and ``--grace`` has passed.
 
 After a chunk is handed to our relay (and the tail), the watching phase gives it to the run's
-:class:`OutputSink` s, in arrival order across both streams: the last-output clock
-(:class:`LastOutput`) and the log shipper. A sink must never block: it is called on the main
-loop.
+:class:`OutputSink` s. They get it in arrival order across both streams: the last-output clock
+(:class:`LastOutput`) and the log shipper. A sink must never block: it is called on the main loop.
 """
 
 from __future__ import annotations

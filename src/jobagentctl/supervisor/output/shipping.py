@@ -1,24 +1,23 @@
 """Shipping the command's output to the server's job log while it runs, never in its way.
 
-A :class:`Shipper` is an output sink (relay.py): the main loop hands it each chunk and
-returns at once. Its own thread, on a client of its own (never the heartbeat's connection),
-sends what waits as appends fenced by the claim id: an append starts when 64 KiB wait or when
-the oldest has waited a second, whichever comes first, and takes everything that waits up to
-:data:`APPEND_BYTES` — a command printing faster than one append at a time gets bigger
-appends, not paced ones, so output up to the server's log cap reaches it whole when the server
-keeps up. What waits is bounded (:data:`BUFFER_BYTES`): past it the oldest output goes and a
-``marker`` chunk in the log says how many bytes and why (the command printed faster than
-shipping could send, the server was unreachable, the server's cap cuts that part anyway),
-never silently. At the end of the job :meth:`Shipper.close` flushes for at most
-:data:`FLUSH_SECONDS` before the result is reported.
+A :class:`Shipper` is an output sink (relay.py): the main loop hands it each chunk and returns at
+once. Its own thread, on a client of its own (never the heartbeat's connection), sends what waits as
+appends fenced by the claim id. An append starts when 64 KiB wait or when the oldest has waited a
+second, whichever comes first. It takes everything that waits, up to :data:`APPEND_BYTES`. A command
+printing faster than one append at a time gets bigger appends, not paced ones. So output up to the
+server's log cap reaches it whole when the server keeps up. What waits is bounded
+(:data:`BUFFER_BYTES`). Past it the oldest output goes, never silently: a ``marker`` chunk in the
+log says how many bytes and why. The command printed faster than shipping could send, the server was
+unreachable, or the server's cap cuts that part anyway. At the end of the job :meth:`Shipper.close`
+flushes for at most :data:`FLUSH_SECONDS` before the result is reported.
 
-The shipper ships until it is closed, whatever happens to the claim meanwhile: the output of a
-command being stopped (a cancel, a requeue) is what an operator needs most, and the holder of a
-revoked claim may still append to its own attempt until it lets go. If the server refuses an
-append anyway (the claim is no longer the job's, the job is gone), nothing more is sent for the
-job; what was not shipped is counted, and :meth:`close` says it once on stderr. A server
-without the log endpoint (ctrlplane, an older jobagentctl) is reported through
-``on_unsupported``; the next job asks again (see runner.py).
+The shipper ships until it is closed, whatever happens to the claim meanwhile. The output of a
+command being stopped (a cancel, a requeue) is what an operator needs most. The holder of a revoked
+claim may still append to its own attempt until it lets go. If the server refuses an append anyway
+(the claim is no longer the job's, the job is gone), nothing more is sent for the job. What was not
+shipped is counted, and :meth:`close` says it once on stderr. A server without the log endpoint
+(ctrlplane, an older jobagentctl) is reported through ``on_unsupported``; the next job asks again
+(see runner.py).
 """
 
 from __future__ import annotations
@@ -51,6 +50,7 @@ __all__ = [
     "BATCH_SECONDS",
     "BUFFER_BYTES",
     "FLUSH_SECONDS",
+    "ShipLimits",
     "Shipper",
 ]
 
@@ -108,6 +108,21 @@ class _Piece:
     data: bytes
 
 
+@dataclass(frozen=True)
+class ShipLimits:
+    """How much output a :class:`Shipper` keeps and sends at once (tests make them small).
+
+    - ``buffer_bytes``: what may wait for the server before the oldest is dropped;
+    - ``batch_bytes`` and ``batch_seconds``: an append goes when this much waits, or this long;
+    - ``append_bytes``: the most one append carries (halved on a 413).
+    """
+
+    buffer_bytes: int = BUFFER_BYTES
+    batch_bytes: int = BATCH_BYTES
+    batch_seconds: float = BATCH_SECONDS
+    append_bytes: int = APPEND_BYTES
+
+
 class Shipper:
     """Ships one job attempt's output (see the module docstring). ``feed`` from the main
     loop; :meth:`start` once, :meth:`close` once at the end."""
@@ -121,18 +136,15 @@ class Shipper:
         log: Log,
         on_unsupported: Callable[[str], None],
         rng: random.Random | None = None,
-        buffer_bytes: int = BUFFER_BYTES,
-        batch_bytes: int = BATCH_BYTES,
-        batch_seconds: float = BATCH_SECONDS,
-        append_bytes: int = APPEND_BYTES,
+        limits: ShipLimits = ShipLimits(),
     ) -> None:
         self.client, self.job_id, self.claim_id = client, job_id, claim_id
         self.log = log
         self.on_unsupported = on_unsupported
         self.rng = rng or random.Random()
-        self.buffer_bytes, self.batch_bytes = buffer_bytes, batch_bytes
-        self.batch_seconds = batch_seconds
-        self.append_bytes = append_bytes
+        self.buffer_bytes, self.batch_bytes = limits.buffer_bytes, limits.batch_bytes
+        self.batch_seconds = limits.batch_seconds
+        self.append_bytes = limits.append_bytes  # halved when the server answers 413
         self.shipped = 0  # bytes of output the server took
         self.dropped = 0  # bytes of output dropped (marked in the log when it could be)
         self.appends = 0
@@ -143,7 +155,7 @@ class Shipper:
         self.unsupported = False  # the server has no log endpoint
         self._pieces: deque[_Piece] = deque()
         self._pending = 0
-        self._bound = buffer_bytes  # what may wait now (lower once the server's cap cuts)
+        self._bound = limits.buffer_bytes  # what may wait now (lower once the server's cap cuts)
         self._inflight = 0  # bytes of the append being sent
         self._unmarked = 0  # dropped bytes no marker has told the log of yet
         self._why = FASTER  # why the unmarked bytes were dropped
@@ -246,9 +258,8 @@ class Shipper:
                     self._cond.wait(deadline - time.monotonic())
 
     def _next_batch(self) -> tuple[list[_Piece], int] | None:
-        """Wait for a batch (64 KiB, or a second since the oldest piece, or closing) and take
-        it, up to ``append_bytes``, with the dropped bytes it must mark first; None when
-        done."""
+        """Wait for a batch (64 KiB, a second since the oldest piece, or closing). Take it, up to
+        ``append_bytes``, with the dropped bytes it must mark first; None when done."""
         with self._cond:
             while True:
                 if self._off or (self._closing and time.monotonic() >= self._flush_by):
@@ -333,9 +344,9 @@ class Shipper:
         return "ok"
 
     def _learn_cap(self, result: object) -> None:
-        """Once the server's cap cuts the log, it keeps the head it has and, of the newest,
-        about three sevenths of what it holds: more than that waiting here would be sent only
-        to be cut. A quarter waits, so that the marker before it stays in the newest part."""
+        """Once the server's cap cuts the log, it keeps the head it has and, of the newest, about
+        three sevenths of what it holds. More than that waiting here would be sent only to be cut. A
+        quarter waits, so that the marker before it stays in the newest part."""
         if not getattr(result, "truncated", False):
             return
         stored = getattr(result, "stored_bytes", 0)
@@ -396,10 +407,9 @@ class Shipper:
             self._unmarked += cut
 
     def _stop(self, refused: str | None, batch: int = 0, marked: int = 0) -> None:
-        """Nothing more is sent for this job. ``refused``: what the server said when it
-        refused an append of ``batch`` bytes (and a marker of ``marked`` dropped ones): that
-        batch, the bytes dropped before, and everything waiting or still to come are counted
-        as not shipped."""
+        """Nothing more is sent for this job. ``refused``: what the server said when it refused an
+        append of ``batch`` bytes (and a marker of ``marked`` dropped ones). That batch, the bytes
+        dropped before, and everything waiting or still to come are counted as not shipped."""
         with self._cond:
             self._off = True
             if refused is not None:

@@ -32,8 +32,8 @@ class OutputTail:
     """A bounded, UTF-8-safe ring of recent output from several streams.
 
     Each stream has its own incremental decoder, so a character split across two reads (or
-    interleaved with the other stream's output) is still decoded whole; undecodable bytes
-    become U+FFFD. The bound is on the UTF-8 size of what is kept.
+    interleaved with the other stream's output) is still decoded whole. Undecodable bytes become
+    U+FFFD. The bound is on the UTF-8 size of what is kept.
     """
 
     def __init__(self, limit: int) -> None:

@@ -1,13 +1,13 @@
 """The child process of `run`: its process group, and the link to the watchdog that owns it.
 
-The child runs in its own session (so its own process group): signals reach the whole group,
-and a terminal's Ctrl-C reaches only jobagentctl, which decides what the child gets.
+The child runs in its own session (so its own process group), and signals reach the whole group. A
+terminal's Ctrl-C reaches only jobagentctl, which decides what the child gets.
 
-By default the child is started by the watchdog (:mod:`.watchdog`), a small process of its own
-that owns the child's tree and stops it when the lease runs out even if `run` is dead or frozen;
-``JOBAGENTCTL_WATCHDOG=0`` starts it directly. The two talk over two pipes in lines of ASCII
-words (drawn in watchdog.py's docstring); the stop reason in them is a :class:`StopReason`'s
-value. The files and environment the command gets are :mod:`.jobfiles`'.
+By default the child is started by the watchdog (:mod:`.watchdog`), a small process of its own. It
+owns the child's tree, and stops it when the lease runs out even if `run` is dead or frozen;
+``JOBAGENTCTL_WATCHDOG=0`` starts it directly. The two talk over two pipes in lines of ASCII words
+(drawn in watchdog.py's docstring); the stop reason in them is a :class:`StopReason`'s value. The
+files and environment the command gets are :mod:`.jobfiles`'.
 """
 
 from __future__ import annotations
@@ -57,9 +57,9 @@ def enforcement_window(deadline: float, now: float, grace: float) -> tuple[float
     """When the watchdog sends the stop signal and when it SIGKILLs, for a lease known to hold
     until ``deadline`` (monotonic), told at ``now``.
 
-    The tree must be gone *before* the deadline: the SIGKILL comes a margin before it (5 % of
-    what is left of the lease, at most 1 s) and the stop signal a grace before that (``--grace``,
-    but at most a quarter of what is left, so a short lease is not stopped at its first delay).
+    The tree must be gone *before* the deadline. The SIGKILL comes a margin before it: 5 % of what
+    is left of the lease, at most 1 s. The stop signal comes a grace before that: ``--grace``, but
+    at most a quarter of what is left. So a short lease is not stopped at its first delay.
     """
     left = max(0.0, deadline - now)
     kill_at = deadline - min(1.0, 0.05 * left)
@@ -324,9 +324,9 @@ class Child:
         return True
 
     def kill_leftovers(self) -> None:
-        """SIGKILL whatever is still in the group once the child itself is gone; with the
-        watchdog, every process the command left anywhere (it is their subreaper), and wait
-        for the watchdog to exit."""
+        """SIGKILL whatever is still in the group once the child itself is gone, and wait for the
+        watchdog to exit. With the watchdog, that is every process the command left anywhere (it is
+        their subreaper)."""
         self.signal_group(signal.SIGKILL)
         fd = self.control_fd
         if fd is None:

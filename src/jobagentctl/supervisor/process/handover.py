@@ -1,15 +1,16 @@
-"""Secrets handed over at run time: `jobagentctl redact add`, inside a job, gives `run` a value
-to redact from then on, through a Unix socket only the job's own processes may use.
+"""Secrets handed over at run time: Inside a job, `jobagentctl redact add` gives `run` a value to
+redact from then on. It goes through a Unix socket only the job's own processes may use.
 
-The socket lives in a private directory (0700) of its own, named to the job's command by
-``JOBAGENTCTL_REDACT_SOCKET`` (with `run`'s pid in ``JOBAGENTCTL_RUN_PID``) and removed when
-the job ends. Both ends check the other:
+The socket lives in a private directory (0700) of its own, removed when the job ends.
+``JOBAGENTCTL_REDACT_SOCKET`` names it to the job's command, and ``JOBAGENTCTL_RUN_PID`` gives
+`run`'s pid. Both ends check the other:
 
 - `run` serves a connection only from our own user and a process in the command's session
   (``SO_PEERCRED``); any other is closed unanswered.
-- :func:`hand_over` sends only to `run` itself: the directory opened without following a
-  link, ours and 0700, the socket in it ours, and the listener's pid (``SO_PEERCRED``) the
-  one `run` exported. Otherwise :class:`PeerRefused`, and the value is not sent.
+- The :func:`hand_over` function sends only to `run` itself. The directory is opened without
+  following a link, and must be ours and 0700. The socket in it must be ours, and the listener's pid
+  (``SO_PEERCRED``) the one `run` exported. Otherwise :class:`PeerRefused`, and the value is not
+  sent.
 
 One exchange per connection: the value, the end of the writing side, then one word back.
 """
@@ -99,8 +100,8 @@ class HandoverSocket:
         os.close(self._lock_fd)
 
     def _serve(self) -> None:
-        """Serve every connection at once, each within its own deadline: one that stalls (or
-        sends slowly) holds up nobody else and is dropped when its time is up."""
+        """Serve every connection at once, each within its own deadline. One that stalls (or sends
+        slowly) holds up nobody else, and is dropped when its time is up."""
         with selectors.DefaultSelector() as selector:
             selector.register(self._wake_r, selectors.EVENT_READ)
             selector.register(self._server, selectors.EVENT_READ)
@@ -269,8 +270,8 @@ def hand_over(path: str, value: bytes, *, run_pid: int, timeout: float = 10.0) -
 
 
 def _open_private_directory(directory: str) -> int:
-    """The socket's directory, opened without following a link (a link, or a directory
-    renamed and replaced, is not the one `run` made), and checked: ours, 0700."""
+    """The socket's directory, opened without following a link, and checked: ours, 0700. A link, or
+    a directory renamed and replaced, is not the one `run` made."""
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:

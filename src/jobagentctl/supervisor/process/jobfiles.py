@@ -2,8 +2,8 @@
 the stop-reason file (JOBAGENTCTL_STOP_REASON_FILE), and the variables that name them.
 
 The files live in a private directory per job, and `redact add`'s socket in one of its own
-(:func:`socket_directory`); both are removed when the job ends, and those a killed run left
-behind are swept by a later run (:func:`sweep_stale_job_files`).
+(:func:`socket_directory`). Both are removed when the job ends. Those a killed run left behind are
+swept by a later run (:func:`sweep_stale_job_files`).
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ class JobFiles:
     """A private directory (0700) with the claimed job as JSON (0600) and the stop-reason file.
 
     The stop-reason file does not exist until the run asks the child to stop. The run holds an
-    exclusive lock on the directory's lock file while it lives (the kernel drops it even on
-    SIGKILL), which is how :func:`sweep_stale_job_files` tells leftovers from live runs.
+    exclusive lock on the directory's lock file while it lives; the kernel drops it even on SIGKILL.
+    That is how :func:`sweep_stale_job_files` tells leftovers from live runs.
     """
 
     def __init__(self, job: ClaimedJob) -> None:
@@ -86,8 +86,8 @@ class JobFiles:
 
 
 def socket_directory(socket_name: str) -> tuple[Path, int]:
-    """A new private directory (0700) for a Unix socket named ``socket_name``, and the fd of
-    its lock, held like a job directory's (close it once the directory is removed).
+    """A new private directory (0700) for a Unix socket named ``socket_name``, and the fd of its
+    lock. The lock is held like a job directory's: close it once the directory is removed.
 
     It is made under the temporary directory if the socket's path fits there, else in /tmp
     (Unix socket paths are short).
@@ -124,9 +124,9 @@ def _lock(directory: Path) -> int:
 def sweep_stale_job_files(base: Path | None = None) -> int:
     """Remove job and socket directories whose run is gone (killed before it could); how many.
 
-    Only directories older than a minute whose lock nobody holds: a live run holds its lock,
-    and a directory that young may belong to a run that has not taken it yet. Without
-    ``base``: under the temporary directory, and where socket directories go if elsewhere.
+    Only directories older than a minute whose lock nobody holds. A live run holds its lock, and a
+    directory that young may belong to a run that has not taken it yet. Without ``base``: under the
+    temporary directory, and where socket directories go if elsewhere.
     """
     roots = [str(base)] if base else list(dict.fromkeys([tempfile.gettempdir(), _socket_base()]))
     return sum(_sweep(Path(root)) for root in roots)
@@ -172,8 +172,8 @@ def _job_json(job: ClaimedJob) -> str:
 def child_environment(
     base: Mapping[str, str], job: ClaimedJob, options: RunOptions, files: JobFiles
 ) -> dict[str, str]:
-    """The child's environment: ours, minus the API key (unless ``--pass-api-key``), plus the
-    job's context: its ids, the lease, where the server is, and the job's two files."""
+    """The child's environment: ours, minus the API key (unless ``--pass-api-key``), plus the job's
+    context. That context is its ids, the lease, where the server is, and the job's two files."""
     env = {key: value for key, value in base.items() if key not in _SECRET_VARIABLES}
     if options.pass_api_key and options.api_key:
         env[API_KEY_ENV] = options.api_key

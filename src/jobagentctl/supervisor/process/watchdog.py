@@ -1,39 +1,37 @@
 """The watchdog: a small process between `run` and the job that owns the job's process tree.
 
-Started by :meth:`jobagentctl.supervisor.process.child.Child.start` as a fresh interpreter
-running this file (``python -I -S watchdog.py …``: standard library only, nothing of
-jobagentctl imported, so it starts in a few milliseconds and stays small). It forks the job,
-then watches::
+Started by :meth:`jobagentctl.supervisor.process.child.Child.start` as a fresh interpreter running
+this file (``python -I -S watchdog.py …``). It uses the standard library only, nothing of
+jobagentctl, so it starts in a few milliseconds and stays small. It forks the job, then watches::
 
     supervisor (run) ──control pipe──▶ watchdog ──fork/exec──▶ job leader (own session)
          ▲   "lease STOP KILL" / "kill"   │ subreaper        └─▶ its group, double-forked
          └──────status pipe───────────────┘ PDEATHSIG            daemons (reparented here)
              "started PID" / "exit STATUS" / "stopping REASON"
 
-- The job leader runs in a session (so a process group) of its own, not the watchdog's: the
-  job's group-wide signals, and a terminal's, never reach the watchdog. The watchdog ignores the
-  catchable signals a job could send it by pid; on Linux the leader gets ``PR_SET_PDEATHSIG``
-  (SIGKILL), so killing the watchdog kills the job, and the watchdog is the job's subreaper
-  (``PR_SET_CHILD_SUBREAPER``): a daemon that double-forks out of the group is still its child.
-  It is not dumpable (``PR_SET_DUMPABLE`` 0): a job running as the same non-root user cannot
-  ptrace it, nor read or write its memory through /proc (the job itself is dumpable again
-  after its exec).
-- Lease: the supervisor sends, after every successful heartbeat, when to send the stop signal
-  and when to SIGKILL (monotonic times; converted here to the boot-time clock, which also counts
-  a suspended machine). If that moment comes without a newer one, the watchdog writes
-  ``lease_lost`` to the stop-reason file, sends the stop signal (and SIGCONT) to the group, and
-  SIGKILLs the group and every descendant at the kill time.
-- Between events it sleeps: on the control pipe (a new deadline; end-of-file the moment the
-  supervisor dies), on SIGCHLD, and on a ``CLOCK_BOOTTIME`` timerfd armed for the next deadline,
-  which fires on time even across a suspend. No deadline, no wake-up. Without a timerfd it
-  sleeps until the deadline, in ticks of at most 0.5 s where a boot-time clock exists (a sleep's
-  timeout runs on the monotonic clock, which stops while the machine is suspended).
+- The job leader runs in a session (so a process group) of its own, not the watchdog's. The job's
+  group-wide signals, and a terminal's, never reach the watchdog. The watchdog ignores the catchable
+  signals a job could send it by pid. On Linux the leader gets ``PR_SET_PDEATHSIG`` (SIGKILL), so
+  killing the watchdog kills the job. The watchdog is the job's subreaper
+  (``PR_SET_CHILD_SUBREAPER``): a daemon that double-forks out of the group is still its child. It
+  is not dumpable (``PR_SET_DUMPABLE`` 0). A job running as the same non-root user cannot ptrace it,
+  nor read or write its memory through /proc. The job itself is dumpable again after its exec.
+- Lease: after every successful heartbeat, the supervisor sends when to send the stop signal and
+  when to SIGKILL. These are monotonic times, converted here to the boot-time clock, which also
+  counts a suspended machine. If no newer one comes first, the watchdog writes ``lease_lost`` to the
+  stop-reason file and sends the stop signal (and SIGCONT) to the group. At the kill time it
+  SIGKILLs the group and every descendant.
+- Between events it sleeps on the control pipe (a new deadline; end-of-file the moment the
+  supervisor dies) and on SIGCHLD. It also sleeps on a ``CLOCK_BOOTTIME`` timerfd armed for the next
+  deadline, which fires on time even across a suspend. No deadline, no wake-up. Without a timerfd it
+  sleeps until the deadline, in ticks of at most 0.5 s where a boot-time clock exists. A sleep's
+  timeout runs on the monotonic clock, which stops while the machine is suspended.
 - Supervisor gone (the control pipe reads EOF: killed, crashed): the job's result can never be
-  reported, so it is stopped at once the same way (its SIGKILL no later than the lease's).
+  reported. So it is stopped at once the same way, its SIGKILL no later than the lease's.
 - ``kill`` from the supervisor (the job is over): SIGKILL whatever is left of the tree, exit.
 
-Never writes to its stdout/stderr (they are the job's, and go to /dev/null once it has
-started): everything it has to say goes to the status pipe.
+Never writes to its stdout/stderr: they are the job's, and go to /dev/null once it has started.
+Everything it has to say goes to the status pipe.
 """
 
 from __future__ import annotations
@@ -311,8 +309,8 @@ class Watchdog:
     # --- stopping ----------------------------------------------------------------------------
 
     def begin_stop(self, kill_at: float) -> None:
-        """Stop the job for its lease: the reason file, the stop signal and SIGCONT to its
-        group now, SIGKILL at ``kill_at``; the supervisor is told (and woken)."""
+        """Stop the job for its lease: the reason file, the stop signal and SIGCONT to its group
+        now, SIGKILL at ``kill_at``. The supervisor is told (and woken)."""
         if self.stopping is not None:
             return
         reason = self.stopping = STOP_REASON
