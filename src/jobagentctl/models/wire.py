@@ -4,6 +4,7 @@ and the log models."""
 
 from __future__ import annotations
 
+import weakref
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Generic, Literal, Self, TypeVar
@@ -13,7 +14,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PrivateAttr,
     ValidatorFunctionWrapHandler,
     WrapValidator,
     field_validator,
@@ -148,36 +148,51 @@ SLUG_PATTERN = r"[a-z0-9-]{3,50}"
 class WireModel(BaseModel):
     """Base for responses: camelCase on the wire, unknown fields kept as they came.
 
-    A model the client parsed (:meth:`from_wire`) also keeps the JSON object it came from, so
-    that ``-o json`` prints what the server sent, value for value (``"…33.000Z"`` stays so;
-    a re-rendered datetime would not), in the server's order (:meth:`as_sent`).
+    A model the client parsed (:meth:`from_wire`) also has the JSON object it came from.
+    So ``-o json`` prints what the server sent, value for value, in the server's order
+    (:meth:`as_sent`).
+    For example ``"…33.000Z"`` stays so; a re-rendered datetime would not.
+    That JSON is kept beside the model, not in it: a wire model holds its fields only.
     """
 
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="allow", frozen=False
     )
-    _wire: dict[str, Any] | None = PrivateAttr(default=None)
 
     @classmethod
     def from_wire(cls, data: Any) -> Self:
-        """``data`` (a decoded JSON response) validated; the model and every model in it keep
-        their part of ``data``."""
+        """``data`` (a decoded JSON response) validated.
+
+        The model and every model in it keep their part of ``data``.
+        """
         return keep_wire(cls.model_validate(data), data)
 
     def as_sent(self) -> dict[str, Any] | None:
-        """The JSON object this model was parsed from (a shallow copy), or None when it was
-        not parsed from a response (built by the server, or by the client itself)."""
-        return None if self._wire is None else dict(self._wire)
+        """The JSON object this model was parsed from (a shallow copy).
+
+        None when it was not parsed from a response (built by the server, or by the client).
+        """
+        sent = _SENT.get(id(self))
+        return None if sent is None else dict(sent)
 
 
 WireT = TypeVar("WireT")
 
+# The JSON object each parsed model came from, by the model's id(). An entry leaves when its
+# model is collected (a weakref finalizer), before that id can name another object.
+_SENT: dict[int, dict[str, Any]] = {}
+
 
 def keep_wire(value: WireT, data: Any) -> WireT:
-    """Give each :class:`WireModel` in ``value`` (a model, or a list of them, as validated
-    from ``data``) its part of ``data``; ``value`` itself."""
+    """Give each :class:`WireModel` in ``value`` its part of ``data``; return ``value``.
+
+    ``value`` is a model, or a list of them, as validated from ``data``.
+    """
     if isinstance(value, WireModel) and isinstance(data, dict):
-        value._wire = data
+        key = id(value)
+        if key not in _SENT:
+            weakref.finalize(value, _SENT.pop, key, None)
+        _SENT[key] = data
         for name, field in type(value).model_fields.items():
             keep_wire(getattr(value, name), data.get(field.alias or name))
     elif isinstance(value, list) and isinstance(data, list) and len(value) == len(data):
