@@ -256,7 +256,11 @@ class SqlStore:
         # Failure path only: one more read to say why.
         raise heartbeat_failure(await self.db.one("job_claim_state", **params))
 
-    async def set_status(
+    # Ten arguments: the change (status, message, external id, metadata) and its fence (claim
+    # id, agent scope, require-claim-id, force). Grouping them changes the service's status
+    # path, which is being reworked in parallel: left for then. RUF100: while pyproject still
+    # exempts src/ from PLR0913, this noqa is unused.
+    async def set_status(  # noqa: PLR0913, RUF100
         self,
         workspace_id: UUID,
         job_id: UUID,

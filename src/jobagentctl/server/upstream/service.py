@@ -346,36 +346,16 @@ class GatewayService(JobService):
         by_id: bool,
         listed_at: float | None = None,
     ) -> ClaimedJob | None:
-        """Claim one job: here first (leased), then in ctrlplane. None (claim-next) or the
-        error (by id) when it is not claimable: held here, or ctrlplane refused."""
+        """Claim one job: here first (leased), then in ctrlplane.
+
+        When it is not claimable (held here, or ctrlplane refused):
+        - claim-next: None;
+        - by id: the error.
+        """
         job_id = UUID(str(item["id"]))
         if lease is None:
             return await self._claim_unleased(ws, agent_id, job_id, by_id=by_id)
-
-        async def mirror(confirmed: bool) -> bool:
-            return await self.ledger.mirror(
-                ws,
-                agent_id,
-                job_id,
-                created_at=_parse_time(item.get("createdAt")),
-                job_agent_config=dict(item.get("jobAgentConfig") or {}),
-                dispatch_context=dict(item.get("dispatchContext") or {}),
-                metadata=dict(item.get("metadata") or {}),
-                confirmed=confirmed,
-            )
-
-        mirrored = await mirror(False)
-        ended = None if mirrored else await self.ledger.ended_here(ws, job_id)
-        if ended is not None and not (listed_at and ended.timestamp() > listed_at - 1.0):
-            # Ended here before the listing was asked for (a second's margin for the clocks
-            # of this host and the database's): a job queued again in ctrlplane (an
-            # operator's requeue there), or a listing that was on its way. ctrlplane says
-            # which, for this job alone. One that ended after it is skipped without asking.
-            if await self._queued_upstream(ws, job_id):
-                mirrored = await mirror(True)
-            elif not by_id:
-                self._poll(ws, agent_id).forget()
-        if not mirrored:
+        if not await self._mirrored(ws, agent_id, item, by_id=by_id, listed_at=listed_at):
             # Held here, or an operation on it not yet delivered (a requeue sent after a
             # claim made now would undo that claim in ctrlplane): not claimable yet.
             if by_id:
@@ -392,8 +372,63 @@ class GatewayService(JobService):
                 raise
             return None
         crash_point("claimed-locally")
+        upstream = await self._claim_upstream(ws, agent_id, local, by_id=by_id)
+        if upstream is None:
+            return None
+        crash_point("claimed-upstream")
+        return self._merged(local, upstream)
+
+    async def _mirrored(
+        self,
+        ws: UUID,
+        agent_id: UUID,
+        item: dict[str, Any],
+        *,
+        by_id: bool,
+        listed_at: float | None,
+    ) -> bool:
+        """Mirror the listed job ``item`` here, claimable; False when it is not claimable yet."""
+        job_id = UUID(str(item["id"]))
+
+        async def mirror(confirmed: bool) -> bool:
+            return await self.ledger.mirror(
+                ws,
+                agent_id,
+                job_id,
+                created_at=_parse_time(item.get("createdAt")),
+                job_agent_config=dict(item.get("jobAgentConfig") or {}),
+                dispatch_context=dict(item.get("dispatchContext") or {}),
+                metadata=dict(item.get("metadata") or {}),
+                confirmed=confirmed,
+            )
+
+        if await mirror(False):
+            return True
+        ended = await self.ledger.ended_here(ws, job_id)
+        if ended is None or (listed_at and ended.timestamp() > listed_at - 1.0):
+            return False
+        # Ended here before the listing was asked for (a second's margin for the clocks of
+        # this host and the database's): a job queued again in ctrlplane (an operator's
+        # requeue there), or a listing that was on its way. ctrlplane says which, for this job
+        # alone. One that ended after it is skipped without asking.
+        if await self._queued_upstream(ws, job_id):
+            return await mirror(True)
+        if not by_id:
+            self._poll(ws, agent_id).forget()
+        return False
+
+    async def _claim_upstream(
+        self, ws: UUID, agent_id: UUID, local: ClaimedJob, *, by_id: bool
+    ) -> dict[str, Any] | None:
+        """ctrlplane's claim of the job claimed here as ``local``: its job as answered.
+
+        When ctrlplane refuses, the local claim is undone, then:
+        - claim-next: None;
+        - by id: ``NotFound`` (404) or ``NotClaimable``.
+        """
+        job_id = local.id
         try:
-            upstream = await self.upstream.claim(ws, agent_id, job_id)
+            return await self.upstream.claim(ws, agent_id, job_id)
         except UpstreamRefused as exc:
             # Another claimer won (409), or the job is not the agent's (404): the local claim
             # never reached an agent and leaves no attempt.
@@ -413,8 +448,6 @@ class GatewayService(JobService):
             # Else ctrlplane may have taken it: the lease runs out unheartbeaten and the
             # reaper sends the job back to queued if ctrlplane has it in progress.
             raise
-        crash_point("claimed-upstream")
-        return self._merged(local, upstream)
 
     async def _queued_upstream(self, ws: UUID, job_id: UUID) -> bool:
         try:
