@@ -23,6 +23,8 @@ from pydantic_core import PydanticCustomError
 
 __all__ = [
     "CLAIM_ROW_STATES",
+    "DELIVERING_MARK",
+    "DELIVERY_PENDING",
     "HEARTBEAT_INTERVAL_MAX",
     "HEARTBEAT_INTERVAL_MIN",
     "QUIET_MARK",

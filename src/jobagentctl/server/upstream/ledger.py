@@ -79,6 +79,17 @@ class Ledger:
         """Our workspace row under ctrlplane's id (the store's own creation draws a new id)."""
         await self._db.one("create_workspace", id=workspace_id, name=name, slug=slug)
 
+    async def mirror_agent(self, workspace_id: UUID, agent: dict[str, Any]) -> None:
+        """Our row of ctrlplane's agent ``agent`` (as ctrlplane answers it), made or refreshed."""
+        await self.store.entities.upsert_agent(
+            workspace_id,
+            UUID(str(agent["id"])),
+            str(agent.get("name") or "agent"),
+            str(agent.get("type") or "http-pull"),
+            dict(agent.get("config") or {}),
+            dict(agent.get("metadata") or {}),
+        )
+
     async def mirror(
         self,
         workspace_id: UUID,

@@ -114,18 +114,8 @@ class GatewayService(JobService):
                 agent = await self.upstream.get_agent(ws, agent_id)
             except UpstreamRefused:
                 raise no_agent(agent_id) from None
-            await self.mirror_agent(ws, agent)
+            await self.ledger.mirror_agent(ws, agent)
         self._mirrored_agents.add(agent_id)
-
-    async def mirror_agent(self, ws: UUID, agent: dict[str, Any]) -> None:
-        await self.store.entities.upsert_agent(
-            ws,
-            UUID(str(agent["id"])),
-            str(agent.get("name") or "agent"),
-            str(agent.get("type") or "http-pull"),
-            dict(agent.get("config") or {}),
-            dict(agent.get("metadata") or {}),
-        )
 
     async def upsert_agent(
         self, principal: Principal, ws: UUID, agent_id: UUID, body: UpsertJobAgentRequest
