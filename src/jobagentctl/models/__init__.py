@@ -1,10 +1,10 @@
 """Wire models shared by client and server, with ctrlplane's camelCase field names.
 
 Python attributes are snake_case; ``model_dump(by_alias=True)`` / ``model_validate`` speak the
-wire names. Response models accept every shape ctrlplane's own handlers produce (ctrlplane
-``apps/api/src/routes/v1/workspaces/jobs.ts`` ``toJobResponse`` at commit 66e0888): unknown fields
-are kept (``releaseId``, ``updatedAt``, whatever a newer server adds), optional fields may be
-absent, ``jobAgentId`` is ``""`` for a job without agent. Fields the server did not send stay
+wire names. Response models accept every shape ctrlplane's own handlers produce (``toJobResponse``
+in ctrlplane's ``apps/api/src/routes/v1/workspaces/jobs.ts`` at commit 66e0888). Unknown fields are
+kept (``releaseId``, ``updatedAt``, whatever a newer server adds). Optional fields may be absent.
+``jobAgentId`` is ``""`` for a job without agent. Fields the server did not send stay
 unset, so ``model_dump(exclude_unset=True)`` gives back what the server sent and invents no
 ``null``. Also the other names both sides share: the enums, and the environment a job runs in.
 """

@@ -1,6 +1,5 @@
-"""The wire models and the names both sides share (the enums, the lease's cadence, the
-environment a job runs in); :mod:`jobagentctl.models` re-exports them with the request bodies
-and the log models."""
+"""The wire models and the names both sides share: the enums, the lease's cadence. The package
+:mod:`jobagentctl.models` re-exports them with the other models and the environment names."""
 
 from __future__ import annotations
 
@@ -90,8 +89,8 @@ class ClaimState(StrEnum):
 
     A claim row is ``ACTIVE`` (lease holds), ``EXPIRED`` (lease ran out, not yet reaped) or
     ``UNLEASED`` (claimed without a lease: a V1 claim); ``REVOKED`` is a claim an operator ended
-    (requeue, cancel) that its agent has not let go of yet: the job is not claimable until the
-    agent reports its command gone or the lease runs out. ``ALL`` is only a filter value ("every
+    (requeue, cancel) that its agent has not let go of yet. The job is not claimable until the agent
+    reports its command gone or the lease runs out. ``ALL`` is only a filter value ("every
     state"); no row is ever in it. :data:`CLAIM_ROW_STATES` is the set a row can be in.
     """
 
@@ -108,10 +107,14 @@ CLAIM_ROW_STATES: frozenset[ClaimState] = frozenset(
 
 
 class AgentState(StrEnum):
-    """An agent's presence, as ``agents list`` shows and ``--state`` filters it: ``OFFLINE``
-    (not seen within the server's presence window, or never — whatever it holds: a dead agent
-    is not busy), ``BUSY`` (seen, and a job of its is in progress or a claim of its was revoked
-    and not let go yet), ``IDLE`` (seen, holding nothing)."""
+    """An agent's presence, as ``agents list`` shows and ``--state`` filters it:
+
+    - ``OFFLINE``: not seen within the server's presence window, or never. Whatever it holds: a dead
+      agent is not busy.
+    - ``BUSY``: seen, and a job of its is in progress, or a claim of its was revoked and not let go
+      yet.
+    - ``IDLE``: seen, holding nothing.
+    """
 
     BUSY = "busy"
     IDLE = "idle"
@@ -254,8 +257,8 @@ T = TypeVar("T")
 class Page(WireModel, Generic[T]):
     """A page of a paginated list: ``items``, and where it sits in the whole list.
 
-    ``next_cursor`` (job listings of our server): the ``cursor`` of the page after this one,
-    None on the last page; a server that pages only by offset (ctrlplane) does not send it.
+    ``next_cursor`` (job listings of our server): the ``cursor`` of the page after this one, None on
+    the last page. A server that pages only by offset (ctrlplane) does not send it.
     """
 
     items: list[T]
@@ -266,9 +269,9 @@ class Page(WireModel, Generic[T]):
 
 
 class Workspace(WireModel):
-    """ctrlplane's ``Workspace``, as ``GET /v1/workspaces/slug/{slug}`` answers it. Only ``id``
-    is required: a client needs no more to resolve a slug, and ``name``, ``slug`` and
-    ``createdAt`` are what our server sends of ctrlplane's wider object."""
+    """ctrlplane's ``Workspace``, as ``GET /v1/workspaces/slug/{slug}`` answers it. Only ``id`` is
+    required: a client needs no more to resolve a slug. ``name``, ``slug`` and ``createdAt`` are
+    what our server sends of ctrlplane's wider object."""
 
     id: UUID
     name: str | None = None
@@ -404,7 +407,7 @@ class JobAttempt(WireModel):
 
 
 class AcceptedResponse(WireModel):
-    """A 202 ``{id, message}``. ctrlplane echoes the path parameter as it came, so ``id`` is
+    """A 202 ``{id, message}``. ctrlplane echoes the path parameter as it came. So ``id`` is
     whatever string the server sends (a UUID from us and from our server)."""
 
     id: UUID | str
@@ -452,10 +455,14 @@ DELIVERING_MARK = "delivering"
 
 
 class UrgentClaims(WireModel):
-    """``GET …/job-claims/urgent``: at most ``limit`` claims, most urgent first (expired;
-    unleased or stale; then nearest expiry), and how many claims there are of each mark (a
-    claim state, or ``stale``; marks with no claim are left out), ``total`` in all: what a live
-    view of thousands of claims needs, in one request."""
+    """``GET …/job-claims/urgent``: what a live view of thousands of claims needs, in one request.
+
+    - ``items``: at most ``limit`` claims, most urgent first (expired; unleased or stale; then
+      nearest expiry).
+    - ``counts``: how many claims there are of each mark (a claim state, or ``stale``). Marks with
+      no claim are left out.
+    - ``total``: how many claims in all.
+    """
 
     items: list[JobClaim]
     counts: dict[str, int]

@@ -102,9 +102,12 @@ class Ledger:
         metadata: dict[str, Any],
         confirmed: bool = False,
     ) -> bool:
-        """Our row of a job ctrlplane lists as queued; False when we hold it in progress (or
-        have an undelivered operation on it), or it ended here and ``confirmed`` (ctrlplane
-        said queued when asked for this job alone) is not given: then it is not claimable."""
+        """Our row of a job ctrlplane lists as queued; False when it is not claimable:
+
+        - we hold it in progress, or have an undelivered operation on it;
+        - or it ended here and ``confirmed`` is not given. ``confirmed``: ctrlplane said queued when
+          asked for this job alone.
+        """
         row = await self._db.one(
             "gateway_mirror_job",
             id=job_id,

@@ -2,17 +2,17 @@
 
 What changes against ``JobService`` (docs/gateway.md has the whole picture):
 
-- **Claims** take a job ctrlplane lists as queued for the agent: the lease is recorded here
-  first (the mirror row of the job, the claim, the attempt: the store's own claim), then the
-  claim is sent to ctrlplane. ctrlplane's 409/404 (another claimer won) undoes the local claim,
+- **Claims** take a job ctrlplane lists as queued for the agent. The lease is recorded here
+  first: the mirror row of the job, the claim, the attempt (the store's own claim). Then the
+  claim is sent to ctrlplane. A 409/404 from it (another claimer won) undoes the local claim,
   which never reached an agent, and the next job is tried. A crash between the two leaves a
-  lease nobody heartbeats: the gateway's reaper requeues the job upstream (only if ctrlplane
-  has it in progress), as for any dead agent.
+  lease nobody heartbeats. The gateway's reaper requeues that job upstream, as for any dead
+  agent (only if ctrlplane has it in progress).
 - **Heartbeats** are the store's, unchanged: nothing goes to ctrlplane.
-- **Reports** with a ``claimId`` are fenced here, written to the outbox with the claim marked
-  delivering (one transaction), then sent; the agent gets 202 as soon as the report is durable,
-  even while ctrlplane is down; the claim and attempt end here once ctrlplane took it.
-- **Operators' status changes** (no ``claimId``) go to ctrlplane first, then here; a requeue
+- **Reports** with a ``claimId`` are fenced here, then written to the outbox with the claim
+  marked delivering (one transaction), then sent. The agent gets 202 as soon as the report is
+  durable, even while ctrlplane is down. The claim and attempt end here once ctrlplane took it.
+- **Operators' status changes** (no ``claimId``) go to ctrlplane first, then here. A requeue
   of a held claim is sent once the holder let go or its lease ran out (no overlap).
 - **Listings and reads of jobs** are ctrlplane's; claims, attempts, logs and presence ours.
 """
@@ -105,8 +105,10 @@ class GatewayService(JobService):
 
     # --- agents ------------------------------------------------------------------------------
     async def ensure_agent(self, ws: UUID, agent_id: UUID) -> None:
-        """Our row of ctrlplane's agent (keys, claims and presence refer to it), made on first
-        use; 404 when ctrlplane has no such agent in the workspace."""
+        """Our row of ctrlplane's agent (keys, claims and presence refer to it), made on first use.
+
+        It is 404 when ctrlplane has no such agent in the workspace.
+        """
         if agent_id in self._mirrored_agents:
             return
         if await self.store.entities.get_agent(ws, agent_id) is None:
@@ -290,8 +292,8 @@ class GatewayService(JobService):
         stops: list[asyncio.Event],
         skip: UUID | None = None,
     ) -> list[ClaimedJob]:
-        """Up to ``limit`` of the agent's oldest jobs queued in ctrlplane, from the agent's
-        shared poll, waiting for one until ``deadline`` (monotonic) or one of ``stops``."""
+        """Up to ``limit`` of the agent's oldest jobs queued in ctrlplane, from the agent's shared
+        poll. It waits for one until ``deadline`` (monotonic) or one of ``stops``."""
         poll = self._poll(ws, agent_id)
         # A listing at most one poll interval old: the agent's shared poll may have been idle
         # for minutes, and a claim must not be answered from a listing that old.
@@ -612,8 +614,8 @@ class GatewayService(JobService):
     # --- the outbox --------------------------------------------------------------------------
     async def deliver(self, op: Op) -> None:
         """Send one outbox row to ctrlplane and finish it here. ``UpstreamUnavailable`` when
-        ctrlplane did not answer (the row stays for a retry); a refusal (4xx) finishes the row
-        with the error recorded: retrying cannot change ctrlplane's mind."""
+        ctrlplane did not answer: the row stays for a retry. A refusal (4xx) finishes the row with
+        the error recorded: retrying cannot change ctrlplane's mind."""
         if op.kind == "report":
             await self._deliver_report(op)
         else:
@@ -645,9 +647,9 @@ class GatewayService(JobService):
         self.changed(op.job_id)
 
     async def _deliver_requeue(self, op: Op) -> None:
-        """Put the job back to queued in ctrlplane, only if it is still in progress there (a
-        job cancelled or finished there meanwhile stays so); not while a revoked claim still
-        holds it here."""
+        """Put the job back to queued in ctrlplane, only if it is still in progress there. A job
+        cancelled or finished there meanwhile stays so. Not while a revoked claim still holds it
+        here."""
         if await self.ledger.revoked_held(op.job_id):
             await self.ledger.op_retry(op.id, 1.0, "waiting for the claim's holder to let go")
             return

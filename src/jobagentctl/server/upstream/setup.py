@@ -1,8 +1,10 @@
 """``server init --upstream-workspace``: make this store the gateway of a ctrlplane workspace.
 
-Our workspace row takes ctrlplane's id (so agents keep their ``CTRLPLANE_WORKSPACE``), slug and
-name; ctrlplane's agents get rows here (keys bound to one of them need it); the store records
-which upstream it fronts; the first workspace key of ours is made and shown once.
+- Our workspace row takes ctrlplane's id (so agents keep their ``CTRLPLANE_WORKSPACE``), slug and
+  name.
+- ctrlplane's agents get rows here: keys bound to one of them need it.
+- The store records which upstream it fronts.
+- The first workspace key of ours is made and shown once.
 """
 
 from __future__ import annotations
