@@ -97,6 +97,21 @@ StatusFilter = Annotated[
 ]
 
 
+def _mark_after(alias: str, description: str) -> Any:
+    """A query parameter: the seconds after which an active claim earns a mark."""
+    return Query(alias=alias, ge=0, le=10**9, description=description)
+
+
+StaleAfter = Annotated[
+    float | None,
+    _mark_after("staleAfter", "Seconds without a heartbeat that make an active claim stale"),
+]
+QuietAfter = Annotated[
+    float | None,
+    _mark_after("quietAfter", "Seconds without output that make an active (not stale) claim quiet"),
+]
+
+
 @dataclass(frozen=True, slots=True)
 class Call:
     """One request as an operation sees it. ``receive`` is the connection after the body was
@@ -504,24 +519,8 @@ async def urgent_job_claims(
     ws: WsPath,
     job_agent_id: Annotated[UUID | None, Query(alias="jobAgentId")] = None,
     state: ClaimState = ClaimState.ALL,
-    stale_after: Annotated[
-        float | None,
-        Query(
-            alias="staleAfter",
-            ge=0,
-            le=10**9,
-            description="Seconds without a heartbeat that make an active claim stale",
-        ),
-    ] = None,
-    quiet_after: Annotated[
-        float | None,
-        Query(
-            alias="quietAfter",
-            ge=0,
-            le=10**9,
-            description="Seconds without output that make an active (not stale) claim quiet",
-        ),
-    ] = None,
+    stale_after: StaleAfter = None,
+    quiet_after: QuietAfter = None,
     limit: Limit = 50,
 ) -> bytes:
     """The most urgent claims first, and how many there are of each kind

@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -72,15 +71,6 @@ _POLL_PAGE = 50
 _ACCEPTED_MESSAGE = "Job status accepted: delivering it to ctrlplane"
 # /readyz asks ctrlplane at most this often (seconds); the answer in between is the last one.
 _UPSTREAM_STATE_TTL = 2.0
-
-
-def _parse_time(value: Any) -> datetime:
-    if isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            pass
-    return datetime.now(UTC)
 
 
 class GatewayService(JobService):
@@ -382,19 +372,7 @@ class GatewayService(JobService):
         """Mirror the listed job ``item`` here, claimable; False when it is not claimable yet."""
         job_id = UUID(str(item["id"]))
 
-        async def mirror(confirmed: bool) -> bool:
-            return await self.ledger.mirror(
-                ws,
-                agent_id,
-                job_id,
-                created_at=_parse_time(item.get("createdAt")),
-                job_agent_config=dict(item.get("jobAgentConfig") or {}),
-                dispatch_context=dict(item.get("dispatchContext") or {}),
-                metadata=dict(item.get("metadata") or {}),
-                confirmed=confirmed,
-            )
-
-        if await mirror(False):
+        if await self.ledger.mirror(ws, agent_id, job_id, item):
             return True
         ended = await self.ledger.ended_here(ws, job_id)
         if ended is None or (listed_at and ended.timestamp() > listed_at - 1.0):
@@ -404,7 +382,7 @@ class GatewayService(JobService):
         # requeue there), or a listing that was on its way. ctrlplane says which, for this job
         # alone. One that ended after it is skipped without asking.
         if await self._queued_upstream(ws, job_id):
-            return await mirror(True)
+            return await self.ledger.mirror(ws, agent_id, job_id, item, confirmed=True)
         if not by_id:
             self._poll(ws, agent_id).forget()
         return False
@@ -461,15 +439,7 @@ class GatewayService(JobService):
             if exc.status == 404:
                 raise NotFound("job not found", details={"jobId": str(job_id)}) from None
             raise NotClaimable("the job is not queued in ctrlplane") from None
-        await self.ledger.mirror(
-            ws,
-            agent_id,
-            job_id,
-            created_at=_parse_time(upstream.get("createdAt")),
-            job_agent_config=dict(upstream.get("jobAgentConfig") or {}),
-            dispatch_context=dict(upstream.get("dispatchContext") or {}),
-            metadata=dict(upstream.get("metadata") or {}),
-        )
+        await self.ledger.mirror(ws, agent_id, job_id, upstream)
         try:
             local = await self.store.claim_job(ws, agent_id, job_id, None)
         except (NotClaimable, NotFound):
