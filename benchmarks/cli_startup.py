@@ -80,13 +80,7 @@ def measure_both(runs: int) -> dict[str, tuple[float, float]]:
         tempfile.TemporaryDirectory() as certs,
         _tls_server(url, server, Path(certs)) as (https_url, ca),
     ):
-        env = {
-            **base_env,
-            "JOBAGENTCTL_URL": server.url,
-            "JOBAGENTCTL_WORKSPACE": server.workspace,
-            "JOBAGENTCTL_API_KEY": server.api_key,
-            "JOBAGENTCTL_AGENT": server.agent,
-        }
+        env = server.agent_env(base_env)
 
         def job(lease: int = 3600) -> dict[str, str]:
             _, body = asyncio.run(

@@ -231,6 +231,17 @@ class Server:
     def headers(self) -> dict[str, str]:
         return {"X-API-Key": self.api_key}
 
+    def agent_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """``base`` (this process's environment by default) with what `run` needs to reach
+        this server as its agent."""
+        return {
+            **(os.environ if base is None else base),
+            "JOBAGENTCTL_URL": self.url,
+            "JOBAGENTCTL_WORKSPACE": self.workspace,
+            "JOBAGENTCTL_AGENT": self.agent,
+            "JOBAGENTCTL_API_KEY": self.api_key,
+        }
+
     def path(self, rest: str) -> str:
         return f"/api/v1/workspaces/{self.workspace}{rest}"
 
@@ -272,6 +283,21 @@ class Server:
         self.stop()
 
 
+async def post_job(
+    conn: Connection, server: Server, agent: str | None = None, body: Any = None
+) -> bytes:
+    """Create one job for ``agent`` (the server's by default); the response body."""
+    status, raw = await conn.request(
+        "POST",
+        server.path(f"/job-agents/{agent or server.agent}/jobs"),
+        body={"jobAgentConfig": {}} if body is None else body,
+        headers=server.headers,
+    )
+    if status != 201:
+        raise RuntimeError(f"enqueue failed: {status} {raw[:200]!r}")
+    return raw
+
+
 async def enqueue(server: Server, count: int, concurrency: int = 8) -> None:
     """Queue ``count`` no-op jobs through the API (not timed)."""
     left = count
@@ -282,14 +308,7 @@ async def enqueue(server: Server, count: int, concurrency: int = 8) -> None:
         try:
             while left > 0:
                 left -= 1
-                status, body = await conn.request(
-                    "POST",
-                    server.path(f"/job-agents/{server.agent}/jobs"),
-                    body={"jobAgentConfig": {}},
-                    headers=server.headers,
-                )
-                if status != 201:
-                    raise RuntimeError(f"enqueue failed: {status} {body[:200]!r}")
+                await post_job(conn, server)
         finally:
             await conn.close()
 

@@ -23,6 +23,7 @@ from benchmarks.common import (
     Server,
     database,
     enqueue,
+    post_job,
     self_cpu_seconds,
 )
 from benchmarks.httpclient import Connection
@@ -124,14 +125,7 @@ async def _pickup(server: Server, samples: int, poll_interval: float | None) -> 
             # Let the long-poll reach the server first; a poller is caught at a random phase.
             await asyncio.sleep(0.05 if poll_interval is None else random.uniform(0, poll_interval))
             t0 = time.perf_counter()
-            status, _ = await admin.request(
-                "POST",
-                server.path(f"/job-agents/{server.agent}/jobs"),
-                body={},
-                headers=server.headers,
-            )
-            if status != 201:
-                raise RuntimeError(f"enqueue: {status}")
+            await post_job(admin, server, body={})
             latencies.append(await claimed - t0)
             await task
     finally:
@@ -155,13 +149,7 @@ def recovery(kind: str, trials: int, lease: int, reap_interval: float) -> list[f
     times: list[float] = []
     settings = {"min_lease_seconds": "1", "reap_interval": str(reap_interval)}
     with database(kind) as url, Server(url, settings) as server:
-        env = {
-            **os.environ,
-            "JOBAGENTCTL_URL": server.url,
-            "JOBAGENTCTL_WORKSPACE": server.workspace,
-            "JOBAGENTCTL_AGENT": server.agent,
-            "JOBAGENTCTL_API_KEY": server.api_key,
-        }
+        env = server.agent_env()
         for _ in range(trials):
             asyncio.run(enqueue(server, 1, concurrency=1))
             with tempfile.TemporaryDirectory() as tmp:
@@ -239,13 +227,7 @@ def supervision(seconds: float) -> tuple[float, float, float]:
     """CPU share of one core and peak RSS (MB) of `run` around a sleeping child."""
     with database("sqlite") as url, Server(url) as server:
         asyncio.run(enqueue(server, 1, concurrency=1))
-        env = {
-            **os.environ,
-            "JOBAGENTCTL_URL": server.url,
-            "JOBAGENTCTL_WORKSPACE": server.workspace,
-            "JOBAGENTCTL_AGENT": server.agent,
-            "JOBAGENTCTL_API_KEY": server.api_key,
-        }
+        env = server.agent_env()
         t0 = time.perf_counter()
         proc = subprocess.Popen(
             [

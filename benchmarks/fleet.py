@@ -44,7 +44,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from benchmarks.common import Server, database, percentile, proc_cpu_seconds
+from benchmarks.common import Server, database, percentile, post_job, proc_cpu_seconds
 from benchmarks.httpclient import Connection
 from jobagentctl.supervisor.claiming import FIRST_POLL_FRACTION
 
@@ -241,15 +241,7 @@ async def _setup(server: Server, agents: int, lease: int) -> tuple[list[str], li
                     raise RuntimeError(f"register: {status} {raw[:200]!r}")
                 if agent not in busy_set:
                     continue
-                status, raw = await conn.request(
-                    "POST",
-                    server.path(f"/job-agents/{agent}/jobs"),
-                    body={},
-                    headers=server.headers,
-                )
-                if status != 201:
-                    raise RuntimeError(f"enqueue: {status} {raw[:200]!r}")
-                job = json.loads(raw)["id"]
+                job = json.loads(await post_job(conn, server, agent, body={}))["id"]
                 status, raw = await conn.request(
                     "POST",
                     server.path(f"/job-agents/{agent}/jobs/{job}/claim"),

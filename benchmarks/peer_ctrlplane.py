@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Server, database, proc_cpu_seconds
+from benchmarks.common import Server, database, post_job, proc_cpu_seconds
 from benchmarks.figures import Row, verdict
 from benchmarks.httpclient import Connection
 
@@ -161,15 +161,7 @@ async def _enqueue(server: Server, count: int) -> list[str]:
     ids = []
     try:
         for _ in range(count):
-            status, raw = await conn.request(
-                "POST",
-                server.path(f"/job-agents/{server.agent}/jobs"),
-                body={"jobAgentConfig": {}},
-                headers=server.headers,
-            )
-            if status != 201:
-                raise RuntimeError(f"enqueue: {status} {raw[:200]!r}")
-            ids.append(json.loads(raw)["id"])
+            ids.append(json.loads(await post_job(conn, server))["id"])
     finally:
         await conn.close()
     return ids

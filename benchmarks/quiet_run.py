@@ -28,13 +28,7 @@ __all__ = ["main", "quiet_run", "section"]
 def _one(server: Server, seconds: float) -> tuple[float, float]:
     """CPU seconds and wall seconds of one `run` around ``sleep seconds``."""
     asyncio.run(enqueue(server, 1, concurrency=1))
-    env = {
-        **os.environ,
-        "JOBAGENTCTL_URL": server.url,
-        "JOBAGENTCTL_WORKSPACE": server.workspace,
-        "JOBAGENTCTL_AGENT": server.agent,
-        "JOBAGENTCTL_API_KEY": server.api_key,
-    }
+    env = server.agent_env()
     argv = [sys.executable, "-m", "jobagentctl", "run", "--lease-seconds", "15"]
     argv += ["--no-output-timeout", "1h", "--", "sleep", str(seconds)]
     t0 = time.perf_counter()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -56,13 +55,7 @@ def measure(count: int = 64, size: int = 65536) -> dict[str, object]:
     with database("sqlite") as url, Server(url) as server, tempfile.TemporaryDirectory() as tmp:
         asyncio.run(enqueue(server, 1))
         out = Path(tmp) / "figures.json"
-        env = {
-            **os.environ,
-            "JOBAGENTCTL_URL": server.url,
-            "JOBAGENTCTL_WORKSPACE": server.workspace,
-            "JOBAGENTCTL_AGENT": server.agent,
-            "JOBAGENTCTL_API_KEY": server.api_key,
-        }
+        env = server.agent_env()
         job = [sys.executable, "-c", _JOB, str(count), str(size), str(out)]
         subprocess.run(
             [sys.executable, "-m", "jobagentctl", "run", "--", *job],

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import resource
 import statistics
 import subprocess
@@ -48,13 +47,7 @@ class ShipFigures:
 
 
 def _run(server: Server, printed: int, ship: bool, report: Path) -> tuple[float, float, float]:
-    env = {
-        **os.environ,
-        "JOBAGENTCTL_URL": server.url,
-        "JOBAGENTCTL_WORKSPACE": server.workspace,
-        "JOBAGENTCTL_AGENT": server.agent,
-        "JOBAGENTCTL_API_KEY": server.api_key,
-    }
+    env = server.agent_env()
     argv = [sys.executable, "-m", "jobagentctl", "run", "--report", str(report)]
     argv += [] if ship else ["--no-ship-output"]
     timing = report.with_name("command-ns")

@@ -325,3 +325,50 @@ def test_type_checking_imports_close_a_circle_too(tmp_path: Path) -> None:
     )
     path.write_text(path.read_text(encoding="utf-8") + "\n" + extra, encoding="utf-8")
     assert any("jobagentctl.errors" in circle for circle in circles(copy))
+
+
+def private_attributes(src: Path = SRC) -> list[str]:
+    """Every pydantic private attribute declared by a class of ``src/jobagentctl/models``.
+
+    Read with ``ast``: the name ``PrivateAttr`` anywhere, or a class field whose name starts with
+    ``_`` (pydantic makes those private attributes).
+    """
+    found: list[str] = []
+    for path in sorted((src / "models").rglob("*.py")):
+        where = path.relative_to(src.parent)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Name | ast.Attribute | ast.alias) and "PrivateAttr" in (
+                getattr(node, "id", None),
+                getattr(node, "attr", None),
+                getattr(node, "name", None),
+            ):
+                found.append(f"{where}:{node.lineno}: PrivateAttr")
+            elif isinstance(node, ast.ClassDef):
+                for stmt in node.body:
+                    target = stmt.target if isinstance(stmt, ast.AnnAssign) else None
+                    if isinstance(target, ast.Name) and target.id.startswith("_"):
+                        found.append(f"{where}:{stmt.lineno}: {node.name}.{target.id}")
+    return sorted(found)
+
+
+def test_no_private_attributes_on_wire_models() -> None:
+    # A wire model carries its fields and nothing else: what travels beside one (the JSON as
+    # sent, a claim's agent) is a value of its own, not hidden state on the model.
+    assert private_attributes() == []
+
+
+def test_the_private_attribute_check_catches(tmp_path: Path) -> None:
+    models = tmp_path / "jobagentctl" / "models"
+    models.mkdir(parents=True)
+    (models / "wire.py").write_text(
+        "from pydantic import BaseModel, PrivateAttr\n"
+        "class A(BaseModel):\n    _sent: dict = PrivateAttr(default=None)\n"
+        "class B(BaseModel):\n    _agent: int = 0\n    ok: int = 0\n",
+        encoding="utf-8",
+    )
+    assert private_attributes(tmp_path / "jobagentctl") == [
+        "jobagentctl/models/wire.py:1: PrivateAttr",
+        "jobagentctl/models/wire.py:3: A._sent",
+        "jobagentctl/models/wire.py:3: PrivateAttr",
+        "jobagentctl/models/wire.py:5: B._agent",
+    ]

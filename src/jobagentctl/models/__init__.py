@@ -1,148 +1,21 @@
 """Wire models shared by client and server, with ctrlplane's camelCase field names.
 
 Python attributes are snake_case; ``model_dump(by_alias=True)`` / ``model_validate`` speak the
-wire names. Response models accept every shape ctrlplane's own handlers produce (ctrlplane
-``apps/api/src/routes/v1/workspaces/jobs.ts`` ``toJobResponse`` at commit 66e0888): unknown fields
-are kept (``releaseId``, ``updatedAt``, whatever a newer server adds), optional fields may be
-absent, ``jobAgentId`` is ``""`` for a job without agent. Fields the server did not send stay
+wire names. Response models accept every shape ctrlplane's own handlers produce (``toJobResponse``
+in ctrlplane's ``apps/api/src/routes/v1/workspaces/jobs.ts`` at commit 66e0888). Unknown fields are
+kept (``releaseId``, ``updatedAt``, whatever a newer server adds). Optional fields may be absent.
+``jobAgentId`` is ``""`` for a job without agent. Fields the server did not send stay
 unset, so ``model_dump(exclude_unset=True)`` gives back what the server sent and invents no
 ``null``. Also the other names both sides share: the enums, and the environment a job runs in.
 """
 
 from __future__ import annotations
 
-from jobagentctl.models.environment import (
-    AGENT_ENV,
-    API_KEY_ENV,
-    API_KEY_FILE_ENV,
-    ATTEMPT_ENV,
-    CLAIM_ID_ENV,
-    CTRLPLANE_ENV,
-    ENV_PREFIX,
-    JOB_FILE_ENV,
-    JOB_ID_ENV,
-    LEASE_SECONDS_ENV,
-    REDACT_SOCKET_ENV,
-    RUN_PID_ENV,
-    STOP_REASON_FILE_ENV,
-    URL_ENV,
-    WORKSPACE_ENV,
-)
-from jobagentctl.models.logs import (
-    LOG_CHUNK_MAX_BYTES,
-    LogAppendRequest,
-    LogAppendResult,
-    LogChunk,
-    LogChunkIn,
-    LogPage,
-    LogStream,
-)
-from jobagentctl.models.requests import (
-    MAX_CLAIM_BATCH,
-    ClaimNext,
-    ClaimNextRequest,
-    ClaimRequest,
-    CreateJobRequest,
-    HeartbeatRequest,
-    JobWaitRequest,
-    UpdateJobStatusRequest,
-    UpsertJobAgentRequest,
-)
-from jobagentctl.models.wire import (
-    CLAIM_ROW_STATES,
-    DELIVERING_MARK,
-    DELIVERY_PENDING,
-    HEARTBEAT_INTERVAL_MAX,
-    HEARTBEAT_INTERVAL_MIN,
-    QUIET_MARK,
-    SLUG_PATTERN,
-    STALE_MARK,
-    TERMINAL_STATUSES,
-    AcceptedResponse,
-    AgentState,
-    AttemptOutcome,
-    ClaimedJob,
-    ClaimedJobs,
-    ClaimState,
-    ErrorBody,
-    Heartbeat,
-    Job,
-    JobAgent,
-    JobAttempt,
-    JobClaim,
-    JobStatus,
-    JobWait,
-    Page,
-    UrgentClaims,
-    WireModel,
-    WireTime,
-    Workspace,
-    heartbeat_interval,
-    keep_wire,
-    timestamps_as_sent,
-)
+# Each module's names, written once in its ``__all__``; this package re-exports them all.
+from jobagentctl.models import environment, logs, requests, wire
+from jobagentctl.models.environment import *  # noqa: F403
+from jobagentctl.models.logs import *  # noqa: F403
+from jobagentctl.models.requests import *  # noqa: F403
+from jobagentctl.models.wire import *  # noqa: F403
 
-__all__ = [
-    "AGENT_ENV",
-    "API_KEY_ENV",
-    "API_KEY_FILE_ENV",
-    "ATTEMPT_ENV",
-    "CLAIM_ID_ENV",
-    "CLAIM_ROW_STATES",
-    "CTRLPLANE_ENV",
-    "DELIVERING_MARK",
-    "DELIVERY_PENDING",
-    "ENV_PREFIX",
-    "HEARTBEAT_INTERVAL_MAX",
-    "HEARTBEAT_INTERVAL_MIN",
-    "JOB_FILE_ENV",
-    "JOB_ID_ENV",
-    "LEASE_SECONDS_ENV",
-    "LOG_CHUNK_MAX_BYTES",
-    "MAX_CLAIM_BATCH",
-    "QUIET_MARK",
-    "REDACT_SOCKET_ENV",
-    "RUN_PID_ENV",
-    "SLUG_PATTERN",
-    "STALE_MARK",
-    "STOP_REASON_FILE_ENV",
-    "TERMINAL_STATUSES",
-    "URL_ENV",
-    "WORKSPACE_ENV",
-    "AcceptedResponse",
-    "AgentState",
-    "AttemptOutcome",
-    "ClaimNext",
-    "ClaimNextRequest",
-    "ClaimRequest",
-    "ClaimState",
-    "ClaimedJob",
-    "ClaimedJobs",
-    "CreateJobRequest",
-    "ErrorBody",
-    "Heartbeat",
-    "HeartbeatRequest",
-    "Job",
-    "JobAgent",
-    "JobAttempt",
-    "JobClaim",
-    "JobStatus",
-    "JobWait",
-    "JobWaitRequest",
-    "LogAppendRequest",
-    "LogAppendResult",
-    "LogChunk",
-    "LogChunkIn",
-    "LogPage",
-    "LogStream",
-    "Page",
-    "UpdateJobStatusRequest",
-    "UpsertJobAgentRequest",
-    "UrgentClaims",
-    "WireModel",
-    "WireTime",
-    "Workspace",
-    "heartbeat_interval",
-    "keep_wire",
-    "timestamps_as_sent",
-]
+__all__ = [*environment.__all__, *logs.__all__, *requests.__all__, *wire.__all__]

@@ -25,8 +25,8 @@ __all__ = [
 
 
 class LogStream(StrEnum):
-    """Where a log chunk came from: the command's two streams, or a marker (a line of our own,
-    UTF-8 text: output dropped by the agent, or cut by the server's cap)."""
+    """Where a log chunk came from: the command's two streams, or a marker. A marker is a line of
+    our own in UTF-8: output dropped by the agent, or cut by the server's cap."""
 
     STDOUT = "stdout"
     STDERR = "stderr"
@@ -46,8 +46,8 @@ def _unbase64(data: str) -> bytes:
 
 
 class LogChunkIn(RequestModel):
-    """One chunk of an append: its stream, the agent's time of it, and its raw bytes as
-    base64 (any bytes: output that is not UTF-8 is stored and read back exactly)."""
+    """One chunk of an append: its stream, the agent's time of it, and its raw bytes as base64. Any
+    bytes: output that is not UTF-8 is stored and read back exactly."""
 
     stream: LogStream
     at: WireTime = Field(description="The agent's time of the chunk (RFC 3339, with an offset)")
@@ -71,8 +71,8 @@ class LogAppendRequest(RequestModel):
 
 
 class LogAppendResult(WireModel):
-    """The answer of an append: the attempt written to, the seq its next chunk gets, the bytes
-    its log holds now, and whether the cap has cut some of it."""
+    """The answer of an append. It holds the attempt written to and the seq its next chunk gets.
+    Also the bytes its log holds now, and whether the cap has cut some of it."""
 
     job_id: UUID
     attempt: int

@@ -45,8 +45,9 @@ MAX_CLAIM_BATCH = 100
 
 
 class ClaimNextRequest(RequestModel):
-    """``limit`` (1–100) asks for a batch: the answer is then ``{"items": [claimed job…]}``,
-    the agent's oldest queued jobs, each with its own claim; without it, one claimed job."""
+    """``limit`` (1–100) asks for a batch: the answer is then ``{"items": [claimed job…]}``. Those
+    are the agent's oldest queued jobs, each with its own claim. Without ``limit``, the answer is
+    one claimed job."""
 
     lease_seconds: StrictInt | None = Field(default=None, ge=0)
     wait_seconds: StrictFloat | None = Field(default=None, ge=0)

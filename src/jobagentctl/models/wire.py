@@ -1,9 +1,9 @@
-"""The wire models and the names both sides share (the enums, the lease's cadence, the
-environment a job runs in); :mod:`jobagentctl.models` re-exports them with the request bodies
-and the log models."""
+"""The wire models and the names both sides share: the enums, the lease's cadence. The package
+:mod:`jobagentctl.models` re-exports them with the other models and the environment names."""
 
 from __future__ import annotations
 
+import weakref
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Generic, Literal, Self, TypeVar
@@ -13,7 +13,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PrivateAttr,
     ValidatorFunctionWrapHandler,
     WrapValidator,
     field_validator,
@@ -23,6 +22,8 @@ from pydantic_core import PydanticCustomError
 
 __all__ = [
     "CLAIM_ROW_STATES",
+    "DELIVERING_MARK",
+    "DELIVERY_PENDING",
     "HEARTBEAT_INTERVAL_MAX",
     "HEARTBEAT_INTERVAL_MIN",
     "QUIET_MARK",
@@ -88,8 +89,8 @@ class ClaimState(StrEnum):
 
     A claim row is ``ACTIVE`` (lease holds), ``EXPIRED`` (lease ran out, not yet reaped) or
     ``UNLEASED`` (claimed without a lease: a V1 claim); ``REVOKED`` is a claim an operator ended
-    (requeue, cancel) that its agent has not let go of yet: the job is not claimable until the
-    agent reports its command gone or the lease runs out. ``ALL`` is only a filter value ("every
+    (requeue, cancel) that its agent has not let go of yet. The job is not claimable until the agent
+    reports its command gone or the lease runs out. ``ALL`` is only a filter value ("every
     state"); no row is ever in it. :data:`CLAIM_ROW_STATES` is the set a row can be in.
     """
 
@@ -106,10 +107,14 @@ CLAIM_ROW_STATES: frozenset[ClaimState] = frozenset(
 
 
 class AgentState(StrEnum):
-    """An agent's presence, as ``agents list`` shows and ``--state`` filters it: ``OFFLINE``
-    (not seen within the server's presence window, or never — whatever it holds: a dead agent
-    is not busy), ``BUSY`` (seen, and a job of its is in progress or a claim of its was revoked
-    and not let go yet), ``IDLE`` (seen, holding nothing)."""
+    """An agent's presence, as ``agents list`` shows and ``--state`` filters it:
+
+    - ``OFFLINE``: not seen within the server's presence window, or never. Whatever it holds: a dead
+      agent is not busy.
+    - ``BUSY``: seen, and a job of its is in progress, or a claim of its was revoked and not let go
+      yet.
+    - ``IDLE``: seen, holding nothing.
+    """
 
     BUSY = "busy"
     IDLE = "idle"
@@ -148,36 +153,51 @@ SLUG_PATTERN = r"[a-z0-9-]{3,50}"
 class WireModel(BaseModel):
     """Base for responses: camelCase on the wire, unknown fields kept as they came.
 
-    A model the client parsed (:meth:`from_wire`) also keeps the JSON object it came from, so
-    that ``-o json`` prints what the server sent, value for value (``"…33.000Z"`` stays so;
-    a re-rendered datetime would not), in the server's order (:meth:`as_sent`).
+    A model the client parsed (:meth:`from_wire`) also has the JSON object it came from.
+    So ``-o json`` prints what the server sent, value for value, in the server's order
+    (:meth:`as_sent`).
+    For example ``"…33.000Z"`` stays so; a re-rendered datetime would not.
+    That JSON is kept beside the model, not in it: a wire model holds its fields only.
     """
 
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="allow", frozen=False
     )
-    _wire: dict[str, Any] | None = PrivateAttr(default=None)
 
     @classmethod
     def from_wire(cls, data: Any) -> Self:
-        """``data`` (a decoded JSON response) validated; the model and every model in it keep
-        their part of ``data``."""
+        """``data`` (a decoded JSON response) validated.
+
+        The model and every model in it keep their part of ``data``.
+        """
         return keep_wire(cls.model_validate(data), data)
 
     def as_sent(self) -> dict[str, Any] | None:
-        """The JSON object this model was parsed from (a shallow copy), or None when it was
-        not parsed from a response (built by the server, or by the client itself)."""
-        return None if self._wire is None else dict(self._wire)
+        """The JSON object this model was parsed from (a shallow copy).
+
+        None when it was not parsed from a response (built by the server, or by the client).
+        """
+        sent = _SENT.get(id(self))
+        return None if sent is None else dict(sent)
 
 
 WireT = TypeVar("WireT")
 
+# The JSON object each parsed model came from, by the model's id(). An entry leaves when its
+# model is collected (a weakref finalizer), before that id can name another object.
+_SENT: dict[int, dict[str, Any]] = {}
+
 
 def keep_wire(value: WireT, data: Any) -> WireT:
-    """Give each :class:`WireModel` in ``value`` (a model, or a list of them, as validated
-    from ``data``) its part of ``data``; ``value`` itself."""
+    """Give each :class:`WireModel` in ``value`` its part of ``data``; return ``value``.
+
+    ``value`` is a model, or a list of them, as validated from ``data``.
+    """
     if isinstance(value, WireModel) and isinstance(data, dict):
-        value._wire = data
+        key = id(value)
+        if key not in _SENT:
+            weakref.finalize(value, _SENT.pop, key, None)
+        _SENT[key] = data
         for name, field in type(value).model_fields.items():
             keep_wire(getattr(value, name), data.get(field.alias or name))
     elif isinstance(value, list) and isinstance(data, list) and len(value) == len(data):
@@ -237,8 +257,8 @@ T = TypeVar("T")
 class Page(WireModel, Generic[T]):
     """A page of a paginated list: ``items``, and where it sits in the whole list.
 
-    ``next_cursor`` (job listings of our server): the ``cursor`` of the page after this one,
-    None on the last page; a server that pages only by offset (ctrlplane) does not send it.
+    ``next_cursor`` (job listings of our server): the ``cursor`` of the page after this one, None on
+    the last page. A server that pages only by offset (ctrlplane) does not send it.
     """
 
     items: list[T]
@@ -249,9 +269,9 @@ class Page(WireModel, Generic[T]):
 
 
 class Workspace(WireModel):
-    """ctrlplane's ``Workspace``, as ``GET /v1/workspaces/slug/{slug}`` answers it. Only ``id``
-    is required: a client needs no more to resolve a slug, and ``name``, ``slug`` and
-    ``createdAt`` are what our server sends of ctrlplane's wider object."""
+    """ctrlplane's ``Workspace``, as ``GET /v1/workspaces/slug/{slug}`` answers it. Only ``id`` is
+    required: a client needs no more to resolve a slug. ``name``, ``slug`` and ``createdAt`` are
+    what our server sends of ctrlplane's wider object."""
 
     id: UUID
     name: str | None = None
@@ -387,7 +407,7 @@ class JobAttempt(WireModel):
 
 
 class AcceptedResponse(WireModel):
-    """A 202 ``{id, message}``. ctrlplane echoes the path parameter as it came, so ``id`` is
+    """A 202 ``{id, message}``. ctrlplane echoes the path parameter as it came. So ``id`` is
     whatever string the server sends (a UUID from us and from our server)."""
 
     id: UUID | str
@@ -435,10 +455,14 @@ DELIVERING_MARK = "delivering"
 
 
 class UrgentClaims(WireModel):
-    """``GET …/job-claims/urgent``: at most ``limit`` claims, most urgent first (expired;
-    unleased or stale; then nearest expiry), and how many claims there are of each mark (a
-    claim state, or ``stale``; marks with no claim are left out), ``total`` in all: what a live
-    view of thousands of claims needs, in one request."""
+    """``GET …/job-claims/urgent``: what a live view of thousands of claims needs, in one request.
+
+    - ``items``: at most ``limit`` claims, most urgent first (expired; unleased or stale; then
+      nearest expiry).
+    - ``counts``: how many claims there are of each mark (a claim state, or ``stale``). Marks with
+      no claim are left out.
+    - ``total``: how many claims in all.
+    """
 
     items: list[JobClaim]
     counts: dict[str, int]

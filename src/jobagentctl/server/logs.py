@@ -1,10 +1,9 @@
 """Job logs above the store: scopes, chunk limits, metrics, and the follow long-poll.
 
-An append is fenced by the store (the claim id must hold the job's current claim); a read with
-``waitSeconds`` waits for new chunks or the attempt's end. Appends and status changes through
-this process wake its readers at once; what other processes write (another replica, another
-server on the SQLite file, the reaper's expiry) is seen by a re-read every
-``LOG_RECHECK_SECONDS``.
+An append is fenced by the store: the claim id must hold the job's current claim. A read with
+``waitSeconds`` waits for new chunks or the attempt's end. Appends and status changes through this
+process wake its readers at once. What other processes write is seen by a re-read every
+``LOG_RECHECK_SECONDS``: another replica, another server on the SQLite file, the reaper's expiry.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Agent presence: when each agent was last seen, recorded without a write per request.
 
-Every request made for an agent (claim, long-poll, heartbeat, its status reports, the listing of
-its jobs) counts as seeing it; this process writes that to the store at most once per agent per
-``interval`` seconds (the throttle is in memory, per server process: N replicas write at most N
-times per interval). ``agents list`` judges the state from the stored time and a window.
+Every request made for an agent counts as seeing it: claim, long-poll, heartbeat, its status
+reports, the listing of its jobs. This process writes that to the store at most once per agent per
+``interval`` seconds. The throttle is in memory, per server process: N replicas write at most N
+times per interval. ``agents list`` judges the state from the stored time and a window.
 
-A write names the request's workspace and changes nothing unless the agent is of it: a key of
+A write names the request's workspace and changes nothing unless the agent is of it. A key of
 another workspace naming the agent (answered 404) must not make it look alive.
 """
 
@@ -43,8 +43,8 @@ class Presence:
         self.writes = 0  # presence writes sent by this process (tests count them)
 
     async def seen(self, workspace_id: UUID, agent_id: UUID | None) -> None:
-        """The agent was seen now by a request on ``workspace_id``'s paths: write it unless
-        this process did within the interval (nothing when the agent is not of that workspace).
+        """The agent was seen now by a request on ``workspace_id``'s paths. Write it unless this
+        process did within the interval. Nothing happens when the agent is not of that workspace.
         Never raises: presence is bookkeeping, the request it rides on must not fail for it."""
         if agent_id is None:
             return

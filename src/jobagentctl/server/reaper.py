@@ -5,14 +5,14 @@ requeued exactly once), so no leader election is needed. Database errors are log
 on the next tick: a reaper that dies silently would leave crashed work stuck forever.
 
 Outage grace: while the store is unreachable, agents' heartbeats fail too, so their leases run
-out through no fault of theirs. A pass that fails marks an outage, taken to have begun at the
-last pass that worked; after the store is back, a lease that ran out since the outage began is
-not reaped until one heartbeat interval (lease/3 within [1 s, 60 s], as `run` heartbeats) has
-passed since the first pass that worked again. An agent that kept trying gets its heartbeat in
-within that interval (its retries are capped at the interval) and revives its lease; a dead
-agent's job is requeued at most one heartbeat interval + one reap interval after the store is
-back. The grace is this process's view: a replica that saw no failed pass reaps as usual, and a
-server restarted during the outage knows nothing of it.
+out through no fault of theirs. A pass that fails marks an outage, taken to have begun at the last
+pass that worked. After the store is back, a lease that ran out since the outage began is spared for
+a while. It is not reaped until one heartbeat interval has passed since the first pass that worked
+again. That interval is lease/3 within [1 s, 60 s], as `run` heartbeats. An agent that kept trying
+gets its heartbeat in within that interval (its retries are capped at it) and revives its lease. A
+dead agent's job is requeued at most one heartbeat interval + one reap interval after the store is
+back. The grace is this process's view. A replica that saw no failed pass reaps as usual. A server
+restarted during the outage knows nothing of it.
 """
 
 from __future__ import annotations

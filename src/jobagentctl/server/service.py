@@ -1,7 +1,7 @@
 """The lease logic above the store: key scopes, lease resolution, long-poll, 409 accounting.
 
-No SQL and no HTTP here: the app turns requests into these calls and the results into JSON;
-the store does every state change in one statement or transaction with the database clock.
+No SQL and no HTTP here. The app turns requests into these calls and the results into JSON. The
+store does every state change in one statement or transaction with the database clock.
 """
 
 from __future__ import annotations
@@ -79,12 +79,16 @@ def resolve_lease(
     *,
     claim_next: bool,
 ) -> int | None:
-    """The granted lease in seconds, or None for an unleased claim: a lease is opt-in on a V1
-    claim by id, so a ctrlplane agent that knows nothing of leases is never reaped.
+    """The granted lease in seconds, or None for an unleased claim. A lease is opt-in on a V1 claim
+    by id, so a ctrlplane agent that knows nothing of leases is never reaped.
 
-    The request wins (``0`` = explicitly unleased); then the agent's ``config.leaseSeconds``;
-    then the server default on claim-next, and no lease on a V1 claim by id. Granted values are
-    clamped into ``[min_lease_seconds, max_lease_seconds]``.
+    The first that is given wins:
+
+    - the request (``0`` = explicitly unleased);
+    - the agent's ``config.leaseSeconds``;
+    - the server default on claim-next; no lease on a V1 claim by id.
+
+    Granted values are clamped into ``[min_lease_seconds, max_lease_seconds]``.
     """
     if requested is not None:
         return settings.clamp_lease(requested) if requested > 0 else None
@@ -98,10 +102,10 @@ def resolve_lease(
 class JobService:
     """One per app. Every method takes the caller's ``Principal`` and the path's workspace.
 
-    Scopes: a workspace key may do everything in its workspace. An agent key may read its own
-    agent, list/claim its jobs, heartbeat, set status, and read a job and its attempts; every
-    other call — and anything of another agent or workspace — is ``NotFound`` (404, never 403:
-    a key must not learn what exists outside its scope).
+    Scopes: a workspace key may do everything in its workspace. An agent key may read its own agent,
+    list/claim its jobs, heartbeat, set status, and read a job and its attempts. Every other call is
+    ``NotFound``, and so is anything of another agent or workspace. That is 404, never 403: a key
+    must not learn what exists outside its scope.
     """
 
     def __init__(
@@ -332,8 +336,8 @@ class JobService:
         body: ClaimNextRequest | None,
         disconnected: asyncio.Event | None = None,
     ) -> list[ClaimedJob]:
-        """The agent's oldest queued job — its ``limit`` oldest, given a ``limit`` — waiting up
-        to ``waitSeconds`` (capped by ``max_wait_seconds``) for one to be queued; [] → 204.
+        """The agent's oldest queued job, or its ``limit`` oldest given a ``limit``. It waits up to
+        ``waitSeconds`` (capped by ``max_wait_seconds``) for one to be queued; [] → 204.
         ``disconnected`` (set when the client goes away) ends the wait without claiming:
         nobody would receive the job."""
         require_workspace(principal, ws)
@@ -435,8 +439,8 @@ class JobService:
     async def heartbeat(
         self, principal: Principal, ws: UUID, job_id: UUID, body: HeartbeatRequest | None
     ) -> Heartbeat:
-        """Extend the lease of the claim ``body.claim_id`` (by its own length, or by the
-        ``leaseSeconds`` asked, clamped); a lost or mismatched claim is counted and re-raised."""
+        """Extend the lease of the claim ``body.claim_id``, by its own length or by the
+        ``leaseSeconds`` asked, clamped. A lost or mismatched claim is counted and re-raised."""
         require_workspace(principal, ws)
         claim_id = body.claim_id if body is not None else None
         requested = body.lease_seconds if body is not None else None
@@ -463,10 +467,12 @@ class JobService:
     async def update_status(
         self, principal: Principal, ws: UUID, job_id: UUID, body: UpdateJobStatusRequest
     ) -> AcceptedResponse:
-        """Set the status; with ``claimNext`` (the claim's holder ending its attempt), also
-        claim the next jobs of the job's agent in the same request, as claim-next without a
-        wait would: ``claimed`` lists them ([] when none is queued). Refused updates claim
-        nothing."""
+        """Set the status.
+
+        With ``claimNext`` (the claim's holder ending its attempt), also claim the next jobs of
+        the job's agent in the same request. They are claimed as claim-next without a wait would:
+        ``claimed`` lists them ([] when none is queued). Refused updates claim nothing.
+        """
         require_workspace(principal, ws)
         following = body.claim_next
         ending = body.claim_id is not None and body.status != JobStatus.IN_PROGRESS
@@ -516,10 +522,10 @@ class JobService:
         disconnected: asyncio.Event | None = None,
     ) -> tuple[JobStatus, bool]:
         """``(job status, claim held)`` as soon as the claim ``claim_id`` is no longer held
-        (completed, cancelled, released, reaped), or when ``wait_seconds`` (capped by
-        ``max_wait_seconds``) run out with it still held. Woken at once by a status change
-        through this process; changes through another process (another replica, the reaper's
-        requeue) are seen by a re-check every ``_CLAIM_RECHECK_SECONDS``."""
+        (completed, cancelled, released, reaped). Else when ``wait_seconds`` (capped by
+        ``max_wait_seconds``) run out with it still held. Woken at once by a status change through
+        this process. Changes through another process (another replica, the reaper's requeue) are
+        seen by a re-check every ``_CLAIM_RECHECK_SECONDS``."""
         require_workspace(principal, ws)
         deadline = time.monotonic() + min(wait_seconds, self.settings.max_wait_seconds)
         while True:

@@ -1,7 +1,7 @@
 """The server's ASGI app: the store, the lease service, the reaper and the HTTP edge, wired.
 
-Every request enters through ``edge.Edge`` (admission: key, body limit, JSON depth; response
-step: metric and 5xx log); the hot endpoints may then be answered by the fast path
+Every request enters through ``edge.Edge``: admission (key, body limit, JSON depth), then the
+response step (metric and 5xx log). The hot endpoints may be answered by the fast path
 (``fastpath.py``) before the framework's routing runs. The endpoints themselves are declared
 and implemented once in ``operations.py``; ``routing.py`` routes the framework to them,
 ``failures.py`` answers every error as ``{message, code, details}``, ``openapi.py`` completes
@@ -125,8 +125,8 @@ def _lifespan(
     reaps: bool,
     gateway: GatewayWorker | None = None,
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """The app's lifespan: open and migrate an owned store, start the reaper (``reaps``) and
-    the gateway's worker; on shutdown wake the long-polls, stop them, close an owned store."""
+    """The app's lifespan: open and migrate an owned store, start the reaper (``reaps``) and the
+    gateway's worker. On shutdown: wake the long-polls, stop them, close an owned store."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

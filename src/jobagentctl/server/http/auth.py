@@ -98,9 +98,9 @@ class Authenticator:
     The cache maps prefix → (secret hash, principal, expiry). Revocation is seen at the latest
     ``ttl`` seconds later (``key_cache_seconds``); ``ttl`` 0 disables the cache.
 
-    Every refusal costs the same: an unknown prefix is compared against a dummy hash, and a
-    wrong secret for a cached prefix is looked up like an unknown one — so neither the answer
-    time nor the cache tells an attacker whether a prefix exists. A lookup the database does not
+    Every refusal costs the same. An unknown prefix is compared against a dummy hash. A wrong secret
+    for a cached prefix is looked up like an unknown one. So neither the answer time nor the cache
+    tells an attacker whether a prefix exists. A lookup the database does not
     answer within ``lookup_timeout`` seconds is a 503 (``ServerUnavailable``). Concurrent
     requests with the same prefix share one lookup.
     """

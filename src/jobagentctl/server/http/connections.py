@@ -1,43 +1,47 @@
 """Connection limits of the HTTP server, below the ASGI app: they act before any request exists.
 
-uvicorn's httptools protocol has no cap on the request line and headers (the parser buffers a
-50 MB header value), no timeout while headers or a body arrive (a client sending one byte a
-second holds its connection forever: every byte cancels the keep-alive timer, which is re-armed
-only when a response ends), no timeout before a new connection's first request, and no cap on
-open connections. :func:`guarded_protocol` subclasses it with all of them:
+uvicorn's httptools protocol lacks four limits:
+
+- a cap on the request line and headers: the parser buffers a 50 MB header value;
+- a timeout while headers or a body arrive: a client sending one byte a second holds its
+  connection forever. Every byte cancels the keep-alive timer, re-armed only when a response ends;
+- a timeout before a new connection's first request;
+- a cap on open connections.
+
+:func:`guarded_protocol` subclasses it with all of them:
 
 - **Header cap**: the request line plus headers of one request may take at most
-  ``max_header_bytes``; one byte more is answered ``431`` (``HEADERS_TOO_LARGE``) and the
+  ``max_header_bytes``. One byte more is answered ``431`` (``HEADERS_TOO_LARGE``) and the
   connection closed, before the parser buffers it (counted in ``data_received``).
 - **Header timeout**: from a request's first byte its headers must be complete within
   ``header_timeout`` seconds, else the connection is closed.
 - **Body timeout**: from the end of a request's headers its body must be complete within
   ``body_timeout`` seconds, else the connection is closed. A response sent before the body is
-  complete (a 401, ``/healthz``) closes the connection once written: nothing of the rest of the
+  complete (a 401, ``/healthz``) closes the connection once written. Nothing of the rest of the
   body is needed, and a body trickling in after it would keep the connection forever.
 - **Idle timeout**: a connection waiting for its first request, or between requests, is closed
-  after ``keep_alive_timeout`` seconds (uvicorn's own keep-alive timer, also armed at connect);
-  once it has carried a request with a valid API key, after ``keyed_keep_alive_timeout``
-  seconds: an agent heartbeats every lease/3 (20 s by default), and a connection closed between
-  two heartbeats costs a new TCP connection and, over TLS, a handshake per heartbeat. Only a
-  valid key earns it, and such idle connections are still the first closed at the cap, so they
-  cannot crowd anyone out.
-- **Connection cap**: beyond ``max_connections`` open connections, one that serves no request
-  (idle, or still sending headers) is closed to make room, else one still sending its body;
-  when every one is busy, the new one is closed at once (logged once per
-  ``_REFUSAL_LOG_SECONDS`` with a count, not once per connection).
-  :func:`raise_fd_limit` lifts the soft descriptor limit to the hard one at start, and the cap
-  is kept below it (:func:`connection_cap`), so ``accept`` does not meet ``EMFILE``.
+  after ``keep_alive_timeout`` seconds (uvicorn's own keep-alive timer, also armed at connect).
+  Once it has carried a request with a valid API key, the bound is
+  ``keyed_keep_alive_timeout`` seconds. An agent heartbeats every lease/3 (20 s by default).
+  A connection closed between two heartbeats costs a new TCP connection per heartbeat, and over
+  TLS a handshake. Only a valid key earns it. Such idle connections are still the first closed
+  at the cap, so they cannot crowd anyone out.
+- **Connection cap**: beyond ``max_connections`` open connections, one is closed to make room.
+  That is one that serves no request (idle, or still sending headers), else one still sending
+  its body. When every one is busy, the new one is closed at once. That is logged once per
+  ``_REFUSAL_LOG_SECONDS`` with a count, not once per connection. :func:`raise_fd_limit` lifts
+  the soft descriptor limit to the hard one at start. The cap is kept below it
+  (:func:`connection_cap`), so ``accept`` does not meet ``EMFILE``.
 - **Unparsable requests** (a malformed request line, header or chunked framing, e.g. a bad
-  ``Transfer-Encoding``) are answered ``400`` with the JSON error shape (``VALIDATION_ERROR``,
-  message ``malformed HTTP request``) and the connection closed: uvicorn's own answer is
-  ``text/plain``.
-- **TLS**: with a TLS context, each connection's handshake runs in a ``_Handshake`` layer
-  below the HTTP protocol (not in the event loop's server, which neither counts handshakes
-  against the cap nor lets their timeout be chosen): a handshake counts against the cap from
-  its first byte (and is the first thing closed to make room), and one not finished within
-  ``header_timeout`` is cut off like a slow header. The HTTP protocol above sees decrypted
-  bytes, so every limit above holds unchanged over TLS.
+  ``Transfer-Encoding``) are answered ``400`` and the connection closed. The answer has the
+  JSON error shape (``VALIDATION_ERROR``, message ``malformed HTTP request``); uvicorn's own
+  answer is ``text/plain``.
+- **TLS**: with a TLS context, each connection's handshake runs in a ``_Handshake`` layer below
+  the HTTP protocol. The event loop's server would neither count handshakes against the cap nor
+  let their timeout be chosen. A handshake counts against the cap from its first byte, and is
+  the first thing closed to make room. One not finished within ``header_timeout`` is cut off
+  like a slow header. The HTTP protocol above sees decrypted bytes, so every limit above holds
+  unchanged over TLS.
 """
 
 from __future__ import annotations
@@ -147,7 +151,7 @@ def raise_fd_limit() -> tuple[int, int]:
 
 
 def listen_backlog(soft_fd_limit: int) -> int:
-    """The listen queue's length for a process with that descriptor limit: up to
+    """The listen queue's length for a process with that descriptor limit. Up to
     :data:`MAX_BACKLOG`, so long as what it reserves stays within half of the limit."""
     if soft_fd_limit <= 0:
         return MIN_BACKLOG
@@ -155,8 +159,8 @@ def listen_backlog(soft_fd_limit: int) -> int:
 
 
 def connection_cap(max_connections: int, soft_fd_limit: int) -> int:
-    """The effective cap: the setting, kept below the fd limit by the descriptors reserved for
-    the rest of the process and for one batch of accepts (:func:`listen_backlog`)."""
+    """The effective cap: the setting, kept below the fd limit. The margin is what the rest of the
+    process and one batch of accepts reserve (:func:`listen_backlog`)."""
     if soft_fd_limit <= 0:
         return max_connections
     reserve = _FD_RESERVE_BASE + 2 * listen_backlog(soft_fd_limit)
@@ -183,8 +187,8 @@ _BODY_400 = error_bytes(MALFORMED_MESSAGE, "VALIDATION_ERROR", None)
 
 
 class _Refusals:
-    """Connections refused at the cap: the first is logged at once, later ones as one line per
-    ``_REFUSAL_LOG_SECONDS`` with their count (a flood must not grow the log per connection)."""
+    """Connections refused at the cap. The first is logged at once, later ones as one line per
+    ``_REFUSAL_LOG_SECONDS`` with their count. A flood must not grow the log per connection."""
 
     def __init__(self, cap: int) -> None:
         self._cap = cap
@@ -214,9 +218,9 @@ class _Refusals:
 
 
 class _Server:
-    """One server's limits and the connections its cap may close to make room, least recently
-    active first: those serving no request (idle, or still sending headers), then those still
-    sending a request body."""
+    """One server's limits and the connections its cap may close to make room, least recently active
+    first. First those serving no request (idle, or still sending headers), then those still sending
+    a request body."""
 
     def __init__(self, limits: EdgeLimits) -> None:
         self.limits = limits
@@ -228,9 +232,13 @@ class _Server:
         self.refusals = _Refusals(limits.max_connections)
 
     def evict_one(self) -> bool:
-        """Make room by closing the oldest connection still in its TLS handshake, else the
-        least recently active idle one, else the one sending its body longest: a flood churns
-        its own connections, not those of a client that has just connected."""
+        """Make room by closing one connection, the first of:
+
+        - the oldest still in its TLS handshake;
+        - the least recently active idle one;
+        - the one sending its body longest.
+
+        A flood churns its own connections, not those of a client that has just connected."""
         while self.handshaking:
             _, raw = self.handshaking.popitem(last=False)
             if not raw.is_closing():
@@ -412,8 +420,8 @@ def guarded_protocol(
 def _handshake_class(
     server: _Server, context: ssl.SSLContext
 ) -> Callable[[_Guarded], asyncio.BaseProtocol]:
-    """The TLS layer of one server: asyncio's own TLS protocol (the one the event loop would
-    use), admitted under the cap when the socket connects and timed out like a slow header."""
+    """The TLS layer of one server: asyncio's own TLS protocol, the one the event loop would use. It
+    is admitted under the cap when the socket connects, and timed out like a slow header."""
     import ssl
     from asyncio.sslproto import SSLProtocol
 
@@ -425,8 +433,8 @@ def _handshake_class(
     shared_view = memoryview(shared)
 
     class _Handshake(SSLProtocol):
-        """One connection's TLS, below the HTTP protocol ``app``: counted under the cap from
-        the first byte; the HTTP protocol takes its place there once the handshake is done."""
+        """One connection's TLS, below the HTTP protocol ``app``. It counts under the cap from the
+        first byte. The HTTP protocol takes its place there once the handshake is done."""
 
         def __init__(self, app: _Guarded) -> None:
             options: dict[str, Any] = {

@@ -1,16 +1,20 @@
 """The HTTP edge: one admission step and one response step for every request.
 
-Admission (``/api/v1/*`` only): the API key is verified once (before routing and validation: a
-caller without a valid key gets 401 and learns nothing, not even that its path or body was
-malformed), the body is read up to ``max_body_bytes`` and its JSON nesting checked against
-``max_json_depth``. The admitted request then goes to the fast path (``fastpath.py``) when it is
-a hot route, else — or when the fast path hands it back — to the framework, with the principal
-in the scope and the body replayed (never authenticated or read twice).
+Admission (``/api/v1/*`` only):
+
+- the API key is verified once, before routing and validation. A caller without a valid key gets 401
+  and learns nothing, not even that its path or body was malformed.
+- the body is read up to ``max_body_bytes``.
+- its JSON nesting is checked against ``max_json_depth``.
+
+The admitted request then goes to the fast path (``fastpath.py``) when it is a hot route. Else, or
+when the fast path hands it back, it goes to the framework. The principal is in the scope and the
+body replayed: never authenticated or read twice.
 
 The response step records the latency metric (method, route template, status) and logs every
-5xx, whichever path answered. An exception is answered by ``failures.error_response`` on both
-paths (the framework's handlers call it too); an unexpected one is logged here, once, with its
-traceback, whichever path raised it.
+5xx, whichever path answered. An exception is answered by ``failures.error_response`` on both paths
+(the framework's handlers call it too). An unexpected one is logged here, once, with its traceback,
+whichever path raised it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Response bodies as bytes: jobs, pages, lists and the error shape, serialised once by pydantic.
 
-Shared by the framework routes and the fast path so both answer byte-for-byte the same;
-:func:`json_response` is the one place such bytes become a framework ``Response``.
+Shared by the framework routes and the fast path so both answer byte-for-byte the same. The one
+place such bytes become a framework ``Response`` is :func:`json_response`.
 """
 
 from __future__ import annotations

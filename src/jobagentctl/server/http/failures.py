@@ -1,10 +1,10 @@
 """How the server answers a failure, for both HTTP paths.
 
 :func:`error_response` turns any exception into the status and the ``{message, code, details}``
-body: the edge calls it for what fails before the framework or on the fast path, the
-framework's exception handlers (:func:`add_error_handlers`) for the rest. An unexpected
-exception is a 500 that tells the client nothing; :func:`log_unexpected` is its one log line,
-with the traceback, written by the edge whichever path failed.
+body. The edge calls it for what fails before the framework or on the fast path. The framework's
+exception handlers (:func:`add_error_handlers`) call it for the rest. An unexpected exception is a
+500 that tells the client nothing. Its one log line, with the traceback, is
+:func:`log_unexpected`'s, written by the edge whichever path failed.
 """
 
 from __future__ import annotations
@@ -32,9 +32,13 @@ _INTERNAL = error_bytes("internal server error", "INTERNAL_ERROR", None)
 
 
 def error_response(exc: BaseException) -> tuple[int, bytes]:
-    """The status and body answering ``exc``: a ``JobAgentError`` its own; a request the
-    framework could not parse 400 ``VALIDATION_ERROR`` naming the fields; the framework's 404
-    and 405 the same shape; anything else 500 ``INTERNAL_ERROR`` (details stay in the log)."""
+    """The status and body answering ``exc``:
+
+    - a ``JobAgentError``: its own;
+    - a request the framework could not parse: 400 ``VALIDATION_ERROR`` naming the fields;
+    - the framework's 404 and 405: the same shape;
+    - anything else: 500 ``INTERNAL_ERROR`` (details stay in the log).
+    """
     if isinstance(exc, JobAgentError):
         return exc.status, error_bytes(exc.message, exc.code, exc.details)
     if isinstance(exc, RequestValidationError):

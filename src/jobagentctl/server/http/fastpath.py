@@ -1,13 +1,17 @@
 """The hot endpoints — claim, claim-next, heartbeat, status, log append — served without routing.
 
-An agent loop is nothing but these four calls (and, while a command runs, log appends), so they
-skip FastAPI's route matching, dependency resolution and request parsing. Admission (key, size,
-body, JSON depth) and the response step (status, metric, log) are the edge's (``edge.py``) and
-shared with the framework routes; this module only matches the path against the templates of
-the endpoints marked ``hot`` in ``operations.py``, parses the body with the operation's body
-model and calls the operation the framework route calls. Anything unusual (a query string, a
-non-canonical id, a body that does not validate) is handed to the framework, body replayed, so
-errors and the OpenAPI document stay the framework's.
+An agent loop is nothing but these four calls (and, while a command runs, log appends). So they
+skip FastAPI's route matching, dependency resolution and request parsing.
+
+Admission (key, size, body, JSON depth) and the response step (status, metric, log) are the
+edge's (``edge.py``), shared with the framework routes. This module only does three things:
+
+- match the path against the templates of the endpoints marked ``hot`` in ``operations.py``;
+- parse the body with the operation's body model;
+- call the operation the framework route calls.
+
+Anything unusual (a query string, a non-canonical id, a body that does not validate) is handed
+to the framework, body replayed. So errors and the OpenAPI document stay the framework's.
 """
 
 from __future__ import annotations
@@ -30,9 +34,11 @@ __all__ = ["FastPath", "HotRoute", "match"]
 
 @dataclass(frozen=True, slots=True)
 class HotRoute:
-    """A hot endpoint as the fast path matches it: its template split on "/" (a literal
-    segment, or None where an id goes) and its body's model (``body_required``: no body is a
-    400, the framework's to word)."""
+    """A hot endpoint as the fast path matches it, with its body's model.
+
+    Its template is split on "/": a literal segment, or None where an id goes.
+    ``body_required``: no body is a 400, the framework's to word.
+    """
 
     endpoint: Endpoint
     segments: tuple[str | None, ...]
@@ -48,8 +54,8 @@ class HotRoute:
 
 
 def _index(routes: list[HotRoute]) -> dict[tuple[str, int, str], HotRoute]:
-    """The hot routes by method, number of segments and last segment: one lookup finds the only
-    candidate for a path (each hot template ends in a literal, and no two share all three)."""
+    """The hot routes by method, number of segments and last segment. One lookup finds the only
+    candidate for a path: each hot template ends in a literal, and no two share all three."""
     index = {(r.endpoint.method, len(r.segments), r.segments[-1] or ""): r for r in routes}
     if len(index) != len(routes) or "" in {last for _, _, last in index}:
         raise RuntimeError("hot routes must each end in a distinct literal segment")

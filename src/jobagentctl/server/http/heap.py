@@ -17,12 +17,12 @@ YOUNG_THRESHOLD = 10_000
 
 
 def settle_heap() -> int:
-    """Collect once, then freeze what is alive — the modules, the app, the settings and the
-    store, objects that live as long as the process — so that no later collection traverses
-    them, and make young collections rarer (``YOUNG_THRESHOLD``). Returns the objects frozen.
+    """Collect once, then freeze what is alive, so that no later collection traverses it. That is
+    the modules, the app, the settings and the store: objects that live as long as the process. Then
+    make young collections rarer (``YOUNG_THRESHOLD``). Returns the objects frozen.
 
-    Called once the server has started (``runner.py``), never in a process that goes on to do
-    other work: cyclic garbage among frozen objects is only freed by reference counting."""
+    Called once the server has started (``runner.py``). Never call it in a process that goes on to
+    do other work: cyclic garbage among frozen objects is only freed by reference counting."""
     gc.collect()
     gc.freeze()
     _, middle, old = gc.get_threshold()

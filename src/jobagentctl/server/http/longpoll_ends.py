@@ -16,10 +16,10 @@ ENDS_PER_SECOND = 200
 
 class LongPollEnds:
     """When long-polls that find nothing answer 204: after their wait, and no more than
-    ``ENDS_PER_SECOND`` of them in any second (a later one is held a little longer, up to a
-    quarter of its wait). A fleet that reconnected together (after a restart) would otherwise
-    answer and poll again in the same instant every wait, for as long as it runs: thousands of
-    requests at once, each a claim, while an enqueue or another agent's heartbeat waits behind
+    ``ENDS_PER_SECOND`` of them in any second. A later one is held a little longer, up to a quarter
+    of its wait. Else a fleet that reconnected together (after a restart) would answer and poll
+    again in the same instant. It would do so every wait, for as long as it runs. That is thousands
+    of requests at once, each a claim. An enqueue or another agent's heartbeat would wait behind
     them. Spread once, the polls stay spread and end on time."""
 
     _BUCKET = 0.1  # seconds

@@ -1,7 +1,7 @@
 """Prometheus metrics of one server app, on a registry of its own (never the global one).
 
-Counters are bumped by the service and the reaper; claim gauges are read from the database at
-scrape time, so every replica reports the same shared claim table.
+Counters are bumped by the service and the reaper. Claim gauges are read from the database at scrape
+time, so every replica reports the same shared claim table.
 """
 
 from __future__ import annotations

@@ -40,10 +40,13 @@ _API_KEY_SCHEME = {
 
 
 def document_api(app: FastAPI) -> None:
-    """Serve ``app``'s document with the ``X-API-Key`` scheme on every /api/v1 route (the key
-    is checked by the edge, so no route declares it) and without the framework's 422 answers
-    (validation errors are 400 ``VALIDATION_ERROR``, declared per route: a generated client
-    must not expect another shape)."""
+    """Serve ``app``'s document, changed in two ways:
+
+    - the ``X-API-Key`` scheme is on every /api/v1 route. The key is checked by the edge, so no
+      route declares it.
+    - the framework's 422 answers are gone. Validation errors are 400 ``VALIDATION_ERROR``, declared
+      per route: a generated client must not expect another shape.
+    """
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -1,12 +1,17 @@
 """Every endpoint of the API under /api/v1, written once: its declaration and its operation.
 
 An operation takes the :class:`Call` (the service, who calls, the connection) and the route's
-parameters — its path ids in template order, then query parameters and body, annotated as
-FastAPI reads them — and answers the body's bytes, sent with the route's status (no bytes: 204
-No Content). Both HTTP paths call these same functions, so they answer the same bytes: the
-framework through one route per entry of :data:`ENDPOINTS` (``routing.py``), the fast path
-for the entries marked ``hot`` (``fastpath.py``). :func:`endpoint` declares one; its
-docstring's first paragraph is the route's OpenAPI summary.
+parameters. Those are its path ids in template order, then query parameters and body, annotated
+as FastAPI reads them. It answers the body's bytes, sent with the route's status (no bytes: 204
+No Content).
+
+Both HTTP paths call these same functions, so they answer the same bytes:
+
+- the framework, through one route per entry of :data:`ENDPOINTS` (``routing.py``);
+- the fast path, for the entries marked ``hot`` (``fastpath.py``).
+
+Each is declared by :func:`endpoint`. Its docstring's first paragraph is the route's OpenAPI
+summary.
 """
 
 from __future__ import annotations
@@ -89,6 +94,21 @@ Cursor = Annotated[
 ]
 StatusFilter = Annotated[
     list[JobStatus] | None, Query(alias="status", description="Only jobs with this status")
+]
+
+
+def _mark_after(alias: str, description: str) -> Any:
+    """A query parameter: the seconds after which an active claim earns a mark."""
+    return Query(alias=alias, ge=0, le=10**9, description=description)
+
+
+StaleAfter = Annotated[
+    float | None,
+    _mark_after("staleAfter", "Seconds without a heartbeat that make an active claim stale"),
+]
+QuietAfter = Annotated[
+    float | None,
+    _mark_after("quietAfter", "Seconds without output that make an active (not stale) claim quiet"),
 ]
 
 
@@ -356,8 +376,8 @@ async def claim_next_job(
     """Claim the agent's oldest queued job (its `limit` oldest: {items}), long-polling up to
     waitSeconds
 
-    A long-poll also watches the connection: a job queued after the client has gone away is
-    not claimed for nobody (it would sit leased until its lease ran out).
+    A long-poll also watches the connection. A job queued after the client has gone away is not
+    claimed for nobody: it would sit leased until its lease ran out.
     """
     service, principal = call.service, call.principal
     if body is None or not body.wait_seconds:
@@ -472,8 +492,8 @@ async def read_job_logs(
 ) -> bytes:
     """Read an attempt's log after a cursor, long-polling up to waitSeconds for more
 
-    Without waitSeconds (or when there are chunks after the cursor, or the attempt has ended)
-    the answer comes at once; with it, the read waits for new chunks or the attempt's end.
+    Without waitSeconds the answer comes at once, as it does when there are chunks after the cursor
+    or the attempt has ended. Else the read waits for new chunks or the attempt's end.
     """
     logs, principal = call.service.logs, call.principal
 
@@ -499,24 +519,8 @@ async def urgent_job_claims(
     ws: WsPath,
     job_agent_id: Annotated[UUID | None, Query(alias="jobAgentId")] = None,
     state: ClaimState = ClaimState.ALL,
-    stale_after: Annotated[
-        float | None,
-        Query(
-            alias="staleAfter",
-            ge=0,
-            le=10**9,
-            description="Seconds without a heartbeat that make an active claim stale",
-        ),
-    ] = None,
-    quiet_after: Annotated[
-        float | None,
-        Query(
-            alias="quietAfter",
-            ge=0,
-            le=10**9,
-            description="Seconds without output that make an active (not stale) claim quiet",
-        ),
-    ] = None,
+    stale_after: StaleAfter = None,
+    quiet_after: QuietAfter = None,
     limit: Limit = 50,
 ) -> bytes:
     """The most urgent claims first, and how many there are of each kind

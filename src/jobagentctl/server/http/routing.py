@@ -47,9 +47,9 @@ def add_api_routes(app: FastAPI, service: JobService) -> None:
 
 def _route(service: JobService, endpoint: Endpoint) -> Any:
     """The framework's function for ``endpoint``. Its signature is the operation's after the
-    ``Call`` — FastAPI parses, validates and documents those parameters as declared there —
-    with the request in front, from which the call is made: the principal the edge admitted
-    and the connection."""
+    ``Call``, with the request in front. FastAPI parses, validates and documents those parameters as
+    declared there. The call is made from the request: the principal the edge admitted and the
+    connection."""
     operation = endpoint.operation
 
     async def route(request: Request, **parameters: Any) -> Response:

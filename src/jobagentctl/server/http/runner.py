@@ -62,9 +62,11 @@ def configure_logging(level: str) -> None:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server with two changes: long-polls are woken before the drain starts (so a
-    30 s wait does not hold shutdown), and a handled SIGTERM/SIGINT ends with exit status 0
-    rather than being re-raised after the graceful shutdown."""
+    """uvicorn's server with two changes:
+
+    - long-polls are woken before the drain starts, so a 30 s wait does not hold shutdown;
+    - a handled SIGTERM/SIGINT ends with exit status 0, not re-raised after the graceful shutdown.
+    """
 
     def __init__(
         self, config: uvicorn.Config, service: JobService, *, tls: bool, settle: bool
@@ -114,9 +116,9 @@ def _protocol_options(
     settings: ServerSettings, tls: ssl.SSLContext | None = None
 ) -> dict[str, Any]:
     """The HTTP protocol with the connection limits (``connections.py``): httptools guarded by
-    our subclass. Without httptools the server refuses to start: uvicorn's h11 protocol has no
-    header or body timeout and no connection cap, so one slow client per descriptor would hold
-    the server."""
+    our subclass. Without httptools the server refuses to start. uvicorn's h11 protocol has no
+    header or body timeout and no connection cap. So one slow client per descriptor would hold the
+    server."""
     try:
         import httptools  # noqa: F401
     except ImportError:
@@ -158,9 +160,9 @@ NOTHING_TO_RELOAD = "SIGHUP: nothing to reload (plain HTTP; other settings take 
 
 
 def _reload_on_hangup(context: ssl.SSLContext | None, settings: ServerSettings) -> None:
-    """SIGHUP reloads what can be reloaded and the server keeps serving: with TLS, the
-    certificate and key files are served anew (a renewed certificate without a restart);
-    without, one line says there was nothing to reload. Without a handler the signal's default
+    """SIGHUP reloads what can be reloaded and the server keeps serving. With TLS, the certificate
+    and key files are served anew (a renewed certificate without a restart). Without, one line says
+    there was nothing to reload. Without a handler the signal's default
     action would end the process, and operators send it (``ExecReload=kill -HUP``).
     Certificate files that do not work are logged, and the current certificate stays."""
 

@@ -1,6 +1,6 @@
-"""HTTPS for ``server start``: the TLS context from a certificate and key (loaded again on
-SIGHUP), and the warnings about how the server is exposed (a key file others can read,
-plaintext off loopback).
+"""HTTPS for ``server start``: the TLS context from a certificate and key, loaded again on SIGHUP.
+Also the warnings about how the server is exposed (a key file others can read, plaintext off
+loopback).
 
 The handshake itself runs under the connection limits (``connections.py``): it counts against
 the connection cap and must finish within the header timeout.
@@ -67,9 +67,12 @@ def is_loopback(host: str) -> bool:
 
 
 def exposure_warnings(settings: ServerSettings) -> list[str]:
-    """What ``server start`` warns about before serving: a TLS key file readable by group or
-    others; a non-loopback address served in plaintext without a TLS-terminating proxy named
-    (``behind_proxy``), where API keys and job secrets would cross the network in clear."""
+    """What ``server start`` warns about before serving:
+
+    - a TLS key file readable by group or others;
+    - a non-loopback address served in plaintext without a TLS-terminating proxy named
+      (``behind_proxy``). API keys and job secrets would cross the network in clear.
+    """
     warnings: list[str] = []
     if settings.tls_key is not None:
         try:

@@ -56,8 +56,8 @@ class Connector(Protocol):
         """
 
     async def locked(self, read: str, decide: Decide, /, **params: Any) -> Row | None:
-        """One transaction holding the job's lock (``lock_job``): run ``read``, pass its row to
-        ``decide`` (which may raise: nothing is written), run the write it names; return the
+        """One transaction holding the job's lock (``lock_job``). Run ``read`` and pass its row to
+        ``decide``, which may raise: nothing is written then. Run the write it names. Return the
         write's row, or the read's row when ``decide`` wrote nothing."""
 
     async def writable(self) -> bool:

@@ -1,8 +1,8 @@
-"""Keyset cursors of the job listings: a page's ``nextCursor`` is the position of its last row
-(``created_at`` and the dialect's tie-breaker) in an opaque URL-safe token.
+"""Keyset cursors of the job listings. A page's ``nextCursor`` is the position of its last row
+(``created_at`` and the dialect's tie-breaker), in an opaque URL-safe token.
 
-A listing that follows cursors holds still while the queue moves: the next page starts after
-the last row seen, not after a count of rows that writers may have changed meanwhile.
+A listing that follows cursors holds still while the queue moves. The next page starts after the
+last row seen. It does not start after a count of rows, which writers may have changed meanwhile.
 """
 
 from __future__ import annotations

@@ -20,11 +20,11 @@ __all__ = ["Entities", "new_job_id", "read_page"]
 
 
 def new_job_id() -> UUID:
-    """A new job's id, time-ordered (UUIDv7, RFC 9562): the Unix time in milliseconds in its
-    first 48 bits, then the version, 74 random bits and the variant. Jobs created together sit
-    together in every B-tree keyed by job id (job's, job_claim's and job_attempt's primary
-    keys), so the index pages a claim, a completion or a reap touches are the recent ones
-    however long the history grows; a random id touches one page anywhere in each index."""
+    """A new job's id, time-ordered (UUIDv7, RFC 9562). Its first 48 bits are the Unix time in
+    milliseconds; then come the version, 74 random bits and the variant. Jobs created together sit
+    together in every B-tree keyed by job id: job's, job_claim's and job_attempt's primary keys. So
+    a claim, a completion or a reap touches recent index pages, however long the history grows. A
+    random id touches one page anywhere in each index."""
     value = (time.time_ns() // 1_000_000 & (1 << 48) - 1) << 80
     value |= int.from_bytes(os.urandom(10), "big") & ~(0xF << 76 | 0x3 << 62)
     return UUID(int=value | 0x7 << 76 | 0x2 << 62)
@@ -198,9 +198,9 @@ class Entities:
     async def delete_agent(self, workspace_id: UUID, agent_id: UUID) -> bool:
         """Delete the agent and its keys; False when there was none. Its jobs stay, as in
         ctrlplane's V1 API: readable by id and in the workspace's lists with ``job_agent_id``
-        None (``""`` on the wire). A claim row of one of them keeps the deleted agent's id; the
-        reaper requeues it as any other (the job is then queued for no agent: nobody claims it
-        until an operator acts)."""
+        None (``""`` on the wire). A claim row of one of them keeps the deleted agent's id. The
+        reaper requeues it as any other. The job is then queued for no agent: nobody claims it until
+        an operator acts."""
         return await self.db.one("delete_agent", id=agent_id, workspace_id=workspace_id) is not None
 
     # --- jobs ----------------------------------------------------------------------------------
@@ -250,7 +250,7 @@ class Entities:
         offset: int,
         cursor: str | None = None,
     ) -> tuple[list[Job], int, str | None]:
-        """A page of jobs, newest first (``created_at DESC``, then the dialect's tie-breaker),
+        """A page of jobs, newest first (``created_at DESC``, then the dialect's tie-breaker). Also
         how many match in all, and the cursor of the page after it (None: this is the last);
         ``agent_id`` None = every agent's, ``statuses`` None = any status. ``cursor`` (a
         page's next cursor) starts the page after that page's last job, ``offset`` rows on.

@@ -1,6 +1,6 @@
-"""The fencing rules of the lease operations, decided in Python on what the database read under
-the job's lock: whether a status change applies, how it ends the open attempt, and why a
-heartbeat or a status change was refused."""
+"""The fencing rules of the lease operations, decided in Python on what the database read under the
+job's lock. They say whether a status change applies and how it ends the open attempt. They say why
+a heartbeat or a status change was refused."""
 
 from __future__ import annotations
 

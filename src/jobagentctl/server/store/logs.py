@@ -62,10 +62,10 @@ class LogStore:
         agent_scope: UUID | None = None,
     ) -> LogAppendResult:
         """Append ``chunks`` (in order, seqs from the attempt's next) to the log of the attempt
-        that ``claim_id`` holds, in one statement (SQLite: one transaction). The claim is the
-        job's current one, or its revoked one whose holder has not let go (its command may
-        print while it is stopped); its row stays locked until the append commits, so the
-        attempt's end and this append are ordered. Any other ``claim_id`` → ``ClaimLost`` /
+        that ``claim_id`` holds, in one statement (SQLite: one transaction). The claim is the job's
+        current one, or its revoked one whose holder has not let go: its command may print while it
+        is stopped. Its row stays locked until the append commits. So the attempt's end and this
+        append are ordered. Any other ``claim_id`` → ``ClaimLost`` /
         ``ClaimMismatch`` as a heartbeat's, and nothing is written; unknown job →
         ``LogNotFound``. Past ``max_bytes`` stored (each chunk's bytes plus ``LOG_ROW_COST``),
         the log is cut (:meth:`_trim`): its first half-cap kept, then one marker, then the
@@ -115,9 +115,9 @@ class LogStore:
         """After ``log_append`` wrote nothing: why (``LogNotFound``, or ``ClaimLost`` /
         ``ClaimMismatch`` as a heartbeat's), read as a refused heartbeat's is. Or, when the
         claim id still holds the claim (current or revoked), the append once more: it was
-        refused as the claim moved. An operator's requeue or cancel that commits while the
-        fence waits for the claim row's lock turns it into the revoked claim after the
-        statement's snapshot (PostgreSQL), which that statement cannot see; a new one does."""
+        refused as the claim moved. An operator's requeue or cancel may commit while the fence waits
+        for the claim row's lock. It makes that claim revoked after the statement's snapshot
+        (PostgreSQL), which that statement cannot see. A new statement does."""
         state = await self.db.one("job_claim_state", **params)
         if state is not None and params["claim_id"] in (
             _uuid(state["claim_id"]),
@@ -132,11 +132,14 @@ class LogStore:
         raise heartbeat_failure(state)
 
     async def _trim(self, job_id: UUID, attempt: int, max_bytes: int) -> Row | None:
-        """Cut the log of an attempt over ``max_bytes`` (each chunk's bytes plus
-        ``LOG_ROW_COST``) down to seven eighths of it: the head (chunks beginning in the first
-        half of the cap, counted the same way) stays, the oldest chunks after it go,
-        and the first one cut becomes the one truncation marker (its text: how many bytes were
-        cut in all). Seven eighths, so that a log at its cap is trimmed once per eighth of the
+        """Cut the log of an attempt over ``max_bytes`` down to seven eighths of it. A chunk counts
+        its bytes plus ``LOG_ROW_COST``.
+
+        - The head stays: chunks beginning in the first half of the cap, counted the same way.
+        - The oldest chunks after it go.
+        - The first one cut becomes the one truncation marker. Its text says how many bytes were cut
+          in all.
+        Seven eighths, so that a log at its cap is trimmed once per eighth of the
         cap appended rather than on every append."""
         return await self.db.one(
             "log_trim",
@@ -158,9 +161,9 @@ class LogStore:
         limit: int,
         agent_scope: UUID | None = None,
     ) -> LogPage:
-        """Up to ``limit`` chunks of the attempt (None: the latest) with seq > ``after``, and
-        whether the attempt has ended and nobody may append to it any more (read before the
-        chunks: an ended attempt's page holds everything it appended after the cursor).
+        """Up to ``limit`` chunks of the attempt (None: the latest) with seq > ``after``. Also
+        whether the attempt has ended and nobody may append to it any more. That is read before the
+        chunks: an ended attempt's page holds everything it appended after the cursor.
         Unknown job, or an attempt it does not have → ``LogNotFound``; a log deleted by
         retention → ``LogExpired``."""
         state = await self.db.one(
@@ -198,8 +201,8 @@ class LogStore:
 
     async def expire_logs(self, retention_seconds: float, batch_size: int) -> int:
         """Delete the chunks of up to ``batch_size`` attempts that ended more than
-        ``retention_seconds`` ago, in one statement (SQLite: one transaction), and mark them
-        expired; how many attempts were expired."""
+        ``retention_seconds`` ago, and mark them expired. It is one statement (SQLite: one
+        transaction). Returns how many attempts were expired."""
         row = await self.db.one(
             "log_expire", retention_seconds=retention_seconds, batch_size=batch_size
         )
@@ -214,8 +217,8 @@ def _uuid(value: object) -> UUID | None:
 
 
 def _merged(chunks: Sequence[NewChunk]) -> list[NewChunk]:
-    """The chunks as stored: neighbours of one output stream as one chunk (the time of the
-    first) of at most ``LOG_CHUNK_MAX_BYTES``, as ``run`` ships them; a marker stays a chunk
+    """The chunks as stored, merged as ``run`` ships them. Neighbours of one output stream become
+    one chunk of at most ``LOG_CHUNK_MAX_BYTES``, with the time of the first. A marker stays a chunk
     of its own. Each stored chunk is a row, whose cost the cap counts: a request of many tiny
     chunks costs the rows of a few."""
     merged: list[tuple[NewChunk, list[bytes], int]] = []

@@ -2,9 +2,9 @@
 
 asyncpg over a connection pool (UUIDs, lists and datetimes adapt natively; the named SQL's
 ``%(name)s`` parameters become ``$n`` once: ``postgres_sql.py``). Each lease operation is one
-statement (claim, heartbeat, reap batch) or one short transaction (status update without the
-claim id); long-polls wake through LISTEN/NOTIFY, so a job queued on one replica wakes the agents
-waiting on another.
+statement (claim, heartbeat, reap batch) or one short transaction (status update without the claim
+id). Long-polls wake through LISTEN/NOTIFY, so a job queued on one replica wakes the agents waiting
+on another.
 """
 
 from __future__ import annotations
@@ -86,9 +86,9 @@ _LOCK_STATEMENTS = ("lock_claim", "lock_job", "claim_appeared")
 
 
 def why_not_connected(exc: BaseException) -> str:
-    """Why a connection could not be made, in a few words on one line: the server's own
-    message where it sent one (it names the role or database, never a password), else what
-    the socket or TLS said."""
+    """Why a connection could not be made, in a few words on one line. That is the server's own
+    message where it sent one (it names the role or database, never a password). Else it is what the
+    socket or TLS said."""
     if isinstance(exc, asyncpg.InvalidPasswordError):
         reason = f"wrong password ({exc.args[0] if exc.args else 'authentication failed'})"
     elif isinstance(exc, asyncpg.InvalidAuthorizationSpecificationError):
@@ -119,9 +119,9 @@ def why_not_connected(exc: BaseException) -> str:
 
 
 def _breaks_connection(exc: BaseException) -> bool:
-    """True when ``exc`` leaves its connection unusable or in an unknown state: everything but
-    an error the server answered on a live connection (a constraint, a bad value, a lock
-    timeout)."""
+    """True when ``exc`` leaves its connection unusable or in an unknown state. That is everything
+    but an error the server answered on a live connection: a constraint, a bad value, a lock
+    timeout."""
     if isinstance(exc, asyncpg.PostgresError) and not isinstance(
         exc, asyncpg.PostgresConnectionError
     ):
@@ -177,9 +177,9 @@ def _server_message(exc: BaseException) -> str:
 
 
 class _OneLine(logging.Filter):
-    """The driver's own records on one line, as ours are: asyncpg's pool logs a traceback each
-    time it fails to reopen a connection (every few seconds of a database outage); the
-    exception becomes the reason at the end of the line."""
+    """The driver's own records on one line, as ours are. The pool of asyncpg logs a traceback each
+    time it fails to reopen a connection: every few seconds of a database outage. The exception
+    becomes the reason at the end of the line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.exc_info and record.exc_info[1] is not None:
@@ -242,10 +242,10 @@ class PostgresConnector:
         listen: bool = True,
         statement_timeout: float | None = 5.0,
     ) -> None:
-        """``statement_timeout`` (seconds, None = unbounded) bounds every operation, waiting
-        for a pooled connection included: past it the caller gets ``ServerUnavailable`` (503)
-        at once, even if the database has frozen; it is also the server-side
-        ``statement_timeout``. ``pool_timeout`` (opening the pool, waiting for a connection)
+        """``statement_timeout`` (seconds, None = unbounded) bounds every operation, waiting for a
+        pooled connection included. Past it the caller gets ``ServerUnavailable`` (503) at once,
+        even if the database has frozen. It is also the server-side ``statement_timeout``.
+        ``pool_timeout`` (opening the pool, waiting for a connection)
         defaults to it, or 10 s when unbounded. Migrations are never bounded. An option of the
         URL that the driver does not know is a ``ConfigError``."""
         # Never logged: it may carry a password. libpq's options with an equivalent become
@@ -380,9 +380,9 @@ class PostgresConnector:
         self.waiters.start_poller(self._poll_interval, self._queued_counts)
 
     async def _bounded(self, operation: Coroutine[Any, Any, T]) -> T:
-        """``operation`` within ``statement_timeout``. On timeout the caller is answered at
-        once; the operation is cancelled in the background (the cancellation of a query on a
-        frozen server can take seconds more: nobody waits for it)."""
+        """``operation`` within ``statement_timeout``. On timeout the caller is answered at once,
+        and the operation is cancelled in the background. The cancellation of a query on a frozen
+        server can take seconds more: nobody waits for it."""
         if self._statement_timeout is None:
             return await operation
         task = asyncio.ensure_future(operation)
@@ -400,8 +400,8 @@ class PostgresConnector:
 
     @property
     def abandoned(self) -> int:
-        """Operations answered as timed out whose queries are still being cancelled: until
-        this is 0, one of them may yet take a lock it was waiting for."""
+        """Operations answered as timed out whose queries are still being cancelled. Until this is
+        0, one of them may yet take a lock it was waiting for."""
         return len(self._abandoned)
 
     def _forget(self, task: asyncio.Task[Any]) -> None:
@@ -604,8 +604,8 @@ class PostgresConnector:
         return True
 
     def notify(self, agent_id: UUID, jobs: int) -> None:
-        """Nothing to do here: the statement that queued the jobs also ran pg_notify, which
-        reaches this replica's listener and every other one at commit, in no extra round trip."""
+        """Nothing to do here: the statement that queued the jobs also ran pg_notify. That reaches
+        this replica's listener and every other one at commit, in no extra round trip."""
 
 
 def _bound(name: str, params: Params | None) -> tuple[Any, ...]:

@@ -1,6 +1,6 @@
 """The named PostgreSQL statements in the form asyncpg sends them: ``%(name)s`` parameters turned
-into ``$n`` once, at load time; and ids written in as literals for the few statements sent
-together by the simple query protocol."""
+into ``$n`` once, at load time. Ids written in as literals, for the few statements sent together by
+the simple query protocol."""
 
 from __future__ import annotations
 
@@ -51,8 +51,8 @@ def bind(name: str, params: Params | None) -> tuple[str, list[Any]]:
 
 def inline(names: tuple[str, ...], params: Params) -> str:
     """Statements ``names`` as one simple-protocol query (``;``-separated), each ``%(name)s``
-    written in as a literal. Only UUIDs and ints are: their text can hold no quote, so nothing
-    taken from a request can end the literal; any other value is a ``TypeError``."""
+    written in as a literal. Only UUIDs and ints are: their text can hold no quote, so nothing taken
+    from a request can end the literal. Any other value is a ``TypeError``."""
 
     def literal(match: re.Match[str]) -> str:
         if match.group(1) is None:

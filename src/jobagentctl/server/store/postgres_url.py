@@ -1,5 +1,5 @@
-"""The options of a PostgreSQL URL (``postgresql://…?sslmode=require``), checked before the
-driver sees them: asyncpg would send an option it does not know to the server as a setting."""
+"""The options of a PostgreSQL URL (``postgresql://…?sslmode=require``), checked before the driver
+sees them. The driver would send an option it does not know to the server as a setting."""
 
 from __future__ import annotations
 
@@ -95,9 +95,14 @@ class DriverUrl(NamedTuple):
 def driver_url(url: str) -> DriverUrl:
     """``url`` as asyncpg takes it, with libpq's options that have an equivalent taken out
     (``connect_timeout``; ``options=-c name=value``) and the harmless ones dropped: a URL a
-    psycopg release of the server ran with keeps working. A ``ConfigError`` as
-    :func:`url_options` says, for a timeout that is not a number, an ``options`` other than
-    ``-c`` settings, or a value the driver cannot honour (``gssencmode=require``)."""
+    psycopg release of the server ran with keeps working.
+
+    ``ConfigError``, as :func:`url_options` raises it, and also for:
+
+    - a timeout that is not a number;
+    - an ``options`` other than ``-c`` settings;
+    - a value the driver cannot honour (``gssencmode=require``).
+    """
     options = url_options(url)
     timeout: float | None = None
     if "connect_timeout" in options:
@@ -262,9 +267,11 @@ def pgpass_lookup(
 
 
 def _resolved(url: str) -> tuple[list[tuple[str, int]], str, str] | None:
-    """Where asyncpg would connect for ``url`` (hosts and ports; a unix socket as
-    ``localhost``, as libpq names it in the file), the database and the user; None when a
-    password is given otherwise (URL, PGPASSWORD, service file) or the URL cannot be read."""
+    """Where asyncpg would connect for ``url`` (hosts and ports), the database and the user.
+
+    A unix socket is ``localhost`` there, as libpq names it in the file. None when a password is
+    given otherwise (URL, PGPASSWORD, service file) or the URL cannot be read.
+    """
     # asyncpg's own resolution (the URL, PG* variables, service files, default hosts), so that
     # the line matched is the one it would have matched. A private function: if it changes,
     # asyncpg's own reading applies (escapes kept), never an error of ours.
@@ -294,9 +301,9 @@ def _port(addr: str | tuple[str, int]) -> int:
 
 
 def passfile_password(url: str) -> Callable[[], str | None] | None:
-    """For a URL whose password comes from the password file (``passfile`` option, PGPASSFILE,
-    else ~/.pgpass): a function reading it for each new connection (as libpq does, so a
-    rotated password is picked up), to pass as asyncpg's ``password``. None when the password
+    """For a URL whose password comes from the password file (``passfile`` option, PGPASSFILE, else
+    ~/.pgpass). Returns a function to pass as asyncpg's ``password``. It reads the file for each new
+    connection, as libpq does, so a rotated password is picked up. None when the password
     comes from elsewhere, or no line matches now (asyncpg then behaves as it would)."""
     option = url_options(url).get("passfile") or os.environ.get("PGPASSFILE")
     try:

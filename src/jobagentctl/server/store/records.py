@@ -21,8 +21,8 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class ApiKeyRecord:
-    """An API key as stored: its prefix is the lookup, the secret is kept only as a hash; a key
-    of an agent (``job_agent_id``) acts for that agent only."""
+    """An API key as stored: its prefix is the lookup, the secret is kept only as a hash. A key of
+    an agent (``job_agent_id``) acts for that agent only."""
 
     id: UUID
     workspace_id: UUID

@@ -1,5 +1,5 @@
-"""The schema range a release runs on: each migration's compat header (``-- compat: expand`` or
-``contract``, its first line) and the check of a database newer than this release knows."""
+"""The schema range a release runs on. Each migration's compat header (``-- compat: expand`` or
+``contract``, its first line), and the check of a database newer than this release knows."""
 
 from __future__ import annotations
 
@@ -19,9 +19,12 @@ _HEADER_PREFIX = "-- compat:"
 
 
 class Compat(StrEnum):
-    """What a migration leaves for the release before it: ``expand`` (that release still runs
-    on the schema: new tables, nullable or defaulted columns, indexes, triggers) or
-    ``contract`` (it does not: a column dropped, renamed or made stricter)."""
+    """What a migration leaves for the release before it:
+
+    - ``expand``: that release still runs on the schema. New tables, nullable or defaulted columns,
+      indexes, triggers.
+    - ``contract``: it does not. A column dropped, renamed or made stricter.
+    """
 
     EXPAND = "expand"
     CONTRACT = "contract"
@@ -53,9 +56,13 @@ def _span(versions: list[int]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class SchemaWindow:
-    """A database's schema as one release sees it: ``known`` is the release's newest migration,
-    ``newest`` the database's newest applied version (0: none), ``newer`` each applied version
-    above ``known`` with the compat header it was applied with (None: not recorded)."""
+    """A database's schema as one release sees it:
+
+    - ``known``: the release's newest migration.
+    - ``newest``: the database's newest applied version (0: none).
+    - ``newer``: each applied version above ``known``, with the compat header it was applied with
+      (None: not recorded).
+    """
 
     known: int
     newest: int

@@ -4,10 +4,10 @@ per database (``connector.py``).
 The lifecycle and lease operations live here. ``store.entities`` (``entities.py``) holds those
 on workspaces, keys, agents and jobs. ``store.logs`` (``logs.py``) holds those on job logs.
 
-As procrastinate's ``manager.py`` over its connectors: the store names a query and passes
-parameters; the connector (``sqlite.py``, ``postgres.py``) runs the dialect's SQL of that name
-(``sql/<dialect>/*.sql``, the same names in both) and translates driver errors. Where
-PostgreSQL does an operation in one statement, SQLite's block of that name is a chain of
+As procrastinate's ``manager.py`` over its connectors, the store names a query and passes
+parameters. The connector (``sqlite.py``, ``postgres.py``) runs the dialect's SQL of that name
+and translates driver errors. That SQL is in ``sql/<dialect>/*.sql``, the same names in both.
+Where PostgreSQL does an operation in one statement, SQLite's block of that name is a chain of
 statements run in one write transaction (see ``SqliteConnector``).
 """
 
@@ -68,7 +68,7 @@ class SqlStore:
     """Persistence and lease logic. All operations are coroutines; all times are the database's.
 
     Every lease decision happens inside the database, with the database clock, in one statement
-    or one transaction; the service above only clamps lease lengths, checks scopes and maps
+    or one transaction. The service above only clamps lease lengths, checks scopes and maps
     results to HTTP. Operations raise the project's errors (``NotFound``, ``NotClaimable``,
     ``ClaimLost``, ``ClaimMismatch``, ``ValidationError``, ``Conflict``; ``ServerUnavailable``
     when the database is down), never a driver's. ``agent_scope``: when not None the caller
@@ -112,13 +112,19 @@ class SqlStore:
         return await self.readiness(timeout) is None
 
     async def readiness(self, timeout: float | None = None) -> JobAgentError | None:
-        """None when the database is reachable, every migration is applied, no newer one is
-        outside this release's window and writes work (``/readyz``); else the error to answer
-        with, never raised: ``ServerUnavailable`` (unreachable, or no answer within ``timeout``
-        seconds — None: the store's own bound, PostgreSQL's ``statement_timeout``; migrations
-        pending; the last write failed for a reason that fails every write, SQLite disk full,
-        I/O error, read-only, probed again with a write that changes nothing visible) or
-        ``SchemaTooNew``."""
+        """None when the store is ready (``/readyz``), else the error to answer with, never raised.
+
+        Ready: the database is reachable, every migration is applied, no newer one is outside
+        this release's window, and writes work. The errors:
+
+        - ``ServerUnavailable``: unreachable, or no answer within ``timeout`` seconds. None is
+          the store's own bound, PostgreSQL's ``statement_timeout``.
+        - ``ServerUnavailable``: migrations pending.
+        - ``ServerUnavailable``: the last write failed for a reason that fails every write
+          (SQLite disk full, I/O error, read-only). It is probed again with a write that changes
+          nothing visible.
+        - ``SchemaTooNew``.
+        """
         try:
             async with asyncio.timeout(timeout):
                 applied = await self.db.all("applied_versions")
@@ -152,13 +158,18 @@ class SqlStore:
     async def claim_job(
         self, workspace_id: UUID, agent_id: UUID, job_id: UUID, lease_seconds: int | None
     ) -> ClaimedJob:
-        """Claim that job atomically: ``queued → inProgress``, ``started_at = now``, the attempt
-        counted on the job (previous + 1), and — when ``lease_seconds`` is not None — a
-        ``job_claim`` row with a fresh ``claim_id`` expiring at ``now + lease`` (the attempt's
-        ``job_attempt`` row is written when it ends; an unleased claim opens it now).
+        """Claim that job atomically:
+
+        - ``queued → inProgress``, ``started_at = now``;
+        - the attempt counted on the job (previous + 1);
+        - when ``lease_seconds`` is not None, a ``job_claim`` row with a fresh ``claim_id``
+          expiring at ``now + lease``. The attempt's ``job_attempt`` row is written when it ends;
+          an unleased claim opens it now.
+
         ``lease_seconds`` is already resolved and clamped by the service; None = unleased.
         Unknown job, or another agent's → ``NotFound``; not queued → ``NotClaimable`` with
-        ``details.jobStatus``."""
+        ``details.jobStatus``.
+        """
         check_lease(lease_seconds)
         params = {
             "job_id": job_id,
@@ -194,10 +205,12 @@ class SqlStore:
     async def claim_batch(
         self, workspace_id: UUID, agent_id: UUID, lease_seconds: int | None, limit: int
     ) -> list[ClaimedJob]:
-        """Claim up to ``limit`` of the agent's oldest queued jobs (``created_at ASC, id ASC``;
-        PostgreSQL one statement with ``FOR UPDATE SKIP LOCKED``, SQLite one transaction),
-        oldest first; each as ``claim_job`` (its own claim id and lease). [] when nothing is
-        queued."""
+        """Claim up to ``limit`` of the agent's oldest queued jobs, oldest first.
+
+        The order is ``created_at ASC, id ASC``. PostgreSQL claims them in one statement with
+        ``FOR UPDATE SKIP LOCKED``, SQLite in one transaction. Each is claimed as ``claim_job``
+        does, with its own claim id and lease. [] when nothing is queued.
+        """
         check_lease(lease_seconds)
         if limit < 1:
             raise ValidationError("limit must be at least 1")
@@ -256,7 +269,11 @@ class SqlStore:
         # Failure path only: one more read to say why.
         raise heartbeat_failure(await self.db.one("job_claim_state", **params))
 
-    async def set_status(
+    # Ten arguments: the change (status, message, external id, metadata) and its fence (claim
+    # id, agent scope, require-claim-id, force). Grouping them changes the service's status
+    # path, which is being reworked in parallel: left for then. RUF100: while pyproject still
+    # exempts src/ from PLR0913, this noqa is unused.
+    async def set_status(  # noqa: PLR0913, RUF100
         self,
         workspace_id: UUID,
         job_id: UUID,
@@ -273,17 +290,17 @@ class SqlStore:
         """Set a status, fenced by ``claim_id``, atomically; answers the job's status and agent
         (the wire's ``{id, message}`` needs no job: read it with ``get_job``).
 
-        - ``claim_id`` of the current claim → apply; its holder ending the attempt (any status
-          but ``inProgress``) is one statement, and why it was refused is read only when that
+        - ``claim_id`` of the current claim → apply. Its holder ending the attempt (any status
+          but ``inProgress``) is one statement. Why it was refused is read only when that
           statement changed nothing.
         - ``claim_id`` given, no claim row, the attempt of that ``claim_id`` ended
           ``completed``/``cancelled`` and the job already has ``status`` → idempotent success.
         - ``claim_id`` given, another attempt holds the claim → ``ClaimMismatch``; no claim row
           otherwise → ``ClaimLost`` (``details.jobStatus``). Nothing changes.
-        - no ``claim_id`` (V1, as ctrlplane): any transition — a failed or cancelled job can be
-          queued again, its next claim is attempt N+1 — except the same terminal status again
-          (idempotent success) and ``require_claim_id`` with ``agent_scope`` on a job with a
-          claim row (``ValidationError``).
+        - no ``claim_id`` (V1, as ctrlplane): any transition. A failed or cancelled job can be
+          queued again; its next claim is attempt N+1. Two exceptions: the same terminal status
+          again (idempotent success), and ``require_claim_id`` with ``agent_scope`` on a job
+          with a claim row (``ValidationError``).
 
         Leaving ``inProgress`` deletes the claim row and ends the attempt (its row written
         then, from the claim row; an unleased attempt's open row closed): ``completed`` for a
@@ -293,10 +310,12 @@ class SqlStore:
         ``external_id`` replace when given; ``metadata`` is merged key by key.
 
         A claim row ended without its claim id (an operator's requeue or cancel) is kept as
-        revoked: the job is not claimable while it is, until its holder reports with that claim
-        id (refused or answered as a repeat as above, but the job stops waiting: its command is
-        gone), its lease runs out (``reap``), or a status change with ``force`` (which also drops
-        one kept earlier).
+        revoked. The job is not claimable while it is, until one of these:
+
+        - its holder reports with that claim id. That is refused or answered as a repeat as
+          above, but the job stops waiting: its command is gone.
+        - its lease runs out (``reap``);
+        - a status change with ``force``, which also drops one kept earlier.
         """
         fence = dict(
             job_id=job_id, workspace_id=workspace_id, claim_id=claim_id, agent_scope=agent_scope
@@ -334,9 +353,9 @@ class SqlStore:
 
         A claim id refused there, or answered as a repeat, may be a revoked claim's. Its holder
         reports that its command has ended, so the job stops waiting for it, whatever the
-        attempt's outcome. An operator who ended it with ``skipped`` (outcome ``completed``)
-        then requeued it gets the holder's release answered as a repeat: the job must not wait
-        for the lease for nothing.
+        attempt's outcome. Say an operator ended it with ``skipped`` (outcome ``completed``),
+        then requeued it. The holder's release is then answered as a repeat: the job must not
+        wait for the lease for nothing.
         """
         wrote = let_go = False
 
@@ -381,11 +400,17 @@ class SqlStore:
     async def reap(
         self, batch_size: int, max_reclaims: int, grace: OutageGrace | None = None
     ) -> ReapResult:
-        """Repeat one batched statement (≤ ``batch_size`` rows, ``SKIP LOCKED`` on PostgreSQL)
-        while one finds an expired claim beyond its batch: delete expired ``job_claim`` rows,
-        close their attempts ``expired``, and flip their jobs from ``inProgress`` to ``queued``
-        — or to ``failure`` with message ``lease expired N times`` when ``max_reclaims`` > 0
-        and this is the N-th expiry with N ≥ ``max_reclaims``. Safe with concurrent reapers:
+        """Reap expired claims, one batched statement at a time.
+
+        The statement takes ≤ ``batch_size`` rows (``SKIP LOCKED`` on PostgreSQL). It is
+        repeated while one finds an expired claim beyond its batch. For each expired claim:
+
+        - its ``job_claim`` row is deleted, its attempt closed ``expired``;
+        - its job goes from ``inProgress`` to ``queued``;
+        - or to ``failure`` with message ``lease expired N times``, when ``max_reclaims`` > 0
+          and this is the N-th expiry with N ≥ ``max_reclaims``.
+
+        Safe with concurrent reapers:
         each job exactly once. Wakes long-polls of the agents whose jobs went back to the queue.
         ``grace``: a claim that expired less than ``began_ago`` seconds ago is spared while
         ``ended_ago`` is below its heartbeat interval (``models.heartbeat_interval``), see
@@ -455,11 +480,17 @@ class SqlStore:
         limit: int,
         quiet_after: float | None = None,
     ) -> tuple[list[JobClaim], dict[str, int]]:
-        """The ``limit`` most urgent claims of :meth:`list_claims` (expired, longest overdue
-        first; then unleased, or active but silent for longer than ``stale_after`` seconds, or
-        with no output for longer than ``quiet_after``; then the rest by nearest expiry) and how
-        many claims there are of each mark (a state, ``stale`` or ``quiet``), all judged with
-        the database clock."""
+        """The ``limit`` most urgent claims of :meth:`list_claims`, and the count of each mark.
+
+        All is judged with the database clock. The order:
+
+        - expired, longest overdue first;
+        - then unleased, or active but silent for longer than ``stale_after`` seconds, or with
+          no output for longer than ``quiet_after``;
+        - then the rest by nearest expiry.
+
+        A mark is a state, ``stale`` or ``quiet``.
+        """
         params = {
             "workspace_id": workspace_id,
             "agent_id": agent_id,

@@ -1,9 +1,9 @@
 """The SQLite connector: zero set-up, one file, safe to share between server processes.
 
 One connection, driven by one worker thread. A named block of several statements is a chain
-run in one ``BEGIN IMMEDIATE`` transaction (SQLite has no data-modifying CTEs): each statement
-sees the caller's parameters plus the columns of the first row of every statement before it,
-and the chain answers with those rows merged (none if its first statement returned none).
+run in one ``BEGIN IMMEDIATE`` transaction: SQLite has no data-modifying CTEs. Each statement
+sees the caller's parameters plus the columns of the first row of every statement before it.
+The chain answers with those rows merged (none if its first statement returned none).
 A single write statement is its own transaction. Either way SQLite's database lock is held
 from the start, which serialises lease decisions (WAL, busy_timeout).
 """
@@ -104,9 +104,12 @@ def _transaction(conn: sqlite3.Connection, begin: str | None = "BEGIN IMMEDIATE"
 
 
 def _begin_waiting(conn: sqlite3.Connection, begin: str, wait: float) -> None:
-    """Run ``begin`` (a statement taking the write lock), retrying for up to ``wait`` seconds
-    while another connection holds the lock: the connection's own busy timeout may be shorter
-    than an operation such as a migration may wait."""
+    """Run ``begin`` (a statement taking the write lock), retrying while another connection
+    holds the lock, for up to ``wait`` seconds.
+
+    The connection's own busy timeout may be shorter than an operation such as a migration may
+    wait.
+    """
     deadline = time.monotonic() + wait
     while True:
         try:
@@ -187,12 +190,15 @@ class SqliteConnector:
         statement_timeout: float | None = None,
     ) -> None:
         """``statement_timeout`` (seconds, None = unbounded, as PostgreSQL's) bounds every
-        operation but migrations: half of it to get the one worker thread (operations queue
-        for it), half to get the database lock (``busy_timeout``, when lower than
-        ``busy_timeout_ms``); an operation that cannot start in time is refused without
-        touching the database, and past the whole bound the caller gets ``ServerUnavailable``
-        (503) at once. So another process holding the write lock fails requests fast rather
-        than for SQLite's default wait of 30 s."""
+        operation but migrations:
+
+        - half of it to get the one worker thread (operations queue for it);
+        - half to get the database lock (``busy_timeout``, when lower than ``busy_timeout_ms``).
+
+        An operation that cannot start in time is refused without touching the database. Past
+        the whole bound the caller gets ``ServerUnavailable`` (503) at once. So another process
+        holding the write lock fails requests fast rather than for SQLite's default wait of 30 s.
+        """
         self.path = path
         self._statement_timeout = statement_timeout
         self._migration_wait = self._busy_timeout = busy_timeout_ms / 1000.0
@@ -382,9 +388,11 @@ class SqliteConnector:
     async def each(
         self, query: str, limit: int, fresh: Callable[[], Params], /, **params: Any
     ) -> list[Row]:
-        """The chain ``query`` run again, each time with ``fresh()`` over ``params``, in one write
-        transaction, until a run answers none or ``limit`` rows are in (a chain answers one
-        row: SQLite has no data-modifying CTEs)."""
+        """The chain ``query`` run again, each time with ``fresh()`` over ``params``.
+
+        All runs are in one write transaction, until a run answers none or ``limit`` rows are in.
+        A chain answers one row: SQLite has no data-modifying CTEs.
+        """
 
         def run(conn: sqlite3.Connection) -> list[Row]:
             rows: list[Row] = []
@@ -416,8 +424,11 @@ class SqliteConnector:
 
     async def _queued_counts(self, agents: list[UUID]) -> dict[UUID, int]:
         """Jobs queued per agent, asked only when another connection has committed since the
-        last poll (``PRAGMA data_version``): what this process queues wakes its waiters itself,
-        and a waiter checks the queue when it starts waiting."""
+        last poll (``PRAGMA data_version``).
+
+        What this process queues wakes its waiters itself. A waiter checks the queue when it
+        starts waiting.
+        """
         cap = max(self.waiters.waiting(agent) for agent in agents)
 
         def run(conn: sqlite3.Connection) -> dict[UUID, int]:

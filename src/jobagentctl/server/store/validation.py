@@ -32,8 +32,8 @@ def check_slug(slug: str) -> str:
 
 
 def slugify(name: str) -> str:
-    """The slug derived from a workspace name (runs of other characters become one '-'), as
-    migration 0002 derives it in SQL; one shorter than 3 characters gets "-ws" appended."""
+    """The slug derived from a workspace name, as migration 0002 derives it in SQL. Runs of other
+    characters become one '-'. One shorter than 3 characters gets "-ws" appended."""
     slug = _NOT_SLUG_CHARS.sub("-", name.lower()).strip("-")[:50].strip("-") or "workspace"
     return slug if len(slug) >= 3 else slug + _SHORT_SLUG_SUFFIX
 

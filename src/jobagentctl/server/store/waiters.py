@@ -1,5 +1,7 @@
-"""Long-polls waiting for a job: per-agent events woken one per job queued, and the one poller of
-a process that wakes them for what it cannot hear."""
+"""Long-polls waiting for a job: per-agent events woken one per job queued.
+
+The one poller of a process wakes them for what it cannot hear.
+"""
 
 from __future__ import annotations
 
@@ -67,8 +69,9 @@ class Waiters:
 
         ``since``: the :meth:`mark` taken before the caller's claim attempt; the queue is not
         asked first unless a signal came since. ``last``: the caller's whole wait ends with
-        this one, and its next claim attempt asks the queue anyway, so it is not asked at the
-        end either: an empty long-poll then costs the database its claim attempt alone."""
+        this one, and its next claim attempt asks the queue anyway. So the queue is not asked at
+        the end either: an empty long-poll then costs the database its claim attempt alone.
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         event = self.register(agent_id)
@@ -105,7 +108,7 @@ class Waiters:
 
     def unregister(self, agent_id: UUID, event: asyncio.Event, *, consumed: bool) -> None:
         """``consumed`` False: the waiter leaves without acting on a wake-up it got (cancelled,
-        client gone), so the wake-up goes to the next waiter instead of being lost."""
+        client gone). So the wake-up goes to the next waiter instead of being lost."""
         events = self._events.get(agent_id)
         if events is not None:
             events.pop(event, None)
@@ -156,13 +159,15 @@ class Waiters:
 
 
 async def _poll(waiters: Waiters, interval: float, queued: QueuedCounts) -> None:
-    """The one poller of a process, in place of one per waiter (a query per waiter per tick
-    made idle long-polls cost a core): every ``interval`` seconds, if anyone waits, one
-    ``queued(agents)`` call for every agent with waiters, and as many waiters woken per agent
-    as it has jobs queued. Jobs this process queues wake their waiters at once (``notify``);
-    the poller is for what it cannot hear (other processes on a SQLite file; PostgreSQL while
-    LISTEN is down). Runs until cancelled; a failing poll is retried at the next tick (the
-    waiters stay waiting)."""
+    """The one poller of a process, in place of one per waiter.
+
+    A query per waiter per tick made idle long-polls cost a core. Every ``interval`` seconds, if
+    anyone waits, it makes one ``queued(agents)`` call for every agent with waiters. It wakes as
+    many waiters per agent as it has jobs queued. Jobs this process queues wake their waiters at
+    once (``notify``). The poller is for what it cannot hear: other processes on a SQLite file,
+    PostgreSQL while LISTEN is down. Runs until cancelled; a failing poll is retried at the next
+    tick (the waiters stay waiting).
+    """
     while True:
         await asyncio.sleep(interval)
         agents = list(waiters)

@@ -1,8 +1,9 @@
 """A small client of ctrlplane's V1 API, for the gateway (the server never imports ours).
 
 Only what the gateway needs: the workspace by slug or id, the agents, an agent's jobs by
-status, a claim by id, a job, a status update. ctrlplane's API key is held here and only
-sent in the ``X-API-Key`` header: never logged, never in an error message or a metric label.
+status. Also a claim by id, a job, a status update. The API key for ctrlplane is held here.
+It is only sent in the ``X-API-Key`` header: never logged, never in an error message or a
+metric label.
 Every request is counted and timed (``UpstreamMetrics``) by operation and outcome.
 """
 
@@ -173,8 +174,8 @@ class UpstreamClient:
 
     async def oldest_queued(self, ws: UUID, agent_id: UUID, count: int) -> list[dict[str, Any]]:
         """Up to ``count`` of the agent's oldest queued jobs, oldest first, with their dispatch
-        context: one request, two when more are queued than one page holds (ctrlplane lists
-        newest first, so the oldest are on the last page)."""
+        context. One request, or two when more are queued than one page holds. ctrlplane lists
+        newest first, so the oldest are on the last page."""
         page = await self.agent_jobs(
             ws, agent_id, JobStatus.QUEUED.value, limit=count, dispatch_context=True
         )

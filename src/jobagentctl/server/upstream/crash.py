@@ -2,12 +2,14 @@
 makes the process exit at once (``os._exit``, as a SIGKILL would: nothing flushed, no
 shutdown) when it reaches ``STEP``. Test-only; unset in production, where it costs one lookup.
 
-Steps: ``claimed-locally`` (the lease recorded here, the claim not yet sent to ctrlplane),
-``claimed-upstream`` (ctrlplane answered the claim, the agent not yet), ``report-accepted``
-(the report in the outbox, not yet sent), ``report-delivered`` (ctrlplane took it, the
-attempt not yet ended here), ``requeue-recorded`` (the attempt ended expired and the requeue is
-in the outbox, not yet sent), ``requeue-delivered`` (ctrlplane took it, the outbox row not yet
-marked done).
+Steps:
+
+- ``claimed-locally``: the lease recorded here, the claim not yet sent to ctrlplane;
+- ``claimed-upstream``: ctrlplane answered the claim, the agent not yet;
+- ``report-accepted``: the report in the outbox, not yet sent;
+- ``report-delivered``: ctrlplane took it, the attempt not yet ended here;
+- ``requeue-recorded``: the attempt ended expired and the requeue is in the outbox, not yet sent;
+- ``requeue-delivered``: ctrlplane took it, the outbox row not yet marked done.
 """
 
 from __future__ import annotations

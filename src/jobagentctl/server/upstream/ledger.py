@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -61,6 +61,15 @@ def _epoch(value: datetime) -> float:
     return value.timestamp()
 
 
+def _parse_time(value: Any) -> datetime:
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            pass
+    return datetime.now(UTC)
+
+
 class Ledger:
     """The gateway's statements over the store's connector."""
 
@@ -79,30 +88,43 @@ class Ledger:
         """Our workspace row under ctrlplane's id (the store's own creation draws a new id)."""
         await self._db.one("create_workspace", id=workspace_id, name=name, slug=slug)
 
+    async def mirror_agent(self, workspace_id: UUID, agent: dict[str, Any]) -> None:
+        """Our row of ctrlplane's agent ``agent`` (as ctrlplane answers it), made or refreshed."""
+        await self.store.entities.upsert_agent(
+            workspace_id,
+            UUID(str(agent["id"])),
+            str(agent.get("name") or "agent"),
+            str(agent.get("type") or "http-pull"),
+            dict(agent.get("config") or {}),
+            dict(agent.get("metadata") or {}),
+        )
+
     async def mirror(
         self,
         workspace_id: UUID,
         agent_id: UUID,
         job_id: UUID,
+        job: dict[str, Any],
         *,
-        created_at: datetime,
-        job_agent_config: dict[str, Any],
-        dispatch_context: dict[str, Any],
-        metadata: dict[str, Any],
         confirmed: bool = False,
     ) -> bool:
-        """Our row of a job ctrlplane lists as queued; False when we hold it in progress (or
-        have an undelivered operation on it), or it ended here and ``confirmed`` (ctrlplane
-        said queued when asked for this job alone) is not given: then it is not claimable."""
+        """Our row of ``job_id``, a job ctrlplane lists as queued (``job``, as it sent it).
+
+        False when it is not claimable:
+
+        - we hold it in progress, or have an undelivered operation on it;
+        - or it ended here and ``confirmed`` is not given. ``confirmed``: ctrlplane said queued when
+          asked for this job alone.
+        """
         row = await self._db.one(
             "gateway_mirror_job",
             id=job_id,
             workspace_id=workspace_id,
             agent_id=agent_id,
-            created_at=_epoch(created_at),
-            job_agent_config=json.dumps(job_agent_config),
-            dispatch_context=json.dumps(dispatch_context),
-            metadata=json.dumps(metadata),
+            created_at=_epoch(_parse_time(job.get("createdAt"))),
+            job_agent_config=json.dumps(dict(job.get("jobAgentConfig") or {})),
+            dispatch_context=json.dumps(dict(job.get("dispatchContext") or {})),
+            metadata=json.dumps(dict(job.get("metadata") or {})),
             confirmed=confirmed,
         )
         return row is not None

@@ -1,8 +1,8 @@
 """One upstream poll shared by every claimer waiting for the same agent.
 
 A hundred idle agents long-polling the gateway must not become a hundred requests a second to
-ctrlplane: the claimers of one (workspace, agent) share the poll, which lists the agent's
-queued jobs at most once per ``interval`` while someone waits, and backs off (doubling up to
+ctrlplane. So the claimers of one (workspace, agent) share the poll. It lists the agent's queued
+jobs at most once per ``interval`` while someone waits. It backs off (doubling up to
 ``max_interval``) while ctrlplane fails.
 """
 

@@ -2,17 +2,17 @@
 
 What changes against ``JobService`` (docs/gateway.md has the whole picture):
 
-- **Claims** take a job ctrlplane lists as queued for the agent: the lease is recorded here
-  first (the mirror row of the job, the claim, the attempt: the store's own claim), then the
-  claim is sent to ctrlplane. ctrlplane's 409/404 (another claimer won) undoes the local claim,
+- **Claims** take a job ctrlplane lists as queued for the agent. The lease is recorded here
+  first: the mirror row of the job, the claim, the attempt (the store's own claim). Then the
+  claim is sent to ctrlplane. A 409/404 from it (another claimer won) undoes the local claim,
   which never reached an agent, and the next job is tried. A crash between the two leaves a
-  lease nobody heartbeats: the gateway's reaper requeues the job upstream (only if ctrlplane
-  has it in progress), as for any dead agent.
+  lease nobody heartbeats. The gateway's reaper requeues that job upstream, as for any dead
+  agent (only if ctrlplane has it in progress).
 - **Heartbeats** are the store's, unchanged: nothing goes to ctrlplane.
-- **Reports** with a ``claimId`` are fenced here, written to the outbox with the claim marked
-  delivering (one transaction), then sent; the agent gets 202 as soon as the report is durable,
-  even while ctrlplane is down; the claim and attempt end here once ctrlplane took it.
-- **Operators' status changes** (no ``claimId``) go to ctrlplane first, then here; a requeue
+- **Reports** with a ``claimId`` are fenced here, then written to the outbox with the claim
+  marked delivering (one transaction), then sent. The agent gets 202 as soon as the report is
+  durable, even while ctrlplane is down. The claim and attempt end here once ctrlplane took it.
+- **Operators' status changes** (no ``claimId``) go to ctrlplane first, then here. A requeue
   of a held claim is sent once the holder let go or its lease ran out (no overlap).
 - **Listings and reads of jobs** are ctrlplane's; claims, attempts, logs and presence ours.
 """
@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -74,15 +73,6 @@ _ACCEPTED_MESSAGE = "Job status accepted: delivering it to ctrlplane"
 _UPSTREAM_STATE_TTL = 2.0
 
 
-def _parse_time(value: Any) -> datetime:
-    if isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            pass
-    return datetime.now(UTC)
-
-
 class GatewayService(JobService):
     """``JobService`` in front of ctrlplane (see the module docstring)."""
 
@@ -105,8 +95,10 @@ class GatewayService(JobService):
 
     # --- agents ------------------------------------------------------------------------------
     async def ensure_agent(self, ws: UUID, agent_id: UUID) -> None:
-        """Our row of ctrlplane's agent (keys, claims and presence refer to it), made on first
-        use; 404 when ctrlplane has no such agent in the workspace."""
+        """Our row of ctrlplane's agent (keys, claims and presence refer to it), made on first use.
+
+        It is 404 when ctrlplane has no such agent in the workspace.
+        """
         if agent_id in self._mirrored_agents:
             return
         if await self.store.entities.get_agent(ws, agent_id) is None:
@@ -114,18 +106,8 @@ class GatewayService(JobService):
                 agent = await self.upstream.get_agent(ws, agent_id)
             except UpstreamRefused:
                 raise no_agent(agent_id) from None
-            await self.mirror_agent(ws, agent)
+            await self.ledger.mirror_agent(ws, agent)
         self._mirrored_agents.add(agent_id)
-
-    async def mirror_agent(self, ws: UUID, agent: dict[str, Any]) -> None:
-        await self.store.entities.upsert_agent(
-            ws,
-            UUID(str(agent["id"])),
-            str(agent.get("name") or "agent"),
-            str(agent.get("type") or "http-pull"),
-            dict(agent.get("config") or {}),
-            dict(agent.get("metadata") or {}),
-        )
 
     async def upsert_agent(
         self, principal: Principal, ws: UUID, agent_id: UUID, body: UpsertJobAgentRequest
@@ -300,8 +282,8 @@ class GatewayService(JobService):
         stops: list[asyncio.Event],
         skip: UUID | None = None,
     ) -> list[ClaimedJob]:
-        """Up to ``limit`` of the agent's oldest jobs queued in ctrlplane, from the agent's
-        shared poll, waiting for one until ``deadline`` (monotonic) or one of ``stops``."""
+        """Up to ``limit`` of the agent's oldest jobs queued in ctrlplane, from the agent's shared
+        poll. It waits for one until ``deadline`` (monotonic) or one of ``stops``."""
         poll = self._poll(ws, agent_id)
         # A listing at most one poll interval old: the agent's shared poll may have been idle
         # for minutes, and a claim must not be answered from a listing that old.
@@ -346,36 +328,16 @@ class GatewayService(JobService):
         by_id: bool,
         listed_at: float | None = None,
     ) -> ClaimedJob | None:
-        """Claim one job: here first (leased), then in ctrlplane. None (claim-next) or the
-        error (by id) when it is not claimable: held here, or ctrlplane refused."""
+        """Claim one job: here first (leased), then in ctrlplane.
+
+        When it is not claimable (held here, or ctrlplane refused):
+        - claim-next: None;
+        - by id: the error.
+        """
         job_id = UUID(str(item["id"]))
         if lease is None:
             return await self._claim_unleased(ws, agent_id, job_id, by_id=by_id)
-
-        async def mirror(confirmed: bool) -> bool:
-            return await self.ledger.mirror(
-                ws,
-                agent_id,
-                job_id,
-                created_at=_parse_time(item.get("createdAt")),
-                job_agent_config=dict(item.get("jobAgentConfig") or {}),
-                dispatch_context=dict(item.get("dispatchContext") or {}),
-                metadata=dict(item.get("metadata") or {}),
-                confirmed=confirmed,
-            )
-
-        mirrored = await mirror(False)
-        ended = None if mirrored else await self.ledger.ended_here(ws, job_id)
-        if ended is not None and not (listed_at and ended.timestamp() > listed_at - 1.0):
-            # Ended here before the listing was asked for (a second's margin for the clocks
-            # of this host and the database's): a job queued again in ctrlplane (an
-            # operator's requeue there), or a listing that was on its way. ctrlplane says
-            # which, for this job alone. One that ended after it is skipped without asking.
-            if await self._queued_upstream(ws, job_id):
-                mirrored = await mirror(True)
-            elif not by_id:
-                self._poll(ws, agent_id).forget()
-        if not mirrored:
+        if not await self._mirrored(ws, agent_id, item, by_id=by_id, listed_at=listed_at):
             # Held here, or an operation on it not yet delivered (a requeue sent after a
             # claim made now would undo that claim in ctrlplane): not claimable yet.
             if by_id:
@@ -392,8 +354,51 @@ class GatewayService(JobService):
                 raise
             return None
         crash_point("claimed-locally")
+        upstream = await self._claim_upstream(ws, agent_id, local, by_id=by_id)
+        if upstream is None:
+            return None
+        crash_point("claimed-upstream")
+        return self._merged(local, upstream)
+
+    async def _mirrored(
+        self,
+        ws: UUID,
+        agent_id: UUID,
+        item: dict[str, Any],
+        *,
+        by_id: bool,
+        listed_at: float | None,
+    ) -> bool:
+        """Mirror the listed job ``item`` here, claimable; False when it is not claimable yet."""
+        job_id = UUID(str(item["id"]))
+
+        if await self.ledger.mirror(ws, agent_id, job_id, item):
+            return True
+        ended = await self.ledger.ended_here(ws, job_id)
+        if ended is None or (listed_at and ended.timestamp() > listed_at - 1.0):
+            return False
+        # Ended here before the listing was asked for (a second's margin for the clocks of
+        # this host and the database's): a job queued again in ctrlplane (an operator's
+        # requeue there), or a listing that was on its way. ctrlplane says which, for this job
+        # alone. One that ended after it is skipped without asking.
+        if await self._queued_upstream(ws, job_id):
+            return await self.ledger.mirror(ws, agent_id, job_id, item, confirmed=True)
+        if not by_id:
+            self._poll(ws, agent_id).forget()
+        return False
+
+    async def _claim_upstream(
+        self, ws: UUID, agent_id: UUID, local: ClaimedJob, *, by_id: bool
+    ) -> dict[str, Any] | None:
+        """ctrlplane's claim of the job claimed here as ``local``: its job as answered.
+
+        When ctrlplane refuses, the local claim is undone, then:
+        - claim-next: None;
+        - by id: ``NotFound`` (404) or ``NotClaimable``.
+        """
+        job_id = local.id
         try:
-            upstream = await self.upstream.claim(ws, agent_id, job_id)
+            return await self.upstream.claim(ws, agent_id, job_id)
         except UpstreamRefused as exc:
             # Another claimer won (409), or the job is not the agent's (404): the local claim
             # never reached an agent and leaves no attempt.
@@ -413,8 +418,6 @@ class GatewayService(JobService):
             # Else ctrlplane may have taken it: the lease runs out unheartbeaten and the
             # reaper sends the job back to queued if ctrlplane has it in progress.
             raise
-        crash_point("claimed-upstream")
-        return self._merged(local, upstream)
 
     async def _queued_upstream(self, ws: UUID, job_id: UUID) -> bool:
         try:
@@ -436,15 +439,7 @@ class GatewayService(JobService):
             if exc.status == 404:
                 raise NotFound("job not found", details={"jobId": str(job_id)}) from None
             raise NotClaimable("the job is not queued in ctrlplane") from None
-        await self.ledger.mirror(
-            ws,
-            agent_id,
-            job_id,
-            created_at=_parse_time(upstream.get("createdAt")),
-            job_agent_config=dict(upstream.get("jobAgentConfig") or {}),
-            dispatch_context=dict(upstream.get("dispatchContext") or {}),
-            metadata=dict(upstream.get("metadata") or {}),
-        )
+        await self.ledger.mirror(ws, agent_id, job_id, upstream)
         try:
             local = await self.store.claim_job(ws, agent_id, job_id, None)
         except (NotClaimable, NotFound):
@@ -589,8 +584,8 @@ class GatewayService(JobService):
     # --- the outbox --------------------------------------------------------------------------
     async def deliver(self, op: Op) -> None:
         """Send one outbox row to ctrlplane and finish it here. ``UpstreamUnavailable`` when
-        ctrlplane did not answer (the row stays for a retry); a refusal (4xx) finishes the row
-        with the error recorded: retrying cannot change ctrlplane's mind."""
+        ctrlplane did not answer: the row stays for a retry. A refusal (4xx) finishes the row with
+        the error recorded: retrying cannot change ctrlplane's mind."""
         if op.kind == "report":
             await self._deliver_report(op)
         else:
@@ -622,9 +617,9 @@ class GatewayService(JobService):
         self.changed(op.job_id)
 
     async def _deliver_requeue(self, op: Op) -> None:
-        """Put the job back to queued in ctrlplane, only if it is still in progress there (a
-        job cancelled or finished there meanwhile stays so); not while a revoked claim still
-        holds it here."""
+        """Put the job back to queued in ctrlplane, only if it is still in progress there. A job
+        cancelled or finished there meanwhile stays so. Not while a revoked claim still holds it
+        here."""
         if await self.ledger.revoked_held(op.job_id):
             await self.ledger.op_retry(op.id, 1.0, "waiting for the claim's holder to let go")
             return

@@ -1,13 +1,14 @@
 """``server init --upstream-workspace``: make this store the gateway of a ctrlplane workspace.
 
-Our workspace row takes ctrlplane's id (so agents keep their ``CTRLPLANE_WORKSPACE``), slug and
-name; ctrlplane's agents get rows here (keys bound to one of them need it); the store records
-which upstream it fronts; the first workspace key of ours is made and shown once.
+- Our workspace row takes ctrlplane's id (so agents keep their ``CTRLPLANE_WORKSPACE``), slug and
+  name.
+- ctrlplane's agents get rows here: keys bound to one of them need it.
+- The store records which upstream it fronts.
+- The first workspace key of ours is made and shown once.
 """
 
 from __future__ import annotations
 
-from typing import Any
 from uuid import UUID
 
 from jobagentctl.errors import ConfigError, NotFound
@@ -22,20 +23,10 @@ __all__ = ["init_gateway", "mirror_agents"]
 async def mirror_agents(store: Store, upstream: UpstreamClient, ws: UUID) -> int:
     """Our rows of ctrlplane's agents of the workspace (made or refreshed); how many."""
     agents = await upstream.list_agents(ws)
+    ledger = Ledger(store)
     for agent in agents:
-        await _upsert_agent(store, ws, agent)
+        await ledger.mirror_agent(ws, agent)
     return len(agents)
-
-
-async def _upsert_agent(store: Store, ws: UUID, agent: dict[str, Any]) -> None:
-    await store.entities.upsert_agent(
-        ws,
-        UUID(str(agent["id"])),
-        str(agent.get("name") or "agent"),
-        str(agent.get("type") or "http-pull"),
-        dict(agent.get("config") or {}),
-        dict(agent.get("metadata") or {}),
-    )
 
 
 async def init_gateway(

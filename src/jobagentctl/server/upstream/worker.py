@@ -1,16 +1,16 @@
 """The gateway's background work, one task per process (every replica runs one):
 
-- **the outbox**: delivers the reports and requeues not yet sent to ctrlplane (taken with a
-  hold, ``SKIP LOCKED`` on PostgreSQL, so replicas share them), retrying with backoff while
-  ctrlplane is down. Rows left by a process that died are taken again after their hold: that
-  is the reconciliation on start;
+- **the outbox**: delivers the reports and requeues not yet sent to ctrlplane, retrying with
+  backoff while ctrlplane is down. Rows are taken with a hold (``SKIP LOCKED`` on PostgreSQL),
+  so replicas share them. Rows left by a process that died are taken again after their hold:
+  that is the reconciliation on start;
 - **the reaper's pass** (``reap``, called by ``Reaper`` instead of the store's): an expired
-  claim that is not delivering a report ends ``expired`` here and its requeue goes to the
-  outbox, in one transaction; ctrlplane lists the job again once it took the requeue;
+  claim that is not delivering a report ends ``expired`` here. Its requeue goes to the outbox in
+  the same transaction. ctrlplane lists the job again once it took the requeue;
 - **the sync**: every ``upstream_sync_interval`` seconds, the agents with live claims have
-  their in-progress jobs listed in ctrlplane; a claimed job ctrlplane no longer has in progress
-  (cancelled, requeued, any other status, deleted) ends its claim here, so its holder's next
-  heartbeat answers 409 with ``jobStatus``.
+  their in-progress jobs listed in ctrlplane. A claimed job ctrlplane no longer has in progress
+  (cancelled, requeued, any other status, deleted) ends its claim here. Its holder's next
+  heartbeat then answers 409 with ``jobStatus``.
 """
 
 from __future__ import annotations
