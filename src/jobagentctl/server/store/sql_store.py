@@ -150,21 +150,34 @@ class SqlStore:
         raise AssertionError("unreachable")
 
     async def claim_job(
-        self, workspace_id: UUID, agent_id: UUID, job_id: UUID, lease_seconds: int | None
+        self,
+        workspace_id: UUID,
+        agent_id: UUID,
+        job_id: UUID,
+        lease_seconds: int | None,
+        *,
+        agent_lease: tuple[int, int] | None = None,
     ) -> ClaimedJob:
         """Claim that job atomically: ``queued → inProgress``, ``started_at = now``, the attempt
-        counted on the job (previous + 1), and — when ``lease_seconds`` is not None — a
-        ``job_claim`` row with a fresh ``claim_id`` expiring at ``now + lease`` (the attempt's
-        ``job_attempt`` row is written when it ends; an unleased claim opens it now).
-        ``lease_seconds`` is already resolved and clamped by the service; None = unleased.
-        Unknown job, or another agent's → ``NotFound``; not queued → ``NotClaimable`` with
-        ``details.jobStatus``."""
+        counted on the job (previous + 1), and — when the claim is leased — a ``job_claim`` row
+        with a fresh ``claim_id`` expiring at ``now + lease`` (the attempt's ``job_attempt`` row
+        is written when it ends; an unleased claim opens it now). ``lease_seconds`` is already
+        resolved and clamped by the service; None = unleased, unless ``agent_lease`` gives the
+        bounds ``(min, max)``: then the lease is the agent's ``config.leaseSeconds`` clamped
+        into them (``service.resolve_lease``'s rule), read by the claim statement itself, and
+        unleased when the agent configures none. The granted lease is the answer's
+        ``lease_seconds``. Unknown job, or another agent's → ``NotFound``; not queued →
+        ``NotClaimable`` with ``details.jobStatus``."""
         check_lease(lease_seconds)
+        low, high = agent_lease or (1, 1)
         params = {
             "job_id": job_id,
             "agent_id": agent_id,
             "workspace_id": workspace_id,
             "lease_seconds": lease_seconds,
+            "agent_lease": agent_lease is not None,
+            "lease_min": low,
+            "lease_max": high,
             "agent_scope": agent_id,
         }
         claimed = await self._claim("claim_job", 1, **params)

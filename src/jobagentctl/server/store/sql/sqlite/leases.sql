@@ -30,24 +30,29 @@ SELECT a.value AS job_agent_id,
 FROM json_each(:agents) AS a
 
 -- fragment: claim_tail
--- What both claims do after the UPDATE that flipped the job (its row is in the parameters):
--- the claim's attempt and time, the lease when there is one (the job and the claim agree on
--- the time to the millisecond), and for an unleased (V1) claim, which has no claim row, its
--- open attempt row (a leased attempt's row is written once, when it ends, from the claim row).
+-- What both claims do after the UPDATE that flipped the job (its row is in the parameters,
+-- with its granted lease, :granted_lease, NULL = unleased): the claim's attempt and time, the
+-- lease when there is one (the job and the claim agree on the time to the millisecond), and
+-- for an unleased (V1) claim, which has no claim row, its open attempt row (a leased attempt's
+-- row is written once, when it ends, from the claim row).
 SELECT :attempts AS attempt, :started_at AS claimed_at,
-       CASE WHEN :lease_seconds IS NULL THEN NULL ELSE :new_claim_id END AS claim_id;
+       CASE WHEN :granted_lease IS NULL THEN NULL ELSE :new_claim_id END AS claim_id;
 INSERT INTO job_claim (job_id, job_agent_id, claimed_at, claim_expires_at, claim_id,
                        lease_seconds, attempt)
-SELECT :id, :job_agent_id, :claimed_at, :claimed_at + :lease_seconds, :claim_id,
-       :lease_seconds, :attempt
-WHERE :lease_seconds IS NOT NULL
+SELECT :id, :job_agent_id, :claimed_at, :claimed_at + :granted_lease, :claim_id,
+       :granted_lease, :attempt
+WHERE :granted_lease IS NOT NULL
 RETURNING claim_expires_at, lease_seconds;
 INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
 SELECT :id, :attempt, NULL, :job_agent_id, :claimed_at
-WHERE :lease_seconds IS NULL
+WHERE :granted_lease IS NULL
 
 -- name: claim_job
--- Flip the job (only if still queued) and count the attempt on it, then claim_tail.
+-- Flip the job (only if still queued) and count the attempt on it, then claim_tail. The lease
+-- is :lease_seconds; when that is NULL and :agent_lease, the agent's config.leaseSeconds read
+-- here (service.resolve_lease's rule: a positive number, truncated, clamped into
+-- [:lease_min, :lease_max]; anything else: unleased), so a V1 claim by id costs no lookup of
+-- the agent first.
 UPDATE job
 SET status = 'inProgress',
     started_at = (julianday('now') - 2440587.5) * 86400.0,
@@ -56,7 +61,17 @@ SET status = 'inProgress',
 WHERE id = :job_id AND job_agent_id = :agent_id AND status = 'queued'
   AND EXISTS (SELECT 1 FROM job_agent AS a WHERE a.id = :agent_id AND a.workspace_id = :workspace_id)
   AND NOT EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = :job_id)
-RETURNING *;
+RETURNING *, COALESCE(
+    :lease_seconds,
+    (SELECT CASE WHEN :agent_lease
+                      AND json_type(a.config, '$.leaseSeconds') IN ('integer', 'real')
+                 THEN CASE WHEN json_extract(a.config, '$.leaseSeconds') > 0
+                           THEN MAX(:lease_min,
+                                    MIN(:lease_max,
+                                        CAST(json_extract(a.config, '$.leaseSeconds') AS INTEGER)))
+                      END
+            END
+     FROM job_agent AS a WHERE a.id = :agent_id)) AS granted_lease;
 -- include: claim_tail
 
 -- fragment: claim_next_chain
@@ -72,7 +87,7 @@ WHERE id = (
         ORDER BY q.created_at, q.rowid
         LIMIT 1)
   AND EXISTS (SELECT 1 FROM job_agent AS a WHERE a.id = :agent_id AND a.workspace_id = :workspace_id)
-RETURNING *;
+RETURNING *, :lease_seconds AS granted_lease;
 -- include: claim_tail
 
 -- name: claim_next
