@@ -288,7 +288,9 @@ class SqlStore:
 
         - ``claim_id`` of the current claim → apply; its holder ending the attempt (any status
           but ``inProgress``) is one statement, and why it was refused is read only when that
-          statement changed nothing.
+          statement changed nothing. Without a claim id (and without ``force``), a job that no
+          claim row holds is one statement too; one with a claim row, or a repeat, is decided
+          by the locked path after it.
         - ``claim_id`` given, no claim row, the attempt of that ``claim_id`` ended
           ``completed``/``cancelled`` and the job already has ``status`` → idempotent success.
         - ``claim_id`` given, another attempt holds the claim → ``ClaimMismatch``; no claim row
@@ -325,6 +327,13 @@ class SqlStore:
             # The common case, the claim's holder ending its attempt: one fenced statement.
             # Nothing comes back when it is refused or a repeat; the locked path says why.
             done = await self.db.one("finish_claimed", **{**fence, **write})
+            if done is not None:
+                return self._changed(done)
+        elif claim_id is None and not force and (metadata is None or self.db.merges_json):
+            # No claim id on a job that no claim row holds (a V1 agent's report on its
+            # unleased claim, an operator's change): one statement too. Nothing comes back for
+            # a claim row, a repeat or a job changed meanwhile; the locked path decides.
+            done = await self.db.one("finish_unclaimed", **{**fence, **write})
             if done is not None:
                 return self._changed(done)
         rules = partial(

@@ -231,6 +231,51 @@ woken AS (
 )
 SELECT u.id, u.status, u.job_agent_id, (SELECT count(*) FROM woken) AS woken FROM updated AS u
 
+-- name: finish_unclaimed
+-- The common status update without a claim id (a V1 agent reporting on its unleased claim, an
+-- operator's change to a job that no claim row holds) in one statement, where the locked path
+-- is a transaction of 4 round trips. It writes only on the job row its snapshot read: `seen`
+-- finds the job in scope, without a claim row, and not a repeat of its terminal status (the
+-- locked path answers a repeat), and the UPDATE applies only while the row's version (xmin)
+-- is that one. Every write that adds or ends a claim, or ends an attempt, also writes the job
+-- row, so an unchanged job row means no claim row appeared since the snapshot (one that did
+-- would be left behind by this statement: the locked path takes its lock first). No row back
+-- = a claim row, a repeat, a job out of scope, or a job changed meanwhile: the locked path
+-- decides. Otherwise as apply_status without a claim row: the open (unleased) attempt is
+-- ended when the job leaves inProgress; long-polls are woken when it is queued.
+WITH seen AS (
+    SELECT j.id, j.xmin AS version
+    FROM job AS j
+    WHERE j.id = %(job_id)s AND j.workspace_id = %(workspace_id)s
+      AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid)
+      AND NOT (%(terminal)s::boolean AND j.status = %(status)s::text)
+      AND NOT EXISTS (SELECT 1 FROM job_claim AS c WHERE c.job_id = j.id)
+),
+updated AS (
+    UPDATE job AS j
+    SET status = %(status)s::text,
+        updated_at = now(),
+        message = COALESCE(%(message)s::text, j.message),
+        external_id = COALESCE(%(external_id)s::text, j.external_id),
+        metadata = j.metadata || COALESCE(%(metadata)s::jsonb, '{}'::jsonb),
+        started_at = CASE WHEN %(status)s::text = 'inProgress' AND j.status <> 'inProgress'
+                          THEN now() ELSE j.started_at END,
+        completed_at = CASE WHEN %(terminal)s::boolean THEN now() END
+    FROM seen AS s
+    WHERE j.id = s.id AND j.xmin = s.version
+    RETURNING j.id, j.status, j.job_agent_id
+),
+closed AS (
+    UPDATE job_attempt AS t
+    SET ended_at = now(), outcome = %(outcome)s::text
+    FROM updated AS u
+    WHERE t.job_id = u.id AND t.ended_at IS NULL AND %(status)s::text <> 'inProgress'
+),
+woken AS (
+-- include: wake_updated
+)
+SELECT u.id, u.status, u.job_agent_id, (SELECT count(*) FROM woken) AS woken FROM updated AS u
+
 -- name: apply_status
 -- Write the status (a terminal one sets completed_at, any other clears it: the job is no longer
 -- finished; started_at is the latest claim's); away from inProgress also end the lease (its

@@ -129,6 +129,32 @@ LEFT JOIN job_claim AS c ON c.job_id = j.id
 WHERE j.id = :job_id AND j.workspace_id = :workspace_id
   AND (:agent_scope IS NULL OR j.job_agent_id = :agent_scope)
 
+-- name: finish_unclaimed
+-- The common status update without a claim id (a V1 agent reporting on its unleased claim, an
+-- operator's change to a job that no claim row holds) without reading first: the job in
+-- scope, without a claim row, and not a repeat of its terminal status (the locked path
+-- answers a repeat) takes the status; its open (unleased) attempt is ended when it leaves
+-- inProgress (at the updated_at just written, as apply_status). No row back = a claim row, a
+-- repeat or a job out of scope: the locked path decides. One write transaction: nothing can
+-- change between the checks and the writes. The store takes this path only without a
+-- metadata patch (SQLite merges metadata in Python).
+UPDATE job
+SET status = :status,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0,
+    message = COALESCE(:message, message),
+    external_id = COALESCE(:external_id, external_id),
+    started_at = CASE WHEN :status = 'inProgress' AND status <> 'inProgress'
+                      THEN (julianday('now') - 2440587.5) * 86400.0 ELSE started_at END,
+    completed_at = CASE WHEN :terminal THEN (julianday('now') - 2440587.5) * 86400.0 END
+WHERE id = :job_id AND workspace_id = :workspace_id
+  AND (:agent_scope IS NULL OR job_agent_id = :agent_scope)
+  AND NOT (:terminal AND status = :status)
+  AND NOT EXISTS (SELECT 1 FROM job_claim AS c WHERE c.job_id = :job_id)
+RETURNING id, status, job_agent_id, updated_at;
+UPDATE job_attempt
+SET ended_at = :updated_at, outcome = :outcome
+WHERE job_id = :job_id AND ended_at IS NULL AND :status <> 'inProgress'
+
 -- name: apply_status
 -- Write the status (a terminal one sets completed_at, any other clears it: the job is no longer
 -- finished; started_at is the latest claim's); away from inProgress also end the lease and close the attempt (at the
