@@ -39,8 +39,9 @@ ROWS = {
     "fleet": 2,  # postgres and sqlite, 20 agents
     "quiet_run": 1,  # run around a quiet command
     # ctrlplane's own server is not run by the suite (it needs node and the npm registry): the
-    # smoke run points the section at no state, so it prints its one "skipped" row with why
-    "peer_ctrlplane": 1,
+    # smoke run points the section at no state, so it prints ctrlplane's "skipped" row with why,
+    # ours on the V1 and V2 paths, and the V1 path's cost over the V2 path's
+    "peer_ctrlplane": 4,
 }
 GROUPS = [
     ("ceilings",),
@@ -136,6 +137,9 @@ STANDALONE = {
     "cli_startup": (("benchmarks.cli_startup", "--runs", "1"), 10, range(5)),
     # one size over finished jobs, as the `growth` section, through its own command
     "growth": (("benchmarks.growth", "--rows", "1000", "--jobs", "48"), 1, range(6)),
+    # ctrlplane skipped (the suite never runs it: node and the npm registry), with why; ours on
+    # the V1 and V2 paths (the gateway row needs ctrlplane too)
+    "peer_ctrlplane": (("benchmarks.peer_ctrlplane", "--cycles", "5"), 3, range(2)),
     # 20 agents on SQLite, as the `fleet` section at smoke size, through its own command
     "fleet": (
         (
@@ -159,9 +163,6 @@ ELSEWHERE = {
     "peer_procrastinate",
     # the `quiet_run` section runs the command's own measurement (quiet_run.quiet_run)
     "quiet_run",
-    # needs ctrlplane's own server (node and the npm registry), which the suite never runs: the
-    # section's smoke prints its "skipped" row; its measurement is run where ctrlplane is up
-    "peer_ctrlplane",
 }
 
 
@@ -171,6 +172,11 @@ PLAIN = {
     "shipping": (("benchmarks.shipping", "1", "1"), r"stored/printed 1\.000 "),
     # tiny chunks and 64 KiB chunks under a 64 KiB cap, on SQLite at a fiftieth of the requests
     "logcap": (("benchmarks.logcap", "--sqlite", "--scale", "0.02"), r"cap 65536 bytes"),
+    # the store statements of one V1 and one V2 cycle, both databases (the last line: SQLite's V2)
+    "peer_statements": (
+        ("benchmarks.peer_ctrlplane", "--statements"),
+        r"sqlite, ours, V2 path \(claim-next \+ status\): \d+ — claim_next",
+    ),
     # four `redact add`s of 1 KiB to a real run
     "redact_adds": (("benchmarks.redact_adds", "--count", "4", "--size", "1024"), r"\{"),
 }

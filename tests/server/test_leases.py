@@ -71,6 +71,59 @@ async def test_lease_resolution_request_config_default_and_clamp(api: Api) -> No
     assert await lease_of(plain, {"leaseSeconds": 0}, by_id=False) is None
 
 
+# Agent configs a V1 claim by id reads its lease from, as any JSON may hold them.
+_CONFIGS: list[Any] = [
+    {"leaseSeconds": 42},
+    {"leaseSeconds": 42.9},  # truncated
+    {"leaseSeconds": 0.5},  # positive: truncated to 0, then clamped up to the minimum
+    {"leaseSeconds": 0},
+    {"leaseSeconds": -5},
+    {"leaseSeconds": 10**12},  # clamped down to the maximum
+    {"leaseSeconds": 1e300},
+    {"leaseSeconds": 3},  # under the minimum
+    {"leaseSeconds": "30"},  # not a number
+    {"leaseSeconds": True},  # not a lease length
+    {"leaseSeconds": None},
+    {"leaseSeconds": [30]},
+    {"leaseSeconds": {"s": 30}},
+    {"other": 1},
+    {},
+]
+
+
+async def test_a_v1_claims_configured_lease_is_resolve_leases(database_url: str) -> None:
+    """A V1 claim by id without a body takes its lease from the agent's config in the claim
+    statement itself (no lookup of the agent first): the lease granted is the one
+    ``resolve_lease`` decides for that config, whatever the config holds, on both databases."""
+    from jobagentctl.server.service import resolve_lease
+
+    async for api in make_api(database_url, min_lease_seconds=5, max_lease_seconds=600):
+        for config in _CONFIGS:
+            agent = await api.agent(config=config)
+            job = await api.enqueue(agent)
+            r = await api.claim(agent, job["id"])
+            assert r.status_code == 200, (config, r.text)
+            expected = resolve_lease(api.settings, None, config, claim_next=False)
+            assert r.json()["leaseSeconds"] == expected, config
+            assert (r.json()["claimId"] is None) == (expected is None), config
+            # The attempt as before: a leased one is a claim row, an unleased one its open row.
+            (attempt,) = await api.attempts(job["id"])
+            assert attempt["claimId"] == r.json()["claimId"], config
+
+
+async def test_a_v1_claim_for_an_unknown_agent_is_the_agents_404(api: Api) -> None:
+    """Not "job not found": the agent's own 404, as when the agent was looked up before the
+    claim (now only on the failure path)."""
+    agent = str(uuid.uuid4())
+    r = await api.claim(agent, str(uuid.uuid4()))
+    assert r.status_code == 404, r.text
+    assert r.json()["details"] == {"jobAgentId": agent}, r.json()
+    known = await api.agent()
+    r = await api.claim(known, str(uuid.uuid4()))
+    assert r.status_code == 404, r.text
+    assert r.json()["message"] == "job not found", r.json()
+
+
 async def test_lease_is_clamped_to_the_server_minimum(database_url: str) -> None:
     async for api in make_api(database_url, min_lease_seconds=5):
         _agent, claimed = await _claimed(api, lease=1)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import pytest
 
-from tests.server.conftest import Api
+from tests.server.conftest import Api, open_api
 
 pytestmark = pytest.mark.anyio
 
@@ -308,3 +309,67 @@ async def test_workspace_by_slug_refuses_what_no_workspace_can_be_named(api: Api
     for slug in ("ab", "Test", "a" * 51, "te_st"):
         r = await api.client.get(f"/api/v1/workspaces/slug/{slug}", headers=headers)
         assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", (slug, r.text)
+
+
+async def test_regression_a_v1_cycle_costs_the_statements_of_a_v2_cycle(database_url: str) -> None:
+    """A V1 agent's cycle — claim by id without a body, then its report without a claim id —
+    cost four statements where the V2 cycle (claim-next, then the report with its claim id)
+    costs two: a lookup of the agent for its configured lease before every claim, and the
+    report as the locked transaction (4 round trips on PostgreSQL). The lease is read by the
+    claim statement now, and a report on a job that no claim row holds is one statement.
+    Counted at the store's connector (the key lookup and the throttled presence write aside:
+    they are the same on both paths)."""
+    async with open_api(database_url) as api:
+        agent = await api.agent(config={"leaseSeconds": 45})
+        plain = await api.agent("plain")
+        connector: Any = api.store.db
+        statements: list[str] = []
+        depth = [0]
+        for name in ("one", "all", "each", "locked"):
+            _count_statements(connector, name, statements, depth)
+
+        async def cycle(agent_id: str, *, v1: bool) -> tuple[list[str], dict[str, Any]]:
+            job = await api.enqueue(agent_id)
+            statements.clear()
+            if v1:
+                claimed = await api.claim(agent_id, job["id"])
+            else:
+                claimed = await api.claim_next(agent_id, {"leaseSeconds": 30})
+            assert claimed.status_code == 200, claimed.text
+            body: dict[str, Any] = {"status": "successful"}
+            if not v1:
+                body["claimId"] = claimed.json()["claimId"]
+            done = await api.status(job["id"], body)
+            assert done.status_code == 202, done.text
+            spent = [s for s in statements if s not in ("get_api_key", "touch_agent")]
+            return spent, claimed.json()
+
+        for _ in range(2):  # the second round: what a steady agent loop pays
+            v2, _ = await cycle(plain, v1=False)
+            v1_unleased, unleased = await cycle(plain, v1=True)
+            v1_configured, configured = await cycle(agent, v1=True)
+        assert v2 == ["claim_next", "finish_claimed"], v2
+        assert v1_unleased == ["claim_job", "finish_unclaimed"], v1_unleased
+        assert unleased["leaseSeconds"] is None
+        # The agent's configured lease, without a lookup; its report, without a claim id, on a
+        # job a claim row holds, is the locked path's (after the one statement found the row).
+        assert configured["leaseSeconds"] == 45
+        assert v1_configured == ["claim_job", "finish_unclaimed", "locked"], v1_configured
+        assert len(v1_unleased) <= len(v2)
+
+
+def _count_statements(connector: Any, name: str, statements: list[str], depth: list[int]) -> None:
+    """Record each call of ``connector.name`` made from outside the connector (PostgreSQL's
+    ``each`` runs through its ``all``: one statement, counted once)."""
+    method = getattr(connector, name)
+
+    async def counting(query: str, *args: Any, **kwargs: Any) -> Any:
+        if not depth[0]:
+            statements.append("locked" if name == "locked" else query)
+        depth[0] += 1
+        try:
+            return await method(query, *args, **kwargs)
+        finally:
+            depth[0] -= 1
+
+    setattr(connector, name, counting)

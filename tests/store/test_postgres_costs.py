@@ -2,10 +2,12 @@
 
 - Round trips, counted on the wire by a TCP proxy between the store and PostgreSQL
   (``tests.fixtures.wire_proxy``), whatever the driver: claim, heartbeat and the claim's holder
-  completing its job are one statement each (one round trip); a status update that the
-  one-statement path refuses, or one without a claim id, is one locked transaction
-  (``LOCKED_WRITE_TRIPS``; ``LOCKED_NO_WRITE_TRIPS`` when it changes nothing). A round trip
-  is a switch from the client's bytes to the server's.
+  completing its job are one statement each (one round trip), and so is a status update
+  without a claim id on a job that no claim row holds (a V1 agent's report on its unleased
+  claim, an operator's change to a finished job); a status update that the one-statement paths
+  refuse (a repeat, a job with a claim row and no claim id) is one locked transaction after
+  them (``LOCKED_WRITE_TRIPS``; ``LOCKED_NO_WRITE_TRIPS`` when it changes nothing). A round
+  trip is a switch from the client's bytes to the server's.
 - Heartbeats are HOT updates of ``job_claim`` and never touch ``job`` (from the table
   statistics, which a backend flushes at the latest when it exits).
 """
@@ -64,6 +66,9 @@ async def test_claim_heartbeat_complete_round_trips(database_url: str) -> None:
             "complete": [],
             "repeat": [],
             "cancel": [],
+            "cancel leased": [],
+            "v1 claim": [],
+            "v1 report": [],
         }
         # Seven rounds, the second and the last checked: a driver prepares a statement on some
         # use of it, psycopg on its fifth (in no extra round trip), asyncpg on its first (in
@@ -95,13 +100,38 @@ async def test_claim_heartbeat_complete_round_trips(database_url: str) -> None:
             )
             assert again.status == JobStatus.SUCCESSFUL
             counts["repeat"].append(trips)
-            # An operator's status change (no claim id): the locked path only.
+            # An operator's status change (no claim id) on a job no claim row holds: one
+            # statement (finish_unclaimed), as the holder's own report.
             cancelled, trips = await _counted(
                 proxy,
                 set_status(store, ws, job.id, JobStatus.CANCELLED),
             )
             assert cancelled.status == JobStatus.CANCELLED
             counts["cancel"].append(trips)
+            # An operator's cancel of a job a claim row holds: the one statement finds the
+            # claim row and writes nothing, then the locked path (one round trip more than
+            # before the one statement: paid only here, not by the common reports).
+            await store.entities.create_job(ws, agent, None, None, None)
+            leased = await store.claim_next(ws, agent, 30)
+            assert leased is not None
+            cancelled, trips = await _counted(
+                proxy, set_status(store, ws, leased.id, JobStatus.CANCELLED)
+            )
+            assert cancelled.status == JobStatus.CANCELLED
+            counts["cancel leased"].append(trips)
+            # A V1 agent: claim by id without a lease (the agent's configured one, if any, is
+            # read by the claim statement), then its report without a claim id.
+            queued = await store.entities.create_job(ws, agent, None, None, None)
+            v1, trips = await _counted(
+                proxy, store.claim_job(ws, agent, queued.id, None, agent_lease=(1, 3600))
+            )
+            assert v1.claim_id is None
+            counts["v1 claim"].append(trips)
+            reported, trips = await _counted(
+                proxy, set_status(store, ws, queued.id, JobStatus.SUCCESSFUL)
+            )
+            assert reported.status == JobStatus.SUCCESSFUL
+            counts["v1 report"].append(trips)
         # A repeat: the one statement, then the locked path, then it also lets go of a revoked
         # claim of that id, if there is one (its holder's command has ended): one more
         # statement on this rare path, none on the common ones.
@@ -110,7 +140,10 @@ async def test_claim_heartbeat_complete_round_trips(database_url: str) -> None:
             "heartbeat": 1,
             "complete": 1,
             "repeat": 1 + LOCKED_NO_WRITE_TRIPS + 1,
-            "cancel": LOCKED_WRITE_TRIPS,
+            "cancel": 1,
+            "cancel leased": 1 + LOCKED_WRITE_TRIPS,
+            "v1 claim": 1,
+            "v1 report": 1,
         }
         for name, expected in expected_trips.items():
             # As text: pytest would shorten the lists of every round.

@@ -1,6 +1,9 @@
-"""PostgreSQL's locked status path (a status change without the claim id): its locks and the
-check between them leave in one simple-protocol query; a claim committed between the two locks
-makes it start again rather than delete a claim row it holds no lock on."""
+"""PostgreSQL's locked status path (a status change without the claim id that the one statement
+could not take, or with ``force``): its locks and the check between them leave in one
+simple-protocol query; a claim committed between the two locks makes it start again rather than
+delete a claim row it holds no lock on. The one statement of a status change without the claim
+id (``finish_unclaimed``) writes nothing when a claim commits while it waits for the job's lock:
+the locked path then applies it, in order."""
 
 from __future__ import annotations
 
@@ -52,6 +55,9 @@ async def test_regression_a_claim_committed_between_the_two_locks_starts_the_pat
             "agent_id": env.agent,
             "workspace_id": env.ws,
             "lease_seconds": 60,
+            "agent_lease": False,
+            "lease_min": 1,
+            "lease_max": 1,
             "agent_scope": env.agent,
             "new_claim_id": uuid4(),
             "limit": 1,
@@ -59,7 +65,11 @@ async def test_regression_a_claim_committed_between_the_two_locks_starts_the_pat
         sql, args = bind("claim_job", claim)
         await claimer.execute("BEGIN")
         assert await claimer.fetch(sql, *args)
-        update = asyncio.create_task(set_status(env.store, env.ws, job.id, JobStatus.SUCCESSFUL))
+        # force: the locked path from the start (without it, finish_unclaimed waits for the
+        # job's lock first: the next test).
+        update = asyncio.create_task(
+            set_status(env.store, env.ws, job.id, JobStatus.SUCCESSFUL, force=True)
+        )
 
         async def waiting() -> bool:
             return bool(await watcher.fetchval(WAITING_ON_A_LOCK))
@@ -76,6 +86,70 @@ async def test_regression_a_claim_committed_between_the_two_locks_starts_the_pat
     assert change.status == JobStatus.SUCCESSFUL
     stored = await env.store.entities.get_job(env.ws, job.id)
     assert stored is not None and stored.status == JobStatus.SUCCESSFUL
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+async def test_a_claim_committed_while_the_one_statement_waits_leaves_it_to_the_locked_path(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A status change without the claim id on a job no claim row holds is one statement
+    (``finish_unclaimed``), which read the job and "no claim row" in its snapshot. A claim
+    that commits while it waits for the job's lock adds a claim row that snapshot cannot see:
+    the statement must then write nothing (the job row is not the version it read), and the
+    locked path applies the change: the claim row is ended with it, none is left behind on a
+    finished job."""
+    job = await env.job()
+    sent: list[str] = []
+    one = env.store.db.one
+
+    async def counted(query: str, /, **params: Any) -> Any:
+        row = await one(query, **params)
+        sent.append(f"{query}:{'row' if row is not None else 'none'}")
+        return row
+
+    monkeypatch.setattr(env.store.db, "one", counted)
+    claimer = await asyncpg.connect(env.url)
+    watcher = await asyncpg.connect(env.url)
+    try:
+        claim = {
+            "job_id": job.id,
+            "agent_id": env.agent,
+            "workspace_id": env.ws,
+            "lease_seconds": 60,
+            "agent_lease": False,
+            "lease_min": 1,
+            "lease_max": 1,
+            "agent_scope": env.agent,
+            "new_claim_id": uuid4(),
+        }
+        sql, args = bind("claim_job", claim)
+        await claimer.execute("BEGIN")
+        (claimed,) = await claimer.fetch(sql, *args)
+        update = asyncio.create_task(set_status(env.store, env.ws, job.id, JobStatus.SUCCESSFUL))
+
+        async def waiting() -> bool:
+            return bool(await watcher.fetchval(WAITING_ON_A_LOCK))
+
+        await await_until(waiting, what="the one statement waiting for the job's lock")
+        assert sent == []  # still waiting, in finish_unclaimed
+        await claimer.execute("COMMIT")
+        async with asyncio.timeout(30):
+            change = await update
+        left = await watcher.fetchval("SELECT count(*) FROM job_claim WHERE job_id = $1", job.id)
+        revoked = await watcher.fetchval(
+            "SELECT claim_id FROM job_revoked_claim WHERE job_id = $1", job.id
+        )
+    finally:
+        await claimer.close()
+        await watcher.close()
+    assert sent[0] == "finish_unclaimed:none", sent  # it wrote nothing
+    assert change.status == JobStatus.SUCCESSFUL
+    assert left == 0  # the claim row was ended by the locked path, not left behind
+    assert revoked == claimed["claim_id"]  # as any status change without its claim id does
+    attempts = await env.store.list_attempts(env.ws, job.id)
+    assert [(a.attempt, a.outcome, a.ended_at is not None) for a in attempts] == [
+        (1, "completed", True)
+    ]
 
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)

@@ -323,9 +323,21 @@ class JobService:
         require_own_agent(principal, agent_id)
         requested = body.lease_seconds if body is not None else None
         await self.presence.seen(ws, agent_id)
-        lease = await self._lease_for(ws, agent_id, requested, claim_next=False)
-        job = await self.store.claim_job(ws, agent_id, job_id, lease)
-        self.metrics.claims.labels("byId", "true" if lease else "false").inc()
+        if requested is not None:
+            lease = resolve_lease(self.settings, requested, None, claim_next=False)
+            job = await self.store.claim_job(ws, agent_id, job_id, lease)
+        else:
+            # The agent's configured lease, if any: read by the claim statement itself, with
+            # resolve_lease's rule (no lookup of the agent before every V1 claim).
+            bounds = (self.settings.min_lease_seconds, self.settings.max_lease_seconds)
+            try:
+                job = await self.store.claim_job(ws, agent_id, job_id, None, agent_lease=bounds)
+            except NotFound:
+                # Failure path only: an unknown agent is the agent's 404, as it was when the
+                # agent was looked up first.
+                await self._agent_or_404(ws, agent_id)
+                raise
+        self.metrics.claims.labels("byId", "true" if job.lease_seconds else "false").inc()
         return job
 
     async def claim_next(

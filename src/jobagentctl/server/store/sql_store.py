@@ -156,26 +156,41 @@ class SqlStore:
         raise AssertionError("unreachable")
 
     async def claim_job(
-        self, workspace_id: UUID, agent_id: UUID, job_id: UUID, lease_seconds: int | None
+        self,
+        workspace_id: UUID,
+        agent_id: UUID,
+        job_id: UUID,
+        lease_seconds: int | None,
+        *,
+        agent_lease: tuple[int, int] | None = None,
     ) -> ClaimedJob:
         """Claim that job atomically:
 
         - ``queued → inProgress``, ``started_at = now``;
         - the attempt counted on the job (previous + 1);
-        - when ``lease_seconds`` is not None, a ``job_claim`` row with a fresh ``claim_id``
-          expiring at ``now + lease``. The attempt's ``job_attempt`` row is written when it ends;
-          an unleased claim opens it now.
+        - when the claim is leased, a ``job_claim`` row with a fresh ``claim_id`` expiring at
+          ``now + lease``. The attempt's ``job_attempt`` row is written when it ends; an
+          unleased claim opens it now.
 
         ``lease_seconds`` is already resolved and clamped by the service; None = unleased.
+        With ``agent_lease`` = the bounds ``(min, max)``, the lease is instead the agent's
+        ``config.leaseSeconds`` clamped into them (``service.resolve_lease``'s rule). The claim
+        statement reads it itself; an agent that configures none gets an unleased claim. The
+        granted lease is the answer's ``lease_seconds``.
+
         Unknown job, or another agent's → ``NotFound``; not queued → ``NotClaimable`` with
         ``details.jobStatus``.
         """
         check_lease(lease_seconds)
+        low, high = agent_lease or (1, 1)
         params = {
             "job_id": job_id,
             "agent_id": agent_id,
             "workspace_id": workspace_id,
             "lease_seconds": lease_seconds,
+            "agent_lease": agent_lease is not None,
+            "lease_min": low,
+            "lease_max": high,
             "agent_scope": agent_id,
         }
         claimed = await self._claim("claim_job", 1, **params)
@@ -270,10 +285,9 @@ class SqlStore:
         raise heartbeat_failure(await self.db.one("job_claim_state", **params))
 
     # Ten arguments: the change (status, message, external id, metadata) and its fence (claim
-    # id, agent scope, require-claim-id, force). Grouping them changes the service's status
-    # path, which is being reworked in parallel: left for then. RUF100: while pyproject still
-    # exempts src/ from PLR0913, this noqa is unused.
-    async def set_status(  # noqa: PLR0913, RUF100
+    # id, agent scope, require-claim-id, force). Not yet grouped into two records: that moves
+    # five callers and the store's conformance tests (a follow-up of issue 32).
+    async def set_status(  # noqa: PLR0913
         self,
         workspace_id: UUID,
         job_id: UUID,
@@ -293,6 +307,8 @@ class SqlStore:
         - ``claim_id`` of the current claim → apply. Its holder ending the attempt (any status
           but ``inProgress``) is one statement. Why it was refused is read only when that
           statement changed nothing.
+        - No claim id (and no ``force``), and no claim row holds the job → one statement too.
+          A job with a claim row, or a repeat, is decided by the locked path after it.
         - ``claim_id`` given, no claim row, the attempt of that ``claim_id`` ended
           ``completed``/``cancelled`` and the job already has ``status`` → idempotent success.
         - ``claim_id`` given, another attempt holds the claim → ``ClaimMismatch``; no claim row
@@ -331,6 +347,13 @@ class SqlStore:
             # The common case, the claim's holder ending its attempt: one fenced statement.
             # Nothing comes back when it is refused or a repeat; the locked path says why.
             done = await self.db.one("finish_claimed", **{**fence, **write})
+            if done is not None:
+                return self._changed(done)
+        elif claim_id is None and not force and (metadata is None or self.db.merges_json):
+            # No claim id on a job that no claim row holds (a V1 agent's report on its
+            # unleased claim, an operator's change): one statement too. Nothing comes back for
+            # a claim row, a repeat or a job changed meanwhile; the locked path decides.
+            done = await self.db.one("finish_unclaimed", **{**fence, **write})
             if done is not None:
                 return self._changed(done)
         rules = partial(

@@ -30,17 +30,18 @@ SELECT a.id AS job_agent_id,
 FROM unnest(%(agents)s::uuid[]) AS a(id)
 
 -- fragment: claim_tail
--- What both claims do after flipping the job (CTE `claimed`, the job rows as now): record the
--- lease, one claim row per job (its own random claim id); an unleased (V1) claim has no claim
--- row, so it opens its attempt row here (a leased attempt's row is written once, when it ends,
--- from the claim row). Answers the claimed jobs, oldest first.
+-- What both claims do after flipping the job (CTE `claimed`, the job rows as now, each with
+-- its granted lease, `granted_lease`: NULL = unleased): record the lease, one claim row per
+-- job (its own random claim id); an unleased (V1) claim has no claim row, so it opens its
+-- attempt row here (a leased attempt's row is written once, when it ends, from the claim row).
+-- Answers the claimed jobs, oldest first.
 lease AS (
     INSERT INTO job_claim (job_id, job_agent_id, claimed_at, claim_expires_at, claim_id,
                            lease_seconds, attempt)
-    SELECT c.id, c.job_agent_id, now(), now() + make_interval(secs => %(lease_seconds)s::integer),
-           gen_random_uuid(), %(lease_seconds)s::integer, c.attempts
+    SELECT c.id, c.job_agent_id, now(), now() + make_interval(secs => c.granted_lease),
+           gen_random_uuid(), c.granted_lease, c.attempts
     FROM claimed AS c
-    WHERE %(lease_seconds)s::integer IS NOT NULL
+    WHERE c.granted_lease IS NOT NULL
     -- A plain insert: no claim row exists for a job that was queued, as every way out of
     -- inProgress deletes it (tests/property holds this invariant). ON CONFLICT here and on
     -- finish_claimed's attempt row (speculative insertions) cost ~20 % of the database's CPU
@@ -51,7 +52,7 @@ unleased AS (
     INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
     SELECT c.id, c.attempts, NULL, c.job_agent_id, now()
     FROM claimed AS c
-    WHERE %(lease_seconds)s::integer IS NULL
+    WHERE c.granted_lease IS NULL
 )
 SELECT c.*, c.attempts AS attempt, l.claim_id, now() AS claimed_at, l.claim_expires_at,
        l.lease_seconds
@@ -62,15 +63,28 @@ ORDER BY c.created_at, c.id
 -- name: claim_job
 -- One statement: flip the job (only if still queued) and count the attempt on it, record the
 -- lease. A concurrent claimer waits on the row lock, then sees status <> 'queued' and gets no
--- row.
+-- row. The lease is %(lease_seconds)s; when that is NULL and %(agent_lease)s, the agent's
+-- config.leaseSeconds read here (service.resolve_lease's rule: a positive number, truncated,
+-- clamped into [%(lease_min)s, %(lease_max)s]; anything else: unleased), so a V1 claim by id
+-- costs no lookup of the agent first.
 WITH claimed AS (
     UPDATE job AS j
     SET status = 'inProgress', started_at = now(), updated_at = now(), attempts = j.attempts + 1
+    FROM job_agent AS a
     WHERE j.id = %(job_id)s AND j.job_agent_id = %(agent_id)s AND j.status = 'queued'
-      AND EXISTS (SELECT 1 FROM job_agent AS a
-                  WHERE a.id = %(agent_id)s AND a.workspace_id = %(workspace_id)s)
+      AND a.id = %(agent_id)s AND a.workspace_id = %(workspace_id)s
       AND NOT EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = j.id)
-    RETURNING j.*
+    RETURNING j.*, COALESCE(
+        %(lease_seconds)s::integer,
+        -- Nested CASEs: the cast runs only on a number (CASE keeps its order, AND does not).
+        CASE WHEN %(agent_lease)s::boolean
+                  AND jsonb_typeof(a.config -> 'leaseSeconds') = 'number'
+             THEN CASE WHEN (a.config ->> 'leaseSeconds')::numeric > 0
+                       THEN GREATEST(%(lease_min)s::integer,
+                                     LEAST(%(lease_max)s::integer,
+                                           trunc((a.config ->> 'leaseSeconds')::numeric)))::integer
+                  END
+        END) AS granted_lease
 ),
 -- include: claim_tail
 
@@ -90,7 +104,7 @@ claimed AS (
     SET status = 'inProgress', started_at = now(), updated_at = now(), attempts = j.attempts + 1
     FROM picked AS p
     WHERE j.id = p.id
-    RETURNING j.*
+    RETURNING j.*, %(lease_seconds)s::integer AS granted_lease
 ),
 
 -- name: claim_next
@@ -211,6 +225,51 @@ updated AS (
     FROM released AS r
     WHERE j.id = r.job_id
     RETURNING j.id, j.status, j.job_agent_id
+),
+woken AS (
+-- include: wake_updated
+)
+SELECT u.id, u.status, u.job_agent_id, (SELECT count(*) FROM woken) AS woken FROM updated AS u
+
+-- name: finish_unclaimed
+-- The common status update without a claim id (a V1 agent reporting on its unleased claim, an
+-- operator's change to a job that no claim row holds) in one statement, where the locked path
+-- is a transaction of 4 round trips. It writes only on the job row its snapshot read: `seen`
+-- finds the job in scope, without a claim row, and not a repeat of its terminal status (the
+-- locked path answers a repeat), and the UPDATE applies only while the row's version (xmin)
+-- is that one. Every write that adds or ends a claim, or ends an attempt, also writes the job
+-- row, so an unchanged job row means no claim row appeared since the snapshot (one that did
+-- would be left behind by this statement: the locked path takes its lock first). No row back
+-- = a claim row, a repeat, a job out of scope, or a job changed meanwhile: the locked path
+-- decides. Otherwise as apply_status without a claim row: the open (unleased) attempt is
+-- ended when the job leaves inProgress; long-polls are woken when it is queued.
+WITH seen AS (
+    SELECT j.id, j.xmin AS version
+    FROM job AS j
+    WHERE j.id = %(job_id)s AND j.workspace_id = %(workspace_id)s
+      AND (%(agent_scope)s::uuid IS NULL OR j.job_agent_id = %(agent_scope)s::uuid)
+      AND NOT (%(terminal)s::boolean AND j.status = %(status)s::text)
+      AND NOT EXISTS (SELECT 1 FROM job_claim AS c WHERE c.job_id = j.id)
+),
+updated AS (
+    UPDATE job AS j
+    SET status = %(status)s::text,
+        updated_at = now(),
+        message = COALESCE(%(message)s::text, j.message),
+        external_id = COALESCE(%(external_id)s::text, j.external_id),
+        metadata = j.metadata || COALESCE(%(metadata)s::jsonb, '{}'::jsonb),
+        started_at = CASE WHEN %(status)s::text = 'inProgress' AND j.status <> 'inProgress'
+                          THEN now() ELSE j.started_at END,
+        completed_at = CASE WHEN %(terminal)s::boolean THEN now() END
+    FROM seen AS s
+    WHERE j.id = s.id AND j.xmin = s.version
+    RETURNING j.id, j.status, j.job_agent_id
+),
+closed AS (
+    UPDATE job_attempt AS t
+    SET ended_at = now(), outcome = %(outcome)s::text
+    FROM updated AS u
+    WHERE t.job_id = u.id AND t.ended_at IS NULL AND %(status)s::text <> 'inProgress'
 ),
 woken AS (
 -- include: wake_updated

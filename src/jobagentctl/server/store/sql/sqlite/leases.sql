@@ -30,24 +30,29 @@ SELECT a.value AS job_agent_id,
 FROM json_each(:agents) AS a
 
 -- fragment: claim_tail
--- What both claims do after the UPDATE that flipped the job (its row is in the parameters):
--- the claim's attempt and time, the lease when there is one (the job and the claim agree on
--- the time to the millisecond), and for an unleased (V1) claim, which has no claim row, its
--- open attempt row (a leased attempt's row is written once, when it ends, from the claim row).
+-- What both claims do after the UPDATE that flipped the job (its row is in the parameters,
+-- with its granted lease, :granted_lease, NULL = unleased): the claim's attempt and time, the
+-- lease when there is one (the job and the claim agree on the time to the millisecond), and
+-- for an unleased (V1) claim, which has no claim row, its open attempt row (a leased attempt's
+-- row is written once, when it ends, from the claim row).
 SELECT :attempts AS attempt, :started_at AS claimed_at,
-       CASE WHEN :lease_seconds IS NULL THEN NULL ELSE :new_claim_id END AS claim_id;
+       CASE WHEN :granted_lease IS NULL THEN NULL ELSE :new_claim_id END AS claim_id;
 INSERT INTO job_claim (job_id, job_agent_id, claimed_at, claim_expires_at, claim_id,
                        lease_seconds, attempt)
-SELECT :id, :job_agent_id, :claimed_at, :claimed_at + :lease_seconds, :claim_id,
-       :lease_seconds, :attempt
-WHERE :lease_seconds IS NOT NULL
+SELECT :id, :job_agent_id, :claimed_at, :claimed_at + :granted_lease, :claim_id,
+       :granted_lease, :attempt
+WHERE :granted_lease IS NOT NULL
 RETURNING claim_expires_at, lease_seconds;
 INSERT INTO job_attempt (job_id, attempt, claim_id, job_agent_id, claimed_at)
 SELECT :id, :attempt, NULL, :job_agent_id, :claimed_at
-WHERE :lease_seconds IS NULL
+WHERE :granted_lease IS NULL
 
 -- name: claim_job
--- Flip the job (only if still queued) and count the attempt on it, then claim_tail.
+-- Flip the job (only if still queued) and count the attempt on it, then claim_tail. The lease
+-- is :lease_seconds; when that is NULL and :agent_lease, the agent's config.leaseSeconds read
+-- here (service.resolve_lease's rule: a positive number, truncated, clamped into
+-- [:lease_min, :lease_max]; anything else: unleased), so a V1 claim by id costs no lookup of
+-- the agent first.
 UPDATE job
 SET status = 'inProgress',
     started_at = (julianday('now') - 2440587.5) * 86400.0,
@@ -56,7 +61,17 @@ SET status = 'inProgress',
 WHERE id = :job_id AND job_agent_id = :agent_id AND status = 'queued'
   AND EXISTS (SELECT 1 FROM job_agent AS a WHERE a.id = :agent_id AND a.workspace_id = :workspace_id)
   AND NOT EXISTS (SELECT 1 FROM job_revoked_claim AS r WHERE r.job_id = :job_id)
-RETURNING *;
+RETURNING *, COALESCE(
+    :lease_seconds,
+    (SELECT CASE WHEN :agent_lease
+                      AND json_type(a.config, '$.leaseSeconds') IN ('integer', 'real')
+                 THEN CASE WHEN json_extract(a.config, '$.leaseSeconds') > 0
+                           THEN MAX(:lease_min,
+                                    MIN(:lease_max,
+                                        CAST(json_extract(a.config, '$.leaseSeconds') AS INTEGER)))
+                      END
+            END
+     FROM job_agent AS a WHERE a.id = :agent_id)) AS granted_lease;
 -- include: claim_tail
 
 -- fragment: claim_next_chain
@@ -72,7 +87,7 @@ WHERE id = (
         ORDER BY q.created_at, q.rowid
         LIMIT 1)
   AND EXISTS (SELECT 1 FROM job_agent AS a WHERE a.id = :agent_id AND a.workspace_id = :workspace_id)
-RETURNING *;
+RETURNING *, :lease_seconds AS granted_lease;
 -- include: claim_tail
 
 -- name: claim_next
@@ -113,6 +128,32 @@ FROM job AS j
 LEFT JOIN job_claim AS c ON c.job_id = j.id
 WHERE j.id = :job_id AND j.workspace_id = :workspace_id
   AND (:agent_scope IS NULL OR j.job_agent_id = :agent_scope)
+
+-- name: finish_unclaimed
+-- The common status update without a claim id (a V1 agent reporting on its unleased claim, an
+-- operator's change to a job that no claim row holds) without reading first: the job in
+-- scope, without a claim row, and not a repeat of its terminal status (the locked path
+-- answers a repeat) takes the status; its open (unleased) attempt is ended when it leaves
+-- inProgress (at the updated_at just written, as apply_status). No row back = a claim row, a
+-- repeat or a job out of scope: the locked path decides. One write transaction: nothing can
+-- change between the checks and the writes. The store takes this path only without a
+-- metadata patch (SQLite merges metadata in Python).
+UPDATE job
+SET status = :status,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0,
+    message = COALESCE(:message, message),
+    external_id = COALESCE(:external_id, external_id),
+    started_at = CASE WHEN :status = 'inProgress' AND status <> 'inProgress'
+                      THEN (julianday('now') - 2440587.5) * 86400.0 ELSE started_at END,
+    completed_at = CASE WHEN :terminal THEN (julianday('now') - 2440587.5) * 86400.0 END
+WHERE id = :job_id AND workspace_id = :workspace_id
+  AND (:agent_scope IS NULL OR job_agent_id = :agent_scope)
+  AND NOT (:terminal AND status = :status)
+  AND NOT EXISTS (SELECT 1 FROM job_claim AS c WHERE c.job_id = :job_id)
+RETURNING id, status, job_agent_id, updated_at;
+UPDATE job_attempt
+SET ended_at = :updated_at, outcome = :outcome
+WHERE job_id = :job_id AND ended_at IS NULL AND :status <> 'inProgress'
 
 -- name: apply_status
 -- Write the status (a terminal one sets completed_at, any other clears it: the job is no longer
