@@ -12,10 +12,9 @@ from jobagentctl.errors import ClaimLost, LogsUnsupported, PayloadTooLarge, Serv
 from jobagentctl.models import LogAppendResult
 from jobagentctl.supervisor import Log
 from jobagentctl.supervisor.output.shipping import Shipper
+from tests.fixtures.fake_client import FakeClient, claimed_job
+from tests.fixtures.supervisor import options, run
 from tests.fixtures.waiting import wait_for_event, wait_until
-
-from .fakes import FakeClient, claimed_job
-from .support import options, run
 
 JOB, CLAIM = uuid.uuid4(), uuid.uuid4()
 
