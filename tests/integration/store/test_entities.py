@@ -1,4 +1,5 @@
-"""Workspaces, API keys, agents and jobs on both databases."""
+"""The store's entities on both databases: workspaces (and their slugs), API keys, agents
+(deleting one keeps its jobs) and jobs (create, list, JSON values)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,14 @@ import pytest
 from jobagentctl.errors import Conflict, NotFound, ValidationError
 from jobagentctl.models import JobStatus
 from jobagentctl.server.store import Store
+from jobagentctl.server.store.validation import slugify
 from tests.fixtures.databases import sql
 from tests.integration.store.conftest import Env, list_jobs, set_status
 
 pytestmark = pytest.mark.anyio
+
+
+# --- workspaces, keys, agents, jobs -----------------------------------------------------------
 
 
 async def test_workspaces(store: Store) -> None:
@@ -108,7 +113,8 @@ async def test_list_and_delete_agents(env: Env) -> None:
     )
     assert await env.store.entities.delete_agent(env.ws, env.agent) is True
     assert await env.store.entities.delete_agent(env.ws, env.agent) is False
-    # Its keys go with it; its jobs stay (V1 parity: see test_v1_parity.py).
+    # Its keys go with it; its jobs stay (V1 parity: see
+    # test_deleting_an_agent_keeps_its_jobs_readable).
     assert await env.store.entities.get_api_key("agent-key") is None
     kept = await env.store.entities.get_job(env.ws, job.id)
     assert kept is not None and kept.agent_id is None
@@ -213,3 +219,75 @@ async def test_postgres_refuses_nul_characters_as_validation_errors(env: Env) ->
     job = await env.job()
     with pytest.raises(ValidationError):
         await set_status(env.store, env.ws, job.id, JobStatus.FAILURE, message="nul \u0000 here")
+
+
+# --- deleting an agent keeps its jobs (V1 parity) ---------------------------------------------
+
+
+async def test_deleting_an_agent_keeps_its_jobs_readable(env: Env) -> None:
+    queued = await env.job(metadata={"k": 1})
+    done = await env.job()
+    claimed = await env.store.claim_job(env.ws, env.agent, done.id, 60)
+    await env.status(done.id, JobStatus.SUCCESSFUL, claim_id=claimed.claim_id)
+    mine = await env.job(env.other_agent)
+    assert await env.store.entities.delete_agent(env.ws, env.agent) is True
+
+    for job_id in (queued.id, done.id):
+        kept = await env.store.entities.get_job(env.ws, job_id)
+        assert kept is not None and kept.job_agent_id == "" and kept.agent_id is None
+    stored = await env.store.entities.get_job(env.ws, queued.id)
+    assert stored is not None and stored.status == JobStatus.QUEUED and stored.metadata == {"k": 1}
+    jobs, total = await list_jobs(env.store, env.ws, limit=10)
+    assert total == 3 and {j.id for j in jobs} == {queued.id, done.id, mine.id}
+    assert [a.attempt for a in await env.store.list_attempts(env.ws, done.id)] == [1]
+    # Still scoped to the workspace, and no other agent can claim them.
+    assert (
+        await env.store.entities.get_job(
+            await env.store.entities.create_workspace("else"), queued.id
+        )
+        is None
+    )
+    assert await env.store.claim_next(env.ws, env.other_agent, 30) is not None  # its own job
+    assert await env.store.claim_next(env.ws, env.other_agent, 30) is None
+    with pytest.raises(NotFound):
+        await env.store.claim_job(env.ws, env.other_agent, queued.id, 30)
+    # An operator can still end or cancel them without a claim id.
+    cancelled = await env.status(queued.id, JobStatus.CANCELLED)
+    assert cancelled.status == JobStatus.CANCELLED and cancelled.job_agent_id == ""
+
+
+# --- workspace slugs (V1 parity) --------------------------------------------------------------
+
+
+async def test_workspace_slugs(store: Store) -> None:
+    first = await store.entities.create_workspace("My Team / Prod!")
+    record = await store.entities.get_workspace(first)
+    assert record is not None and record.slug == "my-team-prod" and record.name == "My Team / Prod!"
+    # A derived slug that is taken gets 8 characters of the new id.
+    second = await store.entities.create_workspace("my team prod")
+    record2 = await store.entities.get_workspace(second)
+    assert record2 is not None and record2.slug == f"my-team-prod-{second.hex[:8]}"
+    explicit = await store.entities.create_workspace("whatever", slug="ops-blue-1")
+    found = await store.entities.get_workspace_by_slug("ops-blue-1")
+    assert found is not None and found.id == explicit
+    assert await store.entities.get_workspace_by_slug("OPS-BLUE-1") is None  # exact match only
+    assert await store.entities.get_workspace_by_slug("nope") is None
+    assert await store.entities.get_workspace(uuid4()) is None
+    with pytest.raises(Conflict):
+        await store.entities.create_workspace("again", slug="ops-blue-1")
+    # ctrlplane's Workspace.slug: ^[a-z0-9-]+$, 3-50 characters.
+    for bad in ("", "ab", "Upper", "has space", "a/b", "ops.blue", "a_b", "x" * 51):
+        with pytest.raises(ValidationError):
+            await store.entities.create_workspace("bad", slug=bad)
+    assert (await store.entities.get_workspace_by_slug("workspace")) is None
+    nothing = await store.entities.create_workspace("!!!")
+    named = await store.entities.get_workspace(nothing)
+    assert named is not None and named.slug == "workspace"
+
+
+def test_slugify() -> None:
+    assert slugify("Ops -- Blue") == "ops-blue"
+    assert slugify("  a_b.c  ") == "a-b-c"
+    assert slugify("ÉTÉ 2026") == "t-2026"
+    assert slugify("x" * 60 + "-y") == "x" * 50
+    assert slugify("") == "workspace"

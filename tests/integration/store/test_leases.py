@@ -1,10 +1,12 @@
-"""Lease semantics on both databases: claim, heartbeat, fencing, cancel, release,
-reap, inspect-claims and the attempt trail."""
+"""Leases on both databases: claim (by id, next, in batches), heartbeat, release, and what
+inspect-claims, the attempt trail and the claim stats read; claims racing from several stores."""
 
 from __future__ import annotations
 
+import asyncio
+from collections import Counter
 from datetime import timedelta
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import pytest
 
@@ -16,18 +18,19 @@ from jobagentctl.errors import (
     ValidationError,
 )
 from jobagentctl.models import ClaimedJob, JobStatus
+from jobagentctl.server.store import Store
 from tests.fixtures.databases import expire_claims, sql
 from tests.fixtures.waiting import await_until
-from tests.integration.store.conftest import Env
+from tests.integration.store.conftest import Env, stores
 
 pytestmark = pytest.mark.anyio
 
 
+# --- claim ------------------------------------------------------------------------------------
+
+
 def _claim_rows(env: Env) -> int:
     return int(sql(env.url, "SELECT count(*) FROM job_claim")[0][0])
-
-
-# --- claim -------------------------------------------------------------------------------------
 
 
 async def test_claim_flips_to_in_progress_with_lease_and_attempt(env: Env) -> None:
@@ -147,7 +150,73 @@ async def test_claim_batch_unleased_and_limits(env: Env) -> None:
     assert await env.store.claim_batch(other_ws, env.agent, 60, 5) == []
 
 
-# --- heartbeat ---------------------------------------------------------------------------------
+# --- claims racing from several stores --------------------------------------------------------
+
+
+async def test_ten_concurrent_claims_of_one_job_one_wins(env: Env) -> None:
+    job = await env.job()
+    async with stores(env.url, 10) as claimers:
+        results = await asyncio.gather(
+            *(c.claim_job(env.ws, env.agent, job.id, 30) for c in claimers),
+            return_exceptions=True,
+        )
+    winners = [r for r in results if isinstance(r, ClaimedJob)]
+    losers = [r for r in results if isinstance(r, NotClaimable)]
+    assert len(winners) == 1, results
+    assert len(losers) == 9, results
+    assert all(exc.details == {"jobStatus": "inProgress"} for exc in losers)
+    attempts = await env.store.list_attempts(env.ws, job.id)
+    assert [(a.attempt, a.claim_id) for a in attempts] == [(1, winners[0].claim_id)]
+    assert sql(env.url, "SELECT count(*) FROM job_claim") == [(1,)]
+
+
+async def test_concurrent_claim_next_never_hands_out_a_job_twice(env: Env) -> None:
+    jobs = [await env.job() for _ in range(20)]
+
+    async def drain(claimer: Store) -> list[UUID]:
+        got: list[UUID] = []
+        while (claimed := await claimer.claim_next(env.ws, env.agent, 30)) is not None:
+            got.append(claimed.id)
+        return got
+
+    async with stores(env.url, 8) as claimers:
+        per_claimer = await asyncio.gather(*(drain(c) for c in claimers))
+    counts = Counter(job_id for got in per_claimer for job_id in got)
+    assert set(counts) == {j.id for j in jobs}
+    assert set(counts.values()) == {1}
+    # Each claimer took its jobs oldest first.
+    order = {j.id: n for n, j in enumerate(jobs)}
+    for got in per_claimer:
+        assert [order[j] for j in got] == sorted(order[j] for j in got)
+    # Each is attempt 1, running: a claim row each, no attempt row until the attempt ends.
+    assert sql(env.url, "SELECT count(*), max(attempt) FROM job_claim") == [(20, 1)]
+    assert sql(env.url, "SELECT count(*) FROM job_attempt") == [(0,)]
+
+
+async def test_concurrent_claim_batches_never_hand_out_a_job_twice(env: Env) -> None:
+    jobs = [await env.job() for _ in range(40)]
+
+    async def drain(claimer: Store) -> list[list[UUID]]:
+        batches: list[list[UUID]] = []
+        while batch := await claimer.claim_batch(env.ws, env.agent, 30, 3):
+            batches.append([c.id for c in batch])
+        return batches
+
+    async with stores(env.url, 6) as claimers:
+        per_claimer = await asyncio.gather(*(drain(c) for c in claimers))
+    counts = Counter(job_id for got in per_claimer for batch in got for job_id in batch)
+    assert set(counts) == {j.id for j in jobs}
+    assert set(counts.values()) == {1}
+    order = {j.id: n for n, j in enumerate(jobs)}
+    for got in per_claimer:
+        for batch in got:
+            assert 1 <= len(batch) <= 3
+            assert [order[j] for j in batch] == sorted(order[j] for j in batch)
+    # One claim row per job, each with a claim id of its own.
+    assert sql(env.url, "SELECT count(*), count(DISTINCT claim_id) FROM job_claim") == [(40, 40)]
+
+
+# --- heartbeat --------------------------------------------------------------------------------
 
 
 async def test_heartbeat_extends_the_claim_only(env: Env) -> None:
@@ -214,82 +283,7 @@ async def test_heartbeat_errors_carry_details(env: Env) -> None:
     assert lost.value.job_status == "successful"
 
 
-# --- status updates and fencing ----------------------------------------------------------------
-
-
-async def test_complete_with_claim_id_and_idempotent_repeat(env: Env) -> None:
-    job = await env.job(metadata={"keep": 1, "over": 1})
-    claimed = await env.store.claim_job(env.ws, env.agent, job.id, 30)
-    done = await env.status(
-        job.id,
-        JobStatus.SUCCESSFUL,
-        claim_id=claimed.claim_id,
-        message="ok",
-        external_id="run-7",
-        metadata={"over": 2, "new": {"a": 1}},
-        agent_scope=env.agent,
-        require_claim_id=True,
-    )
-    assert done.status == JobStatus.SUCCESSFUL and done.message == "ok"
-    assert done.external_id == "run-7"
-    assert done.metadata == {"keep": 1, "over": 2, "new": {"a": 1}}
-    assert done.completed_at is not None and done.completed_at >= done.started_at  # type: ignore[operator]
-    assert _claim_rows(env) == 0
-    attempt = (await env.store.list_attempts(env.ws, job.id))[0]
-    assert attempt.outcome == "completed" and attempt.ended_at == done.completed_at
-
-    # A retried complete (same claim, same status) is a success that changes nothing.
-    repeat = await env.status(
-        job.id, JobStatus.SUCCESSFUL, claim_id=claimed.claim_id, message="retry"
-    )
-    assert repeat == done
-    with pytest.raises(ClaimLost) as lost:
-        await env.status(job.id, JobStatus.FAILURE, claim_id=claimed.claim_id)
-    assert lost.value.details == {"jobStatus": "successful"}
-    # Without a claim id the same terminal status again changes nothing (any other status is
-    # applied: see test_v1_parity.py).
-    assert (await env.status(job.id, JobStatus.SUCCESSFUL)).status == JobStatus.SUCCESSFUL
-    stored = await env.store.entities.get_job(env.ws, job.id)
-    assert stored == done
-
-
-async def test_wrong_claim_id_changes_nothing(env: Env) -> None:
-    job = await env.job()
-    claimed = await env.store.claim_job(env.ws, env.agent, job.id, 30)
-    with pytest.raises(ClaimMismatch) as mismatch:
-        await env.status(job.id, JobStatus.FAILURE, claim_id=uuid4(), message="x")
-    assert mismatch.value.details == {"jobStatus": "inProgress", "attempt": 1}
-    stored = await env.store.entities.get_job(env.ws, job.id)
-    assert stored is not None and stored.status == JobStatus.IN_PROGRESS and stored.message is None
-    assert _claim_rows(env) == 1
-    with pytest.raises(NotFound):
-        await env.status(job.id, JobStatus.FAILURE, claim_id=claimed.claim_id, agent_scope=uuid4())
-    with pytest.raises(NotFound):
-        await env.status(uuid4(), JobStatus.FAILURE)
-
-
-async def test_require_claim_id_binds_agent_keys_on_leased_jobs(env: Env) -> None:
-    job = await env.job()
-    await env.store.claim_job(env.ws, env.agent, job.id, 30)
-    with pytest.raises(ValidationError):
-        await env.status(job.id, JobStatus.SUCCESSFUL, agent_scope=env.agent, require_claim_id=True)
-    # An operator (workspace key) may still act without it.
-    done = await env.status(job.id, JobStatus.SUCCESSFUL, require_claim_id=True)
-    assert done.status == JobStatus.SUCCESSFUL
-
-
-async def test_cancel_closes_the_attempt_and_the_next_heartbeat_learns_it(env: Env) -> None:
-    job = await env.job()
-    claimed = await env.store.claim_job(env.ws, env.agent, job.id, 30)
-    cancelled = await env.status(job.id, JobStatus.CANCELLED, message="operator")
-    assert cancelled.status == JobStatus.CANCELLED and cancelled.completed_at is not None
-    assert (await env.store.list_attempts(env.ws, job.id))[0].outcome == "cancelled"
-    with pytest.raises(ClaimLost) as lost:
-        await env.store.heartbeat(env.ws, job.id, claimed.claim_id, None)
-    assert lost.value.job_status == "cancelled"
-    # The agent's late "cancelled" ack with its claim id is an idempotent success.
-    ack = await env.status(job.id, JobStatus.CANCELLED, claim_id=claimed.claim_id)
-    assert ack.status == JobStatus.CANCELLED
+# --- release ----------------------------------------------------------------------------------
 
 
 async def test_release_requeues_at_once_and_opens_a_new_attempt(env: Env) -> None:
@@ -308,173 +302,6 @@ async def test_release_requeues_at_once_and_opens_a_new_attempt(env: Env) -> Non
         await env.status(job.id, JobStatus.SUCCESSFUL, claim_id=first.claim_id)
     with pytest.raises(ClaimMismatch):
         await env.store.heartbeat(env.ws, job.id, first.claim_id, None)
-
-
-async def test_operator_requeue_without_claim_id(env: Env) -> None:
-    job = await env.job()
-    first = await env.store.claim_job(env.ws, env.agent, job.id, 30)
-    await env.status(job.id, JobStatus.QUEUED)
-    assert (await env.store.list_attempts(env.ws, job.id))[0].outcome == "released"
-    # Claimable once the holder lets go (tests/integration/store/test_revoked_claims.py).
-    with pytest.raises(ClaimLost):
-        await env.status(job.id, JobStatus.QUEUED, claim_id=first.claim_id)
-    claimed = await env.store.claim_job(env.ws, env.agent, job.id, 30)
-    assert claimed.attempt == 2
-
-
-async def test_in_progress_status_sets_started_at(env: Env) -> None:
-    job = await env.job()
-    moved = await env.status(job.id, JobStatus.IN_PROGRESS)
-    assert moved.status == JobStatus.IN_PROGRESS and moved.started_at is not None
-    claims, total = await env.store.list_claims(
-        env.ws, agent_id=None, state="unleased", limit=10, offset=0
-    )
-    assert total == 1 and claims[0].attempt is None and claims[0].claimed_at == moved.started_at
-
-
-# --- reaper ------------------------------------------------------------------------------------
-
-
-async def test_reap_requeues_expired_leases_only(env: Env) -> None:
-    e, h, u = [await env.job() for _ in range(3)]
-    a = await env.store.claim_job(env.ws, env.agent, e.id, 30)
-    await env.store.claim_job(env.ws, env.agent, h.id, 30)
-    await env.store.claim_job(env.ws, env.agent, u.id, None)
-    expire_claims(env.url, [e.id])
-    # Even a long-stale unleased V1 job is never reaped: it has no claim row.
-    sql(
-        env.url,
-        "UPDATE job SET started_at = started_at - 86400 WHERE id = ?"
-        if env.url.startswith("sqlite")
-        else "UPDATE job SET started_at = started_at - interval '1 day' WHERE id = %s",
-        [str(u.id)],
-    )
-
-    result = await env.store.reap(500, 0)
-    assert (result.requeued, result.failed, result.total) == (1, 0, 1)
-    requeued = await env.store.entities.get_job(env.ws, e.id)
-    assert requeued is not None and requeued.status == JobStatus.QUEUED
-    for other in (h, u):
-        still = await env.store.entities.get_job(env.ws, other.id)
-        assert still is not None and still.status == JobStatus.IN_PROGRESS
-    attempts = await env.store.list_attempts(env.ws, e.id)
-    assert [(x.outcome, x.ended_at is not None) for x in attempts] == [("expired", True)]
-    with pytest.raises(ClaimLost) as lost:
-        await env.store.heartbeat(env.ws, e.id, a.claim_id, None)
-    assert lost.value.job_status == "queued"
-    with pytest.raises(ClaimLost):
-        await env.status(e.id, JobStatus.SUCCESSFUL, claim_id=a.claim_id)
-    assert (await env.store.reap(500, 0)).total == 0
-
-
-async def test_reap_in_batches_until_nothing_is_left(env: Env) -> None:
-    jobs = [await env.job() for _ in range(7)]
-    for job in jobs:
-        await env.store.claim_job(env.ws, env.agent, job.id, 30)
-    expire_claims(env.url)
-    result = await env.store.reap(3, 0)
-    assert result.requeued == 7
-    assert _claim_rows(env) == 0
-
-
-@pytest.mark.parametrize(("expired", "batch", "statements"), [(4, 4, 1), (4, 2, 2), (5, 2, 3)])
-async def test_a_pass_runs_no_statement_past_its_last_batch(
-    env: Env, monkeypatch: pytest.MonkeyPatch, expired: int, batch: int, statements: int
-) -> None:
-    """A batch tells whether an expired claim is left beyond it: a pass whose last batch was
-    exactly full ends there, not with one more statement that finds nothing."""
-    for _ in range(expired):
-        job = await env.job()
-        await env.store.claim_job(env.ws, env.agent, job.id, 30)
-    expire_claims(env.url)
-    connector = env.store.db
-    run = connector.one
-    names: list[str] = []
-
-    async def counted(name: str, /, **params: object) -> object:
-        names.append(name)
-        return await run(name, **params)
-
-    monkeypatch.setattr(connector, "one", counted)
-    assert (await env.store.reap(batch, 0)).requeued == expired
-    assert names.count("reap") == statements
-    assert _claim_rows(env) == 0
-
-
-@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
-async def test_reap_commits_without_waiting_for_the_wal_and_only_itself(env: Env) -> None:
-    """The reap statement's transaction alone commits with synchronous_commit off: the pooled
-    connection that ran it commits every later statement durably again."""
-    from jobagentctl.server.store import postgres
-    from jobagentctl.server.store.postgres_sql import bind
-
-    job = await env.job()
-    await env.store.claim_job(env.ws, env.agent, job.id, 30)
-    expire_claims(env.url)
-    connector = env.store.db
-    assert isinstance(connector, postgres.PostgresConnector)
-    params = {
-        "batch_size": 10,
-        "max_reclaims": 0,
-        "outage_began_ago": 0.0,
-        "outage_ended_ago": 1e9,
-        "heartbeat_min": 1.0,
-        "heartbeat_max": 60.0,
-    }
-    sql, args = bind("reap", params)
-    async with connector._connection() as conn:
-        row = await conn.fetchrow(sql, *args)
-        assert row is not None and row["reaped"] == 1
-        assert row["synchronous_commit"] == "off"
-        assert await conn.fetchval("SHOW synchronous_commit") == "on"
-
-
-@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
-async def test_reap_goes_on_past_a_batch_whose_job_is_held(env: Env) -> None:
-    """PostgreSQL skips an expired claim whose job a status change holds; the batch it was in
-    was still full, so the pass goes on and reaps every other expired claim. (SQLite has one
-    writer: no job is held while it reaps.)"""
-    from tests.fixtures import pgsync
-
-    jobs = [await env.job() for _ in range(5)]
-    for job in jobs:
-        await env.store.claim_job(env.ws, env.agent, job.id, 30)
-    expire_claims(env.url)
-    with pgsync.connect(env.url) as holder:  # a transaction holding the first job's row
-        holder.script("BEGIN")
-        assert holder.fetch("SELECT 1 FROM job WHERE id = $1 FOR UPDATE", jobs[0].id) == [(1,)]
-        result = await env.store.reap(2, 0)
-        holder.script("ROLLBACK")
-    assert result.requeued == 4
-    assert _claim_rows(env) == 1
-    assert (await env.store.reap(2, 0)).requeued == 1
-
-
-async def test_max_reclaims_fails_the_job(env: Env) -> None:
-    job = await env.job()
-    for _ in range(2):
-        await env.store.claim_next(env.ws, env.agent, 30)
-        expire_claims(env.url)
-        assert (await env.store.reap(500, 3)).requeued == 1
-    await env.store.claim_next(env.ws, env.agent, 30)
-    expire_claims(env.url)
-    result = await env.store.reap(500, 3)
-    assert (result.requeued, result.failed) == (0, 1)
-    failed = await env.store.entities.get_job(env.ws, job.id)
-    assert failed is not None and failed.status == JobStatus.FAILURE
-    assert failed.message == "lease expired 3 times" and failed.completed_at is not None
-    outcomes = [a.outcome for a in await env.store.list_attempts(env.ws, job.id)]
-    assert outcomes == ["expired", "expired", "expired"]
-    assert await env.store.claim_next(env.ws, env.agent, 30) is None
-
-
-async def test_max_reclaims_one_fails_at_the_first_expiry(env: Env) -> None:
-    job = await env.job()
-    await env.store.claim_next(env.ws, env.agent, 30)
-    expire_claims(env.url)
-    assert (await env.store.reap(500, 1)).failed == 1
-    failed = await env.store.entities.get_job(env.ws, job.id)
-    assert failed is not None and failed.message == "lease expired 1 times"
 
 
 # --- inspect-claims, attempts, stats ----------------------------------------------------------
