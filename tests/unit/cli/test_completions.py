@@ -3,7 +3,6 @@ the ones Typer's own completion gives for the same words."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,6 @@ from jobagentctl.cli import shell_complete
 from jobagentctl.cli.app import app
 from jobagentctl.cli.completion_cmd import tree_json
 from jobagentctl.cli.options import GLOBAL_OPTIONS
-from tests.fixtures.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -184,17 +182,3 @@ def test_unknown_shell_is_a_usage_error() -> None:
     result = CliRunner().invoke(app, ["completion", "powershell"])
     assert result.exit_code == 2
     assert "unsupported shell" in result.stderr
-
-
-def test_completion_answers_through_the_entry_point(tmp_path: Path) -> None:
-    """What the bash script asks for at runtime: the entry point answers with command names."""
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("JOBAGENTCTL_")},
-        "_JOBAGENTCTL_COMPLETE": "complete_bash",
-        "COMP_WORDS": "jobagentctl inspect",
-        "COMP_CWORD": "1",
-        "XDG_CONFIG_HOME": str(tmp_path),
-    }
-    result = run_cli(env=env, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["inspect-claims"]
