@@ -20,15 +20,6 @@ def _chunk(data: bytes, stream: str = "stdout") -> dict[str, Any]:
     return {"stream": stream, "at": AT, "data": base64.b64encode(data).decode()}
 
 
-async def _claimed(api: Api) -> dict[str, Any]:
-    agent = await api.agent()
-    await api.enqueue(agent)
-    r = await api.claim_next(agent, {"leaseSeconds": 30})
-    assert r.status_code == 200, r.text
-    job: dict[str, Any] = r.json()
-    return job
-
-
 async def _append(api: Api, job: dict[str, Any], *chunks: dict[str, Any], **kw: Any) -> Any:
     body = {"claimId": kw.pop("claim_id", job["claimId"]), "chunks": list(chunks)}
     return await api.call("POST", f"jobs/{job['id']}/logs", body, **kw)
@@ -39,7 +30,7 @@ async def _read(api: Api, job_id: str, **params: Any) -> Any:
 
 
 async def test_append_then_read_keeps_bytes_exactly(api: Api) -> None:
-    job = await _claimed(api)
+    job = await api.claimed_job()
     raw = b"caf\xc3\xa9 \xff\xfe\x00 not utf-8\n"
     r = await _append(api, job, _chunk(b"hello\n"), _chunk(raw, "stderr"))
     assert r.status_code == 200, r.text
@@ -70,7 +61,7 @@ async def test_append_then_read_keeps_bytes_exactly(api: Api) -> None:
 
 
 async def test_a_stale_claim_writes_nothing(api: Api) -> None:
-    job = await _claimed(api)
+    job = await api.claimed_job()
     own = await api.new_key(job["jobAgentId"])  # the agent's own key may append
     assert (await _append(api, job, _chunk(b"mine\n"), key=own)).status_code == 200
     released = {"status": "queued", "claimId": job["claimId"]}
@@ -93,7 +84,7 @@ async def test_a_cancelled_holder_ships_its_last_lines_until_it_lets_go(api: Api
     """An operator cancels a running job: the holder's command prints while it is stopped, and
     those lines reach its attempt's log (a follower waits for them: not ``ended``) until the
     holder reports; then appends are refused and the log has ended."""
-    job = await _claimed(api)
+    job = await api.claimed_job()
     assert (await _append(api, job, _chunk(b"working\n"))).status_code == 200
     assert (await api.status(job["id"], {"status": "cancelled"})).status_code == 202
     follow = asyncio.ensure_future(_read(api, job["id"], after=1, waitSeconds=30))
@@ -112,7 +103,7 @@ async def test_a_cancelled_holder_ships_its_last_lines_until_it_lets_go(api: Api
 
 async def test_bad_input(api_each_path: Api) -> None:
     api = api_each_path
-    job = await _claimed(api)
+    job = await api.claimed_job()
     r = await _append(api, job, _chunk(b"x" * (64 * 1024 + 1)))
     assert r.status_code == 413, r.text
     r = await _append(api, job, {"stream": "stdout", "at": AT, "data": "no*base64"})
@@ -134,7 +125,7 @@ async def test_bad_input(api_each_path: Api) -> None:
 
 
 async def test_follow_wakes_on_append_and_on_end(api: Api) -> None:
-    job = await _claimed(api)
+    job = await api.claimed_job()
     follow = asyncio.ensure_future(_read(api, job["id"], waitSeconds=30))
     await asyncio.sleep(0.05)
     assert not follow.done()
@@ -161,7 +152,7 @@ async def test_cap_keeps_head_marker_and_newest(database_url: str, anyio_backend
 
 
 async def _cap_holds(api: Api, cap: int) -> None:
-    job = await _claimed(api)
+    job = await api.claimed_job()
     piece = 10_000
     count = 2 * cap // piece + 3
     for i in range(count):
@@ -194,7 +185,7 @@ async def test_retention_answers_gone(api: Api) -> None:
     reaper = Reaper(
         api.store, interval=1, batch_size=10, max_reclaims=0, metrics=metrics, log_retention=0.001
     )
-    job = await _claimed(api)
+    job = await api.claimed_job()
     assert (await _append(api, job, _chunk(b"old\n"))).status_code == 200
     await reaper.run_once()
     assert (await _read(api, job["id"])).status_code == 200  # still running: kept

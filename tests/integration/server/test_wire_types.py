@@ -31,15 +31,6 @@ NOT_A_TIME: list[Any] = [
 NOT_A_BOOLEAN: list[Any] = ["yes", "on", 1, "1", "true", 0, "false", "no"]
 
 
-async def _claimed(api: Api) -> dict[str, Any]:
-    agent = await api.agent()
-    await api.enqueue(agent)
-    r = await api.claim_next(agent, {"leaseSeconds": 30})
-    assert r.status_code == 200, r.text
-    job: dict[str, Any] = r.json()
-    return job
-
-
 def _chunk(at: Any) -> dict[str, Any]:
     return {"stream": "stdout", "at": at, "data": base64.b64encode(b"line\n").decode()}
 
@@ -56,7 +47,7 @@ async def test_times_outside_utc_or_not_rfc3339_are_refused_naming_the_field(
     api_each_path: Api,
 ) -> None:
     api = api_each_path
-    job = await _claimed(api)
+    job = await api.claimed_job()
     beat = {"claimId": job["claimId"]}
     logs = f"jobs/{job['id']}/logs"
     for bad in OUT_OF_RANGE + NOT_A_TIME:
@@ -106,7 +97,7 @@ def _store_time(database_url: str, statement: str, iso: str, epoch: float) -> No
 async def test_a_stored_unrepresentable_time_does_not_break_reads(api: Api) -> None:
     """Written straight into the database (as an older server accepted it): the claims list,
     the urgent view and the log still answer 200, the value clamped to the earliest time."""
-    job = await _claimed(api)
+    job = await api.claimed_job()
     beat = {"claimId": job["claimId"]}
     logs = f"jobs/{job['id']}/logs"
     assert (await api.call("POST", logs, {**beat, "chunks": [_chunk(AT)]})).status_code == 200

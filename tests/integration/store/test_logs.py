@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
@@ -61,18 +63,38 @@ async def _running(env: Env) -> ClaimedJob:
     return await env.store.claim_job(env.ws, env.agent, job.id, 60)
 
 
-async def _append_held_at_the_log_row(
-    env: Env, job: ClaimedJob, side: asyncpg.Connection, waiting: Callable[[], Awaitable[int]]
-) -> asyncio.Task[int]:
+@dataclass
+class _Held:
+    """An append held open (its task), the side connection holding it, and a watcher."""
+
+    append: asyncio.Task[int]
+    side: asyncpg.Connection
+    watcher: asyncpg.Connection
+
+    async def waiting(self) -> int:
+        """How many backends wait on a lock."""
+        return int(await self.watcher.fetchval(WAITING_ON_A_LOCK))
+
+
+@asynccontextmanager
+async def _append_held_at_the_log_row(env: Env, job: ClaimedJob) -> AsyncIterator[_Held]:
     """An append of ``last line`` that passed its fence, held open at a known point: the
-    attempt's log row locked from ``side`` (its transaction left open until it commits)."""
-    await side.execute("BEGIN")
-    await side.execute(
-        "SELECT 1 FROM job_log_attempt WHERE job_id = $1 AND attempt = 1 FOR UPDATE", job.id
-    )
-    append = asyncio.create_task(_append(env.store, env, job, b"last line\n"))
-    await await_until(waiting, what="the append waiting on the attempt's log row")
-    return append
+    attempt's log row locked from a side connection (its transaction open until it commits)."""
+    side = await asyncpg.connect(env.url)
+    watcher = await asyncpg.connect(env.url)
+    try:
+        await side.execute("BEGIN")
+        await side.execute(
+            "SELECT 1 FROM job_log_attempt WHERE job_id = $1 AND attempt = 1 FOR UPDATE", job.id
+        )
+        held = _Held(
+            asyncio.create_task(_append(env.store, env, job, b"last line\n")), side, watcher
+        )
+        await await_until(held.waiting, what="the append waiting on the attempt's log row")
+        yield held
+    finally:
+        await side.close()
+        await watcher.close()
 
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
@@ -85,34 +107,25 @@ async def test_regression_the_end_of_an_attempt_waits_for_an_append_in_flight(en
     job = await _running(env)
     assert job.claim_id is not None
     await _append(env.store, env, job, b"first\n")
-    side = await asyncpg.connect(env.url)
-    watcher = await asyncpg.connect(env.url)
-    try:
-
-        async def waiting() -> int:
-            return int(await watcher.fetchval(WAITING_ON_A_LOCK))
-
-        append = await _append_held_at_the_log_row(env, job, side, waiting)
+    async with _append_held_at_the_log_row(env, job) as held:
+        append = held.append
         assert not append.done()
         complete = asyncio.create_task(
             set_status(env.store, env.ws, job.id, JobStatus.SUCCESSFUL, claim_id=job.claim_id)
         )
 
         async def settled() -> bool:
-            return complete.done() or await waiting() >= 2
+            return complete.done() or await held.waiting() >= 2
 
         await await_until(settled, what="the completion done or waiting on a lock")
         # The append holds the claim row: the end of its attempt waits for it.
         assert not complete.done(), "the attempt ended while an accepted append was in flight"
         page = await _read(env.store, env, job.id)
         assert not page.ended
-        await side.execute("COMMIT")
+        await held.side.execute("COMMIT")
         async with asyncio.timeout(60):
             assert await append == 3
             change = await complete
-    finally:
-        await side.close()
-        await watcher.close()
     assert change.status == JobStatus.SUCCESSFUL
     page = await _read(env.store, env, job.id)
     assert page.ended and _texts(page) == [b"first\n", b"last line\n"]
@@ -129,22 +142,13 @@ async def test_the_reaper_leaves_a_claim_with_an_append_in_flight_for_its_next_p
     SKIP LOCKED), not ended under the append; the next pass ends it after the append."""
     job = await _running(env)
     await _append(env.store, env, job, b"first\n")
-    side = await asyncpg.connect(env.url)
-    watcher = await asyncpg.connect(env.url)
-    try:
-
-        async def waiting() -> int:
-            return int(await watcher.fetchval(WAITING_ON_A_LOCK))
-
-        append = await _append_held_at_the_log_row(env, job, side, waiting)
+    async with _append_held_at_the_log_row(env, job) as held:
+        append = held.append
         sql(env.url, "UPDATE job_claim SET claim_expires_at = now() - interval '1 minute'")
         assert (await env.store.reap(10, 0)).requeued == 0  # held by the append: skipped
-        await side.execute("COMMIT")
+        await held.side.execute("COMMIT")
         async with asyncio.timeout(60):
             assert await append == 3
-    finally:
-        await side.close()
-        await watcher.close()
     assert (await env.store.reap(10, 0)).requeued == 1
     page = await _read(env.store, env, job.id, 1)
     assert page.ended and page.outcome == "expired"

@@ -8,14 +8,13 @@ port: the shared server on 5432 trusts everyone, so it can test neither password
 from __future__ import annotations
 
 import logging
-import os
 import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from uuid import uuid4
 
 import pytest
-from tools.chaos.pgcluster import PgCluster, PgClusterUnavailable
+from tools.chaos.pgcluster import PgCluster
 
 from jobagentctl.errors import ConfigError, ServerUnavailable
 from jobagentctl.server.store import open_store
@@ -23,7 +22,7 @@ from jobagentctl.server.store.postgres import PostgresConnector
 from jobagentctl.server.store.postgres_url import pgpass_lookup
 from tests.fixtures import pgsync
 from tests.fixtures.cli import clean_env, run_cli
-from tests.fixtures.databases import postgres_url, skip_or_fail_without_postgres
+from tests.fixtures.databases import postgres_url, private_cluster, skip_or_fail_without_postgres
 from tests.fixtures.live_server import free_port
 
 pytestmark = pytest.mark.anyio
@@ -38,14 +37,9 @@ ODD_ROLE = "odd_pw_role"
 def cluster() -> Iterator[PgCluster]:
     """A private cluster asking for passwords; skipped with the reason when this machine
     cannot run one, failed instead when ``JOBAGENTCTL_REQUIRE_POSTGRES=1``."""
-    try:
-        pg = PgCluster(password=SUPERUSER_PASSWORD).start()
-    except PgClusterUnavailable as exc:
-        reason = f"no private PostgreSQL cluster with password authentication: {exc}"
-        print(reason)
-        if os.environ.get("JOBAGENTCTL_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"{reason} and JOBAGENTCTL_REQUIRE_POSTGRES=1", pytrace=False)
-        pytest.skip(reason)
+    pg = private_cluster(
+        "no private PostgreSQL cluster with password authentication", password=SUPERUSER_PASSWORD
+    )
     try:
         with pgsync.connect(pg.url) as conn:
             quoted = ODD_PASSWORD.replace("'", "''")

@@ -34,6 +34,7 @@ from jobagentctl.supervisor.output.redact import (
 from jobagentctl.supervisor.process.handover import ADDED, HandoverSocket, hand_over
 from jobagentctl.supervisor.process.jobfiles import sweep_stale_job_files
 from tests.fixtures.fake_client import FakeClient, claimed_job
+from tests.fixtures.processes import IMPOSTOR
 from tests.fixtures.supervisor import options, reports, run, sh
 
 # --- the redactor ---------------------------------------------------------------------------
@@ -315,32 +316,11 @@ def test_a_connection_past_its_deadline_is_dropped_unanswered() -> None:
         handover.close()
 
 
-# A same-user process in a session of its own: it listens at ``argv[1]`` and, for every
-# connection, appends what it was sent to ``argv[2]`` and answers as `run` would.
-_IMPOSTOR = """
-import os, socket, sys
-server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-server.bind(sys.argv[1])
-server.listen(8)
-print("listening", flush=True)
-while True:
-    connection, _ = server.accept()
-    data = b""
-    while chunk := connection.recv(65536):
-        data += chunk
-    with open(sys.argv[2], "ab") as got:
-        got.write(data + b"|")
-    if data:
-        connection.sendall(b"added")
-    connection.close()
-"""
-
-
 @contextlib.contextmanager
 def _impostor(socket_path: Path, got: Path) -> Iterator[None]:
     got.touch()
     process = subprocess.Popen(
-        [sys.executable, "-c", _IMPOSTOR, str(socket_path), str(got)],
+        [sys.executable, "-c", IMPOSTOR, str(socket_path), str(got)],
         stdout=subprocess.PIPE,
         start_new_session=True,
         text=True,

@@ -6,24 +6,19 @@ server on 5432 that the other suites use at the same time.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
-from tools.chaos.pgcluster import PgCluster, PgClusterUnavailable
+from tools.chaos.pgcluster import PgCluster
+
+from tests.fixtures.databases import private_cluster
 
 
 @pytest.fixture(scope="session")
 def private_pg() -> Iterator[PgCluster]:
     """A started private cluster (skipped with the reason when this machine cannot run one,
     failed instead when ``JOBAGENTCTL_REQUIRE_POSTGRES=1``)."""
-    try:
-        cluster = PgCluster().start()
-    except PgClusterUnavailable as exc:
-        reason = f"no private PostgreSQL cluster for the chaos suite: {exc}"
-        if os.environ.get("JOBAGENTCTL_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"{reason} and JOBAGENTCTL_REQUIRE_POSTGRES=1", pytrace=False)
-        pytest.skip(reason)
+    cluster = private_cluster("no private PostgreSQL cluster for the chaos suite")
     try:
         yield cluster
     finally:

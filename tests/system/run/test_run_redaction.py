@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tests.fixtures.cli import cli_command
 from tests.fixtures.ctrlplane_standin import CtrlplaneStandIn
+from tests.fixtures.processes import IMPOSTOR
 
 from .runs import DEADLINE, AgentRun, Harness
 
@@ -156,27 +157,6 @@ def test_every_part_of_a_composite_secret_is_redacted_on_its_own(harness: Harnes
         assert part not in message + shipped
     # Our own copy is the user's: unchanged.
     assert f"key={secret_part}\n" in run.stdout()
-
-
-# A same-user process in a session of its own: it listens at ``argv[1]``, appends what each
-# connection sends to ``argv[2]`` and answers as `run` would.
-IMPOSTOR = """
-import socket, sys
-server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-server.bind(sys.argv[1])
-server.listen(8)
-print("listening", flush=True)
-while True:
-    connection, _ = server.accept()
-    data = b""
-    while chunk := connection.recv(65536):
-        data += chunk
-    with open(sys.argv[2], "ab") as got:
-        got.write(data + b"|")
-    if data:
-        connection.sendall(b"added")
-    connection.close()
-"""
 
 
 def _wait_for(path: Path, run: AgentRun) -> None:

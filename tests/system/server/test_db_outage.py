@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import threading
 import urllib.error
 import urllib.request
@@ -19,9 +18,10 @@ from typing import Any
 from uuid import uuid4
 
 import pytest
-from tools.chaos.pgcluster import PgCluster, PgClusterUnavailable
+from tools.chaos.pgcluster import PgCluster
 
 from tests.fixtures import pgsync
+from tests.fixtures.databases import private_cluster
 from tests.fixtures.live_server import LiveServer, LiveServerFactory
 from tests.fixtures.waiting import wait_until
 
@@ -30,14 +30,7 @@ AT = "2026-01-01T00:00:00Z"
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[PgCluster]:
-    try:
-        pg = PgCluster().start()
-    except PgClusterUnavailable as exc:
-        reason = f"no private PostgreSQL cluster: {exc}"
-        print(reason)
-        if os.environ.get("JOBAGENTCTL_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"{reason} and JOBAGENTCTL_REQUIRE_POSTGRES=1", pytrace=False)
-        pytest.skip(reason)
+    pg = private_cluster("no private PostgreSQL cluster")
     try:
         yield pg
     finally:
