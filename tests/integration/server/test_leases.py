@@ -1,7 +1,7 @@
 """V2 lease behaviours in-process: claim, heartbeat, fencing, cancel, release, reap.
 
 The reaper is swept explicitly (``api.reap()``) except where the app's lifespan runs it; the
-timing of the real reaper process is measured in ``test_live.py``.
+timing of the real reaper process is measured in tests/system/server/test_live.py.
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ async def test_complete_with_claim_id_and_idempotent_repeat(env: Env) -> None:
         await env.status(job.id, JobStatus.FAILURE, claim_id=claimed.claim_id)
     assert lost.value.details == {"jobStatus": "successful"}
     # Without a claim id the same terminal status again changes nothing (any other status is
-    # applied: see test_v1_parity.py).
+    # applied: see test_any_transition_without_a_claim_id).
     assert (await env.status(job.id, JobStatus.SUCCESSFUL)).status == JobStatus.SUCCESSFUL
     stored = await env.store.entities.get_job(env.ws, job.id)
     assert stored == done
@@ -115,7 +115,8 @@ async def test_operator_requeue_without_claim_id(env: Env) -> None:
     first = await env.store.claim_job(env.ws, env.agent, job.id, 30)
     await env.status(job.id, JobStatus.QUEUED)
     assert (await env.store.list_attempts(env.ws, job.id))[0].outcome == "released"
-    # Claimable once the holder lets go (tests/integration/store/test_revoked_claims.py).
+    # Claimable once the holder lets go (see
+    # test_requeue_of_a_held_claim_waits_for_its_holder_to_let_go).
     with pytest.raises(ClaimLost):
         await env.status(job.id, JobStatus.QUEUED, claim_id=first.claim_id)
     claimed = await env.store.claim_job(env.ws, env.agent, job.id, 30)

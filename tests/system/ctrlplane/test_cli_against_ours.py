@@ -1,5 +1,6 @@
 """The README table's "jobagentctl server" cells that other suites do not already cover: the
-same commands as ``test_cli_against_ctrlplane.py``, against our own server on both databases."""
+same commands as tests/integration/ctrlplane/test_cli_against_ctrlplane.py, against our own
+server on both databases."""
 
 from __future__ import annotations
 
