@@ -122,6 +122,8 @@ async def test_an_oversized_body_without_a_key_is_401_not_413(small_api: Api) ->
     _assert_error(r, 401, "UNAUTHORIZED")
 
 
+# Slow: a real `server start` process (13 s to start with the machine busy).
+@pytest.mark.slow
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_a_real_server_refuses_a_body_over_one_mebibyte(live_server: LiveServer) -> None:
     """Through uvicorn and a socket, with the default limit (1 MiB)."""
@@ -272,6 +274,8 @@ async def test_injection_strings_in_ids_query_and_key_are_refused(api: Api) -> N
     assert (await api.job(job["id"]))["status"] == "queued"
 
 
+# Slow: a dozen `server` command processes (19-23 s a database with the machine busy).
+@pytest.mark.slow
 def test_injection_strings_in_admin_commands_are_stored_verbatim(
     database_url: str, tmp_path: Path
 ) -> None:

@@ -193,6 +193,8 @@ def _expected(principal: str, allowed: dict[str, int]) -> int:
     return 404 if principal in VALID_KEYS else 401
 
 
+# Slow: every principal x every endpoint on fresh jobs (55-66 s a database with the machine busy).
+@pytest.mark.slow
 async def test_scope_matrix(api: Api) -> None:
     world = await _world(api)
     checked = 0

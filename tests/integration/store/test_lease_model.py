@@ -143,6 +143,9 @@ def runner() -> Iterator[asyncio.Runner]:
         yield loop_runner
 
 
+# Slow: hundreds of random programs per database (108 s on PostgreSQL with the machine busy);
+# make test-fast leaves it out, as it did when the model lived in tests/property.
+@pytest.mark.slow
 def test_lease_lifecycle_matches_the_model(database_url: str, runner: asyncio.Runner) -> None:
     store = open_store(database_url)
     runner.run(store.open())

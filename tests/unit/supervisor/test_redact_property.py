@@ -13,6 +13,7 @@ import itertools
 import re
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -66,6 +67,8 @@ def _one_shot(secrets: list[str], data: bytes) -> bytes:
     return re.sub(b"|".join(re.escape(s) for s in ordered), REDACTED, data)
 
 
+# Slow (as all of tests/property was): 200 examples, 9 s with the machine busy.
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(outputs())
 def test_no_secret_is_released_and_the_rest_is_kept(
@@ -154,6 +157,8 @@ def many_secrets(draw: st.DrawFn) -> tuple[list[str], bytes, list[tuple[str, byt
     return secrets, data, chunks
 
 
+# Slow: 150 examples of up to hundreds of secrets, 19 s with the machine busy.
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, derandomize=True)
 @given(many_secrets(), st.sampled_from([1, 4, 128]))
 def test_many_secrets_added_one_by_one_redact_as_one_pattern_would(
