@@ -135,7 +135,8 @@ def test_slug_given_derived_and_made_unique(runner: CliRunner, database_url: str
     # Shorter than ctrlplane's 3 characters: padded, so that --workspace takes it.
     short = created("create-workspace", "QA", "--database", database_url)
     assert short["slug"] == "qa-ws"
-    # What is printed is what is stored (and what --workspace SLUG resolves: tests/ctrlplane).
+    # What is printed is what is stored (and what --workspace SLUG resolves:
+    # tests/integration/ctrlplane).
     assert workspace_slugs(database_url) == {
         created_["workspaceId"]: created_["slug"] for created_ in (init, derived, again, short)
     }

@@ -1,6 +1,6 @@
 """The supervisor end to end with real child processes and a scripted fake API client.
 
-(tests/e2e/ does the same against a real server; these pin down the decisions quickly.)
+(tests/system/run/ does the same against a real server; these pin down the decisions quickly.)
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """`jobagentctl jobs logs` against a real server: bytes as stored, JSON lines, --follow to the
 attempt's end (exit 0 / 8), unknown job or attempt (5). The CLI's business: one server (SQLite)
-for the module is enough; the server's logs are tested on both databases in tests/server."""
+for the module is enough; the server's logs are tested on both databases in
+tests/integration/server."""
 
 from __future__ import annotations
 

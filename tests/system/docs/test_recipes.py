@@ -88,7 +88,7 @@ EXCLUDED: dict[str, str] = {
     "docs/run.md › When `run` dies or freezes: the watchdog": "a text diagram",
     "docs/run.md › systemd: a long-running agent": (
         "a systemd unit (no systemd in the test environment); its ExecStart is `run --loop`, "
-        "whose SIGTERM drain is run by test_run_md_first_examples and tests/e2e"
+        "whose SIGTERM drain is run by test_run_md_first_examples and tests/system/run"
     ),
 }
 

@@ -1,7 +1,7 @@
 """Gateway fixtures: the ctrlplane stand-in as the upstream, and gateway servers in front of it.
 
-``ctrlplane`` (``tests/fixtures/ctrlplane.py``) is the stand-in (``tests/ctrlplane/
-standin.py``: ctrlplane's handlers, a real HTTP server in a thread);
+``ctrlplane`` (``tests/fixtures/ctrlplane.py``) is the stand-in
+(``tests/fixtures/ctrlplane_standin.py``: ctrlplane's handlers, a real HTTP server in a thread);
 ``gateway_factory(**settings)`` starts a real ``jobagentctl server start`` process in
 gateway mode on ``database_url`` (both dialects), set up as an operator would: ``server init
 --upstream-workspace SLUG --upstream-url URL`` with ctrlplane's key in

@@ -1,5 +1,6 @@
 """`run` on a V1-only server (issue 10 §2, run side), against the ctrlplane stand-in of
-tests/ctrlplane (built from ctrlplane's handlers at 66e0888), and `--job` on our own server.
+tests/fixtures/ctrlplane_standin.py (built from ctrlplane's handlers at 66e0888), and `--job` on
+our own server.
 """
 
 from __future__ import annotations

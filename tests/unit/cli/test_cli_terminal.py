@@ -21,7 +21,8 @@ RAW = ("\x1b", "\x07", "\r", "\x9b", "\x7f")
 
 
 # The list commands with free text (inspect-claims and jobs attempts carry only ids, states and
-# times, which the client validates: see test_attempts_in_both_forms and tests/unit/test_cli_admin).
+# times, which the client validates: see test_attempts_in_both_forms and
+# tests/unit/cli/test_cli_admin.py).
 LIST_COMMANDS = {
     "list": (["list"], f"{WS}/job-agents/{AGENT}/jobs", wire.page([wire.job(message=EVIL)])),
     "jobs list": (["jobs", "list"], f"{WS}/jobs", wire.page([wire.job(message=EVIL)])),
