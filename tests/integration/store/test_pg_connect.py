@@ -250,6 +250,8 @@ async def test_a_missing_privilege_is_named(cluster: PgCluster, migrated: str) -
         await store.close()
 
 
+# Slow: the admin commands as real processes against the private cluster (8 s).
+@pytest.mark.slow
 def test_the_admin_commands_say_where_and_why(cluster: PgCluster, tmp_path: Path) -> None:
     """``server migrate``, ``init`` and ``start``: one line naming the place and the cause,
     exit 3, the password nowhere."""

@@ -124,6 +124,8 @@ def test_migrate_says_the_database_is_newer(tmp_path: Path) -> None:
     assert len(stderr.strip().splitlines()) == 1 and "not expand-only" in stderr
 
 
+# Slow: `server migrate` and `server start` as real processes (4.5 s a database).
+@pytest.mark.slow
 def test_server_start_refuses_a_schema_past_its_window(database_url: str, tmp_path: Path) -> None:
     assert _migrate(database_url)[0] == 0
     _future(database_url, "contract")
