@@ -34,7 +34,8 @@ test: $(STAMP) lint typecheck
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -p no:cacheprovider -n 3 --durations=10
 
 # The inner loop: the unit and integration kinds (tests/README.md) minus the tests marked `slow`
-# (in-process modules that still take long: thousands of waiters, long property runs). Left out
+# (the herd of thousands of waiters, the property runs, the scope matrix, and the few
+# integration tests that start server or command processes). Left out
 # whole are the kinds whose every test drives real processes through real time or runs long:
 # tests/system (`run` processes and signals, the CLI against live servers and a terminal, the
 # docs' recipes run verbatim, TLS servers and edge floods, the gateway, upgrades from earlier
