@@ -33,16 +33,15 @@ unit: $(STAMP)
 test: $(STAMP) lint typecheck
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -p no:cacheprovider -n 3 --durations=10
 
-# The inner loop: everything but the slow tests, on two workers. Slow are the tests marked
-# `slow` (chaos campaigns, the soak, the database freeze, the benchmarks' smoke run, the demo,
-# and the modules that start server processes per test: replicas, live, herd, the CLI against
-# our server) and the directories whose every test drives real processes through real time or other
-# releases: e2e (`run` processes, leases, signals), docs (every recipe run verbatim),
-# integration (the CLI against live servers, a terminal), security (edge floods, TLS servers),
-# upgrades (the previous release), fuzz (schemathesis) and property (the lease model on both
-# databases). `make test` still runs all of them.
-SLOW_DIRS := tests/e2e tests/docs tests/integration tests/security tests/upgrades tests/fuzz \
-	tests/property
+# The inner loop: the unit and integration kinds (tests/README.md) minus the tests marked `slow`
+# (the herd of thousands of waiters, the property runs, the scope matrix, and the few
+# integration tests that start server or command processes). Left out
+# whole are the kinds whose every test drives real processes through real time or runs long:
+# tests/system (`run` processes and signals, the CLI against live servers and a terminal, the
+# docs' recipes run verbatim, TLS servers and edge floods, the gateway, upgrades from earlier
+# releases, fuzzing a live server) and tests/soak (chaos campaigns, the soak, the database freeze,
+# the benchmarks' smoke run). `make test` still runs all of them.
+SLOW_DIRS := tests/system tests/soak
 test-fast: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -p no:cacheprovider -n 2 --durations=10 \
 		-m "not slow" $(addprefix --ignore=,$(SLOW_DIRS))
@@ -51,7 +50,8 @@ test-fast: $(STAMP)
 # because the machine is busy (CI and developers share small machines). The hogs are this
 # recipe's own children, killed when it ends however it ends; the exit status is pytest's.
 # Result of a run: docs/reliability.md, "the suite under load".
-UNDER_LOAD := tests/e2e tests/server tests/store tests/integration tests/docs tests/chaos
+UNDER_LOAD := tests/system/run tests/system/cli tests/system/docs tests/system/server \
+	tests/system/chaos tests/integration/server tests/integration/store tests/soak/chaos
 test-under-load: $(STAMP)
 	@hogs=""; \
 	for core in 1 2; do $(BIN)/python -c 'while 1: pass' & hogs="$$hogs $$!"; done; \

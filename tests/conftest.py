@@ -4,8 +4,10 @@
   own database; PostgreSQL ones are cloned from a migrated template and dropped afterwards).
 - ``tests.fixtures.live_server``: a real ``jobagentctl server start`` process on a free port.
 - ``tests.fixtures.server_app``: ``api``, the server app in-process on such a database (server
-  and security tests; tests/unit overrides ``api`` with its respx router).
+  tests of tests/integration/server).
 - ``tests.fixtures.ctrlplane``: ``ctrlplane``, a running stand-in of ctrlplane's API server.
+- ``tests.fixtures.isolation``: ``isolated_env``, no developer settings (autouse in tests/unit).
+- ``tests.fixtures.clirun``: ``cli``, the app run in-process with CliRunner.
 """
 
 pytest_plugins = [
@@ -13,6 +15,8 @@ pytest_plugins = [
     "tests.fixtures.live_server",
     "tests.fixtures.server_app",
     "tests.fixtures.ctrlplane",
+    "tests.fixtures.isolation",
+    "tests.fixtures.clirun",
 ]
 
 

@@ -1,4 +1,4 @@
-"""The gateway against ctrlplane's REAL API server: the scenarios of tests/gateway, by hand.
+"""The gateway against ctrlplane's REAL API server: the scenarios of tests/system/gateway, by hand.
 
 Not part of the suite (it needs ctrlplane's server, brought up by ../shared/ctrlplane/up.sh).
 It makes its own agent in ctrlplane (so other users of the seeded one are not disturbed), sets a

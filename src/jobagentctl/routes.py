@@ -2,7 +2,7 @@
 
 A template's ``{name}`` parts are filled by the client (``Routes.path``) and matched by the server;
 the template itself is the latency metric's ``route`` label. Nothing else in ``src/`` writes a
-path of the API by hand (tests/test_vocabulary.py holds it so).
+path of the API by hand (tests/unit/codebase/test_vocabulary.py holds it so).
 """
 
 from __future__ import annotations

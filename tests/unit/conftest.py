@@ -1,38 +1,23 @@
-"""Unit-test isolation (no real config file, no inherited JOBAGENTCTL_*/CTRLPLANE_* variables),
-the one respx fixture, `mock_api`, and a `client` on the mocked base URL."""
+"""Unit-test isolation (``isolated_env`` on every test), the one respx fixture, `mock_api`, and a
+`client` on the mocked base URL. ``cli`` (CliRunner) is tests/fixtures/clirun.py's."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 import respx
 
-from .clirun import Cli
-from .wire import API_KEY, BASE, WORKSPACE, WS, page
+from tests.fixtures.wire import API_KEY, BASE, WORKSPACE, WS, page
 
 if TYPE_CHECKING:
     from jobagentctl.client import Client
 
 
 @pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    import os
-
-    for name in list(os.environ):
-        if name.startswith(("JOBAGENTCTL_", "CTRLPLANE_")) or name in ("NO_COLOR", "COLUMNS"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
-    # Wide enough that Rich tables keep full ids on one line.
-    monkeypatch.setenv("COLUMNS", "250")
-    yield
-
-
-@pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch) -> Cli:
-    return Cli(monkeypatch)
+def _isolated_env(isolated_env: None) -> None:
+    """Every unit test runs without the developer's settings (tests/fixtures/isolation.py)."""
 
 
 @pytest.fixture

@@ -2,6 +2,6 @@
 
 ``harness`` runs a campaign (``make chaos``), ``soak`` loads one server for minutes,
 ``db_freeze`` freezes its database, ``watchdog_cost`` measures the watchdog; ``faults``,
-``proxy``, ``agents``, ``pgcluster`` and ``invariants`` are their parts. tests/chaos runs short
+``proxy``, ``agents``, ``pgcluster`` and ``invariants`` are their parts. tests/soak/chaos runs short
 versions of them in the suite and tests the parts themselves.
 """

@@ -1,7 +1,7 @@
 """The environment a job runs in: `run` sets it for its child, the client settings read it.
 
 Named here, the one module both the client settings and the supervisor may import; nowhere
-else spells them (tests/test_vocabulary.py).
+else spells them (tests/unit/codebase/test_vocabulary.py).
 """
 
 from __future__ import annotations

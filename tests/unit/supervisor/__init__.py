@@ -1,1 +1,1 @@
-"""Unit tests of the run supervisor (fake API client, real child processes)."""
+"""Unit tests of the run supervisor: its decisions with a scripted client, no child process."""

@@ -22,8 +22,7 @@ from jobagentctl.supervisor.console import Log
 from jobagentctl.supervisor.lease.heartbeat import Heartbeater, backoff_delay
 from jobagentctl.supervisor.lease.job_lease import Beat, Lease, LeaseNews
 from jobagentctl.supervisor.protocol import is_transient
-
-from .fakes import FakeClient, claimed_job
+from tests.fixtures.fake_client import FakeClient, claimed_job
 
 
 @pytest.mark.parametrize(

@@ -43,9 +43,9 @@ lease AS (
     FROM claimed AS c
     WHERE c.granted_lease IS NOT NULL
     -- A plain insert: no claim row exists for a job that was queued, as every way out of
-    -- inProgress deletes it (tests/property holds this invariant). ON CONFLICT here and on
-    -- finish_claimed's attempt row (speculative insertions) cost ~20 % of the database's CPU
-    -- per job in benchmarks.pgbench.
+    -- inProgress deletes it (tests/integration/store/test_lease_model.py holds this invariant).
+    -- ON CONFLICT here and on finish_claimed's attempt row (speculative insertions) cost ~20 %
+    -- of the database's CPU per job in benchmarks.pgbench.
     RETURNING job_id, claim_id, claim_expires_at, lease_seconds
 ),
 unleased AS (

@@ -1,0 +1,1 @@
+"""The run supervisor with a scripted client and real child processes (no server)."""
