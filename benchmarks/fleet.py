@@ -4,7 +4,7 @@ half running jobs that heartbeat, with enqueues arriving for the idle ones.
 Usage: python -m benchmarks.fleet [--db postgres sqlite] [--agents 1000 5000 10000 20000]
 [--seconds 60] [--wait 30] [--lease 60] [--every 20] [--rate 10] [--per-generator 2500]
 [--settle 10] [--json PATH] [--gc tuned|cpython] [--timeline] [--scheme http https]
-[--heartbeat-connection keep new]
+[--heartbeat-connection keep new] [--connect-budget 120]
 
 For each database and fleet size: a live ``jobagentctl server start`` (its connection cap raised
 past the fleet, its descriptor limit the machine's hard limit); AGENTS agents registered; half of
@@ -20,11 +20,13 @@ serves the fleet over TLS (a test CA made here; every new connection a full hand
 cannot resume a session). For each scheme and mode side by side, one row each, so that rows share
 the machine's load. Server CPU per heartbeat is the server's CPU in the window over the heartbeats
 in it (all traffic: the long-polls and pickups are the same in every row), and connections and TLS
-handshakes per heartbeat come from the server's ``/metrics``. Once every idle agent waits, this
-process measures for SECONDS: it enqueues ``--rate`` jobs a second, each for an idle agent picked
-at random, and the generators time every heartbeat (send to answer) and every pickup (enqueue sent
-to claim answered, one machine's clock). Server RSS (peak of the samples) and CPU are read from
-``/proc``; errors count only what happened inside the window.
+handshakes per heartbeat come from the server's ``/metrics``. Every agent starts at once (a fleet
+reconnecting to a restarted server); once 99 % of the idle agents wait (the fleet connected; at
+most ``--connect-budget`` seconds) and ``--settle`` seconds more, this process measures for SECONDS
+(``--settle 0``: the first minute after the fleet connected): it enqueues ``--rate`` jobs a second,
+each for an idle agent picked at random, and the generators time every heartbeat (send to answer)
+and every pickup (enqueue sent to claim answered, one machine's clock). Server RSS (peak of the
+samples) and CPU are read from ``/proc``; errors count only what happened inside the window.
 """
 
 from __future__ import annotations
@@ -115,9 +117,10 @@ class _Plan:
     wait: float
     lease: int
     every: float
-    start: float  # wall time the window opens
+    start: float  # wall time the window opens (set from the go file)
     end: float  # wall time it closes
     keep: bool = True  # heartbeats keep their connection
+    go: str = ""  # holds "start end" once the measuring process has seen the fleet connected
 
 
 class _Generator:
@@ -198,8 +201,14 @@ class _Generator:
             await asyncio.sleep(max(0.0, self.plan.every - (time.perf_counter() - t0)))
 
     async def run(self) -> dict[str, object]:
+        # Every agent starts at once (as a fleet reconnecting to a restarted server); nothing
+        # is timed until the measuring process has seen them all connected and names the window.
+        self.plan.start = self.plan.end = float("inf")
         tasks = [asyncio.create_task(self.idle(a)) for a in self.plan.idle]
         tasks += [asyncio.create_task(self.busy(j, c)) for j, c in self.plan.busy]
+        while not (go := Path(self.plan.go)).exists():
+            await asyncio.sleep(0.05)
+        self.plan.start, self.plan.end = map(float, go.read_text().split())
         # A long-poll outlives the window by up to one wait: results do not wait for it.
         await asyncio.sleep(max(0.0, self.plan.end - time.time()) + 1)
         for task in tasks:
@@ -383,9 +392,6 @@ def measure(
         assert server.proc is not None
         idle, busy = asyncio.run(_setup(server, agents, args.lease))
         generators = max(1, -(-agents // args.per_generator))
-        # The window opens once every idle agent waits (each generator connects its share).
-        start = time.time() + args.settle + agents / 1000
-        end = start + args.seconds
         procs: list[tuple[subprocess.Popen[bytes], Path]] = []
         with tempfile.TemporaryDirectory(prefix="fleet-") as tmp:
             for g in range(generators):
@@ -398,15 +404,29 @@ def measure(
                     args.wait,
                     args.lease,
                     args.every,
-                    start,
-                    end,
+                    0.0,
+                    0.0,
                     keep,
+                    str(Path(tmp, "go")),
                 )
                 plan_file, out = Path(tmp, f"plan{g}.json"), Path(tmp, f"out{g}.json")
                 plan_file.write_text(json.dumps(asdict(plan)))
                 cmd = [sys.executable, "-m", "benchmarks.fleet", "--generate", str(plan_file)]
                 procs.append((subprocess.Popen([*cmd, str(out)]), out))
             try:
+                # The window opens --settle seconds after the fleet has connected: every idle
+                # agent but 1 % waits in a long-poll (at most --connect-budget seconds given).
+                began = time.time()
+                waiting = 0.0
+                while waiting < 0.99 * len(idle) and time.time() < began + args.connect_budget:
+                    time.sleep(0.5)
+                    waiting = asyncio.run(server.metric("jobagentctl_long_polls_waiting"))
+                took = time.time() - began
+                print(f"# {waiting:,.0f} of {len(idle):,} idle agents waiting after {took:.1f} s")
+                start = time.time() + args.settle
+                end = start + args.seconds
+                Path(tmp, "go.tmp").write_text(f"{start} {end}")
+                os.replace(Path(tmp, "go.tmp"), Path(tmp, "go"))
                 waiting = 0.0
                 while time.time() < start:
                     time.sleep(0.5)
@@ -496,7 +516,15 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--every", type=float, default=20.0)
     parser.add_argument("--rate", type=float, default=10.0)
     parser.add_argument("--per-generator", type=int, default=2500)
-    parser.add_argument("--settle", type=float, default=10.0, help="seconds before the window")
+    parser.add_argument(
+        "--settle", type=float, default=10.0, help="seconds from the fleet connected to the window"
+    )
+    parser.add_argument(
+        "--connect-budget",
+        type=float,
+        default=120.0,
+        help="longest wait for every idle agent to be in a long-poll before the window",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--gc",
