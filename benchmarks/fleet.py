@@ -427,7 +427,6 @@ def measure(
                 end = start + args.seconds
                 Path(tmp, "go.tmp").write_text(f"{start} {end}")
                 os.replace(Path(tmp, "go.tmp"), Path(tmp, "go"))
-                waiting = 0.0
                 while time.time() < start:
                     time.sleep(0.5)
                     waiting = asyncio.run(server.metric("jobagentctl_long_polls_waiting"))
