@@ -3,7 +3,7 @@ half running jobs that heartbeat, with enqueues arriving for the idle ones.
 
 Usage: python -m benchmarks.fleet [--db postgres sqlite] [--agents 1000 5000 10000 20000]
 [--seconds 60] [--wait 30] [--lease 60] [--every 20] [--rate 10] [--per-generator 2500]
-[--settle 10] [--json PATH] [--gc tuned|cpython] [--timeline] [--scheme http https]
+[--settle 10] [--json PATH] [--gc tuned|threshold|cpython] [--timeline] [--scheme http https]
 [--heartbeat-connection keep new] [--connect-budget 120]
 
 For each database and fleet size: a live ``jobagentctl server start`` (its connection cap raised
@@ -12,21 +12,22 @@ them (the busy ones) each claim a job with a ``--lease`` lease. Generator proces
 ``--per-generator`` agents, so that none of them is the bound: each one's CPU is printed) then hold
 the fleet: an idle agent loops claim-next with ``waitSeconds`` ``--wait`` (its first poll a random
 50-100 % of it, as ``run``'s first poll) on its own keep-alive connection (a claimed job is
-completed at once, then it polls again); a busy agent heartbeats every ``--every`` seconds
-(starting at a random phase): with ``--heartbeat-connection keep`` on one connection kept across
-heartbeats (as the client does since the server keeps a keyed connection 75 s), with ``new`` each
-on a new connection (as before, when the server closed it after 5 s idle). ``--scheme https``
-serves the fleet over TLS (a test CA made here; every new connection a full handshake: asyncio
-cannot resume a session). For each scheme and mode side by side, one row each, so that rows share
-the machine's load. Server CPU per heartbeat is the server's CPU in the window over the heartbeats
-in it (all traffic: the long-polls and pickups are the same in every row), and connections and TLS
-handshakes per heartbeat come from the server's ``/metrics``. Every agent starts at once (a fleet
-reconnecting to a restarted server); once 99 % of the idle agents wait (the fleet connected; at
-most ``--connect-budget`` seconds) and ``--settle`` seconds more, this process measures for SECONDS
-(``--settle 0``: the first minute after the fleet connected): it enqueues ``--rate`` jobs a second,
-each for an idle agent picked at random, and the generators time every heartbeat (send to answer)
-and every pickup (enqueue sent to claim answered, one machine's clock). Server RSS (peak of the
-samples) and CPU are read from ``/proc``; errors count only what happened inside the window.
+completed at once, then it polls again); a busy agent heartbeats every ``--every`` seconds (starting
+at a random phase), each pause 75-100 % of it as ``run``'s: with ``--heartbeat-connection keep`` on
+one connection kept across heartbeats (as the client does since the server keeps a keyed connection
+75 s), with ``new`` each on a new connection (as before, when the server closed it after 5 s idle).
+``--scheme https`` serves the fleet over TLS (a test CA made here; every new connection a full
+handshake: asyncio cannot resume a session). For each scheme and mode side by side, one row each, so
+that rows share the machine's load. Server CPU per heartbeat is the server's CPU in the window over
+the heartbeats in it (all traffic: the long-polls and pickups are the same in every row), and
+connections and TLS handshakes per heartbeat come from the server's ``/metrics``. Every agent starts
+at once (a fleet reconnecting to a restarted server); once 99 % of the idle agents wait and 99 % of
+the busy ones have had a heartbeat answered (the fleet connected; at most ``--connect-budget``
+seconds) and ``--settle`` seconds more, this process measures for SECONDS (``--settle 0``: the first
+minute after the fleet connected): it enqueues ``--rate`` jobs a second, each for an idle agent
+picked at random, and the generators time every heartbeat (send to answer) and every pickup (enqueue
+sent to claim answered, one machine's clock). Server RSS (peak of the samples) and CPU are read from
+``/proc``; errors count only what happened inside the window.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from pathlib import Path
 from benchmarks.common import Server, database, percentile, post_job, proc_cpu_seconds
 from benchmarks.httpclient import Connection
 from jobagentctl.supervisor.claiming import FIRST_POLL_FRACTION
+from jobagentctl.supervisor.lease.heartbeat import JITTER_FLOOR
 
 __all__ = ["FleetFigure", "main", "measure"]
 
@@ -121,6 +123,7 @@ class _Plan:
     end: float  # wall time it closes
     keep: bool = True  # heartbeats keep their connection
     go: str = ""  # holds "start end" once the measuring process has seen the fleet connected
+    ready: str = ""  # this generator writes how many busy agents have had a heartbeat answered
 
 
 class _Generator:
@@ -130,6 +133,7 @@ class _Generator:
         self.heartbeats: list[tuple[float, float]] = []  # (wall time sent, seconds)
         self.pickups: list[tuple[str, float]] = []  # (job id, wall time claimed)
         self.errors: list[str] = []
+        self.beating = 0  # busy agents with a heartbeat answered
 
     def _error(self, what: str) -> None:
         if self.plan.start <= time.time() <= self.plan.end:
@@ -175,6 +179,7 @@ class _Generator:
         path = f"{self.plan.prefix}/jobs/{job}/heartbeat"
         await asyncio.sleep(random.uniform(0, self.plan.every))
         conn: Connection | None = None
+        answered = False
         while time.time() < self.plan.end:
             t0 = time.perf_counter()
             try:
@@ -192,13 +197,17 @@ class _Generator:
                     await conn.close()
                     conn = None
                 took = time.perf_counter() - t0
+                if status == 200 and not answered:
+                    answered = True
+                    self.beating += 1
                 if status != 200:
                     self._error(f"heartbeat: {status} {raw[:120]!r}")
                 elif self.plan.start <= time.time() <= self.plan.end:
                     self.heartbeats.append((time.time() - took, took))
             except (OSError, asyncio.IncompleteReadError) as exc:
                 self._error(f"heartbeat: {type(exc).__name__}")
-            await asyncio.sleep(max(0.0, self.plan.every - (time.perf_counter() - t0)))
+            pause = self.plan.every * random.uniform(JITTER_FLOOR, 1.0)
+            await asyncio.sleep(max(0.0, pause - (time.perf_counter() - t0)))
 
     async def run(self) -> dict[str, object]:
         # Every agent starts at once (as a fleet reconnecting to a restarted server); nothing
@@ -207,7 +216,9 @@ class _Generator:
         tasks = [asyncio.create_task(self.idle(a)) for a in self.plan.idle]
         tasks += [asyncio.create_task(self.busy(j, c)) for j, c in self.plan.busy]
         while not (go := Path(self.plan.go)).exists():
-            await asyncio.sleep(0.05)
+            Path(self.plan.ready + ".tmp").write_text(str(self.beating))
+            os.replace(self.plan.ready + ".tmp", self.plan.ready)
+            await asyncio.sleep(0.25)
         self.plan.start, self.plan.end = map(float, go.read_text().split())
         # A long-poll outlives the window by up to one wait: results do not wait for it.
         await asyncio.sleep(max(0.0, self.plan.end - time.time()) + 1)
@@ -215,6 +226,14 @@ class _Generator:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         return {"heartbeats": self.heartbeats, "pickups": self.pickups, "errors": self.errors}
+
+
+def _ready(path: Path) -> int:
+    """The busy agents a generator has seen answered (0 before it first writes)."""
+    try:
+        return int(path.read_text() or 0)
+    except FileNotFoundError:
+        return 0
 
 
 def _generator_main(plan_file: str, out_file: str) -> None:
@@ -408,6 +427,7 @@ def measure(
                     0.0,
                     keep,
                     str(Path(tmp, "go")),
+                    str(Path(tmp, f"ready{g}")),
                 )
                 plan_file, out = Path(tmp, f"plan{g}.json"), Path(tmp, f"out{g}.json")
                 plan_file.write_text(json.dumps(asdict(plan)))
@@ -415,14 +435,21 @@ def measure(
                 procs.append((subprocess.Popen([*cmd, str(out)]), out))
             try:
                 # The window opens --settle seconds after the fleet has connected: every idle
-                # agent but 1 % waits in a long-poll (at most --connect-budget seconds given).
+                # agent but 1 % waits in a long-poll, and every busy one but 1 % has had a
+                # heartbeat answered (at most --connect-budget seconds given).
                 began = time.time()
-                waiting = 0.0
-                while waiting < 0.99 * len(idle) and time.time() < began + args.connect_budget:
+                waiting = beating = 0.0
+                while (
+                    waiting < 0.99 * len(idle) or beating < 0.99 * len(busy)
+                ) and time.time() < began + args.connect_budget:
                     time.sleep(0.5)
                     waiting = asyncio.run(server.metric("jobagentctl_long_polls_waiting"))
+                    beating = sum(_ready(Path(tmp, f"ready{g}")) for g in range(generators))
                 took = time.time() - began
-                print(f"# {waiting:,.0f} of {len(idle):,} idle agents waiting after {took:.1f} s")
+                print(
+                    f"# {waiting:,.0f} of {len(idle):,} idle agents waiting, {beating:,.0f} of "
+                    f"{len(busy):,} busy ones heartbeating after {took:.1f} s"
+                )
                 start = time.time() + args.settle
                 end = start + args.seconds
                 Path(tmp, "go.tmp").write_text(f"{start} {end}")
@@ -527,9 +554,10 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--gc",
-        choices=["tuned", "cpython"],
+        choices=["tuned", "threshold", "cpython"],
         default="tuned",
-        help="the server's collector: as it sets it (heap.py), or CPython's defaults",
+        help="the server's collector: as it sets it (heap.py: on a clock), CPython's trigger "
+        "made rarer (the server before the clock), or CPython's defaults",
     )
     parser.add_argument(
         "--timeline", action="store_true", help="per second: requests begun, the slowest"

@@ -1,9 +1,11 @@
 """The garbage collector of a ``jobagentctl server start`` process, seen from outside: with this
 directory on ``PYTHONPATH`` (``benchmarks.fleet`` puts it there), the server writes one line per
 full collection, and per young one that took over 20 ms, to ``$JOBAGENTCTL_BENCH_GC_LOG``:
-``<wall time> <generation> <wall ms> <cpu ms>``. With ``JOBAGENTCTL_BENCH_GC=cpython`` the
-server keeps CPython's collector settings (``heap.settle_heap`` does nothing): the A/B of
-``server/http/heap.py``. Any other process (the load generators) is left alone.
+``<wall time> <generation> <wall ms> <cpu ms>``. ``JOBAGENTCTL_BENCH_GC`` picks the server's
+collector for the A/B of ``server/http/heap.py``: ``cpython`` keeps CPython's settings
+(``heap.settle_heap`` does nothing), ``threshold`` freezes the startup objects and makes
+CPython's young collections rarer, with no clock (the server before the clock). Any other
+process (the load generators) is left alone.
 """
 
 from __future__ import annotations
@@ -42,4 +44,8 @@ if _is_server():
     if os.environ.get("JOBAGENTCTL_BENCH_GC") == "cpython":
         from jobagentctl.server.http import heap
 
-        heap.settle_heap = lambda: 0  # CPython's thresholds, nothing frozen
+        heap.settle_heap = lambda loop: (0, None)  # CPython's thresholds, nothing frozen
+    elif os.environ.get("JOBAGENTCTL_BENCH_GC") == "threshold":
+        from jobagentctl.server.http import heap
+
+        heap.YOUNG_SECONDS = 0.0  # frozen, young collections every heap.YOUNG_THRESHOLD

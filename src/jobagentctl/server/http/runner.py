@@ -27,7 +27,7 @@ from jobagentctl.server.http.connections import (
     listen_backlog,
     raise_fd_limit,
 )
-from jobagentctl.server.http.heap import YOUNG_THRESHOLD, settle_heap
+from jobagentctl.server.http.heap import YOUNG_SECONDS, YOUNG_THRESHOLD, Collector, settle_heap
 from jobagentctl.server.http.tls import exposure_warnings, reload_certificate, server_context
 from jobagentctl.server.service import JobService
 from jobagentctl.server.settings import ServerSettings, redact_url
@@ -75,6 +75,7 @@ class _Server(uvicorn.Server):
         self._service = service
         self._tls = tls  # served by our TLS layer (connections.py), so uvicorn does not know
         self._settle = settle  # the process is the server's own: tune its collector
+        self._collector: Collector | None = None
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         super().handle_exit(sig, frame)
@@ -84,12 +85,19 @@ class _Server(uvicorn.Server):
         await super().startup(sockets)
         if self.started:
             if self._settle:
-                frozen = settle_heap()
-                logger.info(
-                    "heap: %d startup objects frozen, a young collection every %d allocations",
-                    frozen,
-                    YOUNG_THRESHOLD,
-                )
+                frozen, self._collector = settle_heap(asyncio.get_running_loop())
+                if self._collector is not None:
+                    logger.info(
+                        "heap: %d startup objects frozen, a young collection every %g s",
+                        frozen,
+                        YOUNG_SECONDS,
+                    )
+                else:
+                    logger.info(
+                        "heap: %d startup objects frozen, a young collection every %d allocations",
+                        frozen,
+                        YOUNG_THRESHOLD,
+                    )
             host, port = self._bound_address()
             shown = f"[{host}]" if ":" in host else host
             scheme = "https" if self._tls else "http"
@@ -103,6 +111,8 @@ class _Server(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._service.begin_shutdown()
         await super().shutdown(sockets)
+        if self._collector is not None:
+            self._collector.stop()
 
     def _bound_address(self) -> tuple[str, int]:
         for server in getattr(self, "servers", []):

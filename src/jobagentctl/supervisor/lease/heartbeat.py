@@ -16,8 +16,11 @@ from jobagentctl.supervisor.lease.claimthread import ClaimThread
 from jobagentctl.supervisor.lease.job_lease import Beat, Lease
 from jobagentctl.supervisor.protocol import describe_error, is_transient
 
-__all__ = ["Heartbeater", "backoff_delay"]
+__all__ = ["JITTER_FLOOR", "Heartbeater", "backoff_delay"]
 
+# A heartbeat follows the last one after this part of the interval up to all of it, at random:
+# agents whose heartbeats fell together (a fleet reconnecting at once) drift apart again.
+JITTER_FLOOR = 0.75
 # First retry delay after a failed heartbeat; doubles per failure up to the interval.
 BACKOFF_BASE = 0.25
 
@@ -52,7 +55,7 @@ class Heartbeater(ClaimThread):
         interval = heartbeat_interval(self.lease.seconds)
         if failures_in_a_row:
             return backoff_delay(failures_in_a_row, interval, self.rng)
-        return interval * self.rng.uniform(0.75, 1.0)
+        return interval * self.rng.uniform(JITTER_FLOOR, 1.0)
 
     def beat_once(self) -> Beat:
         """Send one heartbeat and account for it (counters, lease, log, verdict). Thread-safe:
