@@ -73,21 +73,22 @@ async def test_the_clock_empties_the_youngest_generation_whatever_the_count() ->
 
 async def test_each_generation_has_its_turn(monkeypatch: pytest.MonkeyPatch) -> None:
     collector = Collector(asyncio.get_running_loop())
-    size = [0]
-    monkeypatch.setattr(heap, "_oldest_size", lambda: size[0])
+    blocks = [1000]
+    monkeypatch.setattr(heap, "_blocks", lambda: blocks[0])
+    collector._blocks = blocks[0]
 
-    def turn(tick: int) -> int:
-        collector._ticks = tick  # as _tick counts it
-        return collector._generation()
+    def turns(ticks: int) -> list[int]:
+        out = []
+        for _ in range(ticks):
+            collector._ticks += 1  # as _tick counts them
+            out.append(collector._generation())
+        return out
 
-    assert [turn(t) for t in range(1, heap.MIDDLE_EVERY + 1)] == [0] * (heap.MIDDLE_EVERY - 1) + [1]
-    # The oldest only once it is past the floor and OLD_GROWTH times its size the last time.
-    collector._old_size = heap.OLD_FLOOR * 2
-    size[0] = int(collector._old_size * heap.OLD_GROWTH)
-    assert turn(heap.OLD_EVERY) == 1  # not grown enough
-    size[0] += 1
-    assert turn(heap.OLD_EVERY) == 2
-    collector._old_size = 0
-    size[0] = heap.OLD_FLOOR
-    assert turn(heap.OLD_EVERY) == 1  # grown, but not past the floor
-    assert collector.collections == [heap.MIDDLE_EVERY - 1, 3, 1]
+    young = [0] * (heap.MIDDLE_EVERY - 1)
+    assert turns(heap.MIDDLE_EVERY) == [*young, 1]
+    # The oldest once the blocks in use grew past OLD_GROWTH times the last full collection's.
+    blocks[0] = int(1000 * heap.OLD_GROWTH)
+    assert turns(heap.MIDDLE_EVERY) == [*young, 1]
+    blocks[0] += 1
+    assert turns(heap.MIDDLE_EVERY) == [*young, 2]
+    assert collector.collections == [3 * len(young), 2, 1]
