@@ -111,7 +111,10 @@ class Proxy:
             writer.close()
             return
         self._writers |= {writer, up_writer}
-        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+        # Cancelled when the proxy stops: end quietly (asyncio's server calls exception() on
+        # this task when it is done, which a cancelled task answers by raising).
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
 
     def start(self) -> None:
         ready = threading.Event()
@@ -128,6 +131,12 @@ class Proxy:
 
             with contextlib.suppress(asyncio.CancelledError):
                 loop.run_until_complete(main())
+            # The connections' tasks were cancelled with the server: let them end, then close
+            # the loop (left pending, each was reported "destroyed" when collected).
+            pending = asyncio.all_tasks(loop)
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.close()
 
         self._thread = threading.Thread(target=serve, daemon=True)
         self._thread.start()
