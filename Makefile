@@ -31,7 +31,7 @@ unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
 test: $(STAMP) lint typecheck
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -p no:cacheprovider -n 3 --durations=10
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -p no:cacheprovider -n 3 --maxschedchunk 1 --durations=10
 
 # The inner loop: the unit and integration kinds (tests/README.md) minus the tests marked `slow`
 # (the herd of thousands of waiters, the property runs, the scope matrix, and the few

@@ -3,8 +3,8 @@ half running jobs that heartbeat, with enqueues arriving for the idle ones.
 
 Usage: python -m benchmarks.fleet [--db postgres sqlite] [--agents 1000 5000 10000 20000]
 [--seconds 60] [--wait 30] [--lease 60] [--every 20] [--rate 10] [--per-generator 2500]
-[--settle 10] [--json PATH] [--gc tuned|threshold|cpython] [--timeline] [--scheme http https]
-[--heartbeat-connection keep new] [--connect-budget 120]
+[--settle 10] [--json PATH] [--gc tuned|threshold|cpython] [--gc-sizes] [--timeline]
+[--scheme http https] [--heartbeat-connection keep new] [--connect-budget 120]
 
 For each database and fleet size: a live ``jobagentctl server start`` (its connection cap raised
 past the fleet, its descriptor limit the machine's hard limit); AGENTS agents registered; half of
@@ -96,6 +96,7 @@ class FleetFigure:
     # whether p99 shows it hangs on the window's length. p99.9 and the slowest do not.
     heartbeat_p999_ms: float = 0.0
     heartbeat_max_ms: float = 0.0
+    longest_collection_objects: int = 0  # the objects it traversed (--gc-sizes), else 0
 
     def row(self) -> str:
         half = self.agents // 2
@@ -352,11 +353,18 @@ def _timeline(timed: list[tuple[float, float]]) -> None:
         print(f"# second {second}: {len(tooks)} requests, slowest {max(tooks) * 1000:.0f} ms")
 
 
+def _longest_traversed(log: Path, start: float, end: float) -> int:
+    """With ``--gc-sizes``: the objects the window's longest logged collection traversed."""
+    rows = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+    inside = [r for r in rows if len(r) > 4 and start <= float(r[0]) <= end]
+    return int(max(inside, key=lambda r: float(r[2]))[4]) if inside else 0
+
+
 def _collections(log: Path, start: float, end: float) -> tuple[int, float, float]:
     """From the server's gc_probe log: full collections in the window, the longest logged
     collection's wall ms, and the logged collections' CPU seconds."""
     rows = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
-    inside = [(int(g), float(w), float(c)) for t, g, w, c in rows if start <= float(t) <= end]
+    inside = [(int(r[1]), float(r[2]), float(r[3])) for r in rows if start <= float(r[0]) <= end]
     return (
         sum(1 for g, _, _ in inside if g == 2),
         max((w for _, w, _ in inside), default=0.0),
@@ -409,6 +417,7 @@ def measure(
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(GC_PROBE), *paths) if p)
     os.environ["JOBAGENTCTL_BENCH_GC_LOG"] = str(gc_log)
     os.environ["JOBAGENTCTL_BENCH_GC"] = args.gc
+    os.environ["JOBAGENTCTL_BENCH_GC_SIZES"] = "1" if args.gc_sizes else ""
     settings = {
         "max_connections": str(agents * 2 + 1000),
         "max_wait_seconds": str(args.wait),
@@ -506,6 +515,7 @@ def measure(
     pickups = [t - sent[job] for r in results for job, t in r["pickups"] if job in sent]
     errors += [e for r in results for e in r["errors"]]
     full, longest, gc_cpu = _collections(gc_log, start, end)
+    traversed = _longest_traversed(gc_log, start, end)
     shutil.rmtree(gc_log.parent, ignore_errors=True)
     shutil.rmtree(certs, ignore_errors=True)
     beats = max(1, len(heartbeats))
@@ -533,6 +543,7 @@ def measure(
         full_collections=full,
         longest_collection_ms=longest,
         collection_cpu_s=gc_cpu,
+        longest_collection_objects=traversed,
         scheme=scheme,
         heartbeat_connection="keep" if keep else "new",
         cpu_ms_per_heartbeat=cpu_s * 1000 / beats,
@@ -569,6 +580,11 @@ def parser() -> argparse.ArgumentParser:
         default="tuned",
         help="the server's collector: as it sets it (heap.py: on a clock), CPython's trigger "
         "made rarer (the server before the clock), or CPython's defaults",
+    )
+    parser.add_argument(
+        "--gc-sizes",
+        action="store_true",
+        help="count the objects each logged collection traverses (a walk: it lengthens them)",
     )
     parser.add_argument(
         "--timeline", action="store_true", help="per second: requests begun, the slowest"
@@ -625,6 +641,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{figure.heartbeat_max_ms:.1f} ms",
             flush=True,
         )
+        if figure.longest_collection_objects:
+            print(
+                f"#   the longest collection traversed "
+                f"{figure.longest_collection_objects:,} objects",
+                flush=True,
+            )
         if figure.error_sample:
             print(f"#   first error: {figure.error_sample}", flush=True)
     if args.json:

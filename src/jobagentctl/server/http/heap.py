@@ -6,7 +6,7 @@ objects (a long-poll's, a kept connection's) about as fast as it makes new ones.
 hardly moves, and the youngest generation goes uncollected for many seconds while every object
 made since and still alive piles up in it. With 10,000 agents over TLS: 440,000 to 640,000
 objects, traversed in one pause of 390 to 670 ms, the tail of every request in flight
-(docs/benchmarks.md, "Fleet": `benchmarks.fleet --gc threshold`).
+(docs/benchmarks.md, "The collector on a clock": `benchmarks.fleet --gc threshold`).
 
 So the server collects on a clock instead (:class:`Collector`): the youngest generation every
 ``YOUNG_SECONDS``, the middle one every ``MIDDLE_EVERY`` ticks. A collection then traverses what
