@@ -43,9 +43,10 @@ def _client_process_memory() -> None:
 
 
 # The kinds in the order their tests are handed to the workers: the longest first, so that a
-# minute-long soak or recipe does not start last and run alone while the other workers idle
-# (`make test` took 626 s with three workers for 1,615 s of tests, collected in alphabetical
-# order: integration, soak, system, unit). The unit tests, many and short, fill the gaps at the end.
+# minute-long soak or recipe does not start last and run alone while the other workers idle.
+# The unit tests, many and short, fill the gaps at the end. It takes `make test`'s
+# `--maxschedchunk 1` (one test at a time to whichever worker is free): xdist's default hands
+# each worker a contiguous block first, which put every soak test on one worker (tests/README.md).
 _KIND_ORDER = {"soak": 0, "system": 1, "integration": 2, "unit": 3}
 
 

@@ -12,8 +12,8 @@ So the server collects on a clock instead (:class:`Collector`): the youngest gen
 ``YOUNG_SECONDS``, the middle one every ``MIDDLE_EVERY`` ticks. A collection then traverses what
 one tick made and kept, a few thousand objects. On the middle generation's ticks the oldest one is
 collected too when the interpreter's memory blocks have grown by ``OLD_GROWTH`` since the last
-time. That bounds cyclic garbage that grew old, and a fleet whose objects die by reference
-counting never pays for a full collection. The blocks are counted in well under a millisecond;
+time. That bounds cyclic garbage that grew old, and a settled fleet whose objects die by
+reference counting pays for no full collection. The blocks are counted in well under a millisecond;
 counting the oldest generation's objects would walk them all (150 ms at 10,000 agents).
 """
 
