@@ -353,22 +353,18 @@ def _timeline(timed: list[tuple[float, float]]) -> None:
         print(f"# second {second}: {len(tooks)} requests, slowest {max(tooks) * 1000:.0f} ms")
 
 
-def _longest_traversed(log: Path, start: float, end: float) -> int:
-    """With ``--gc-sizes``: the objects the window's longest logged collection traversed."""
-    rows = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
-    inside = [r for r in rows if len(r) > 4 and start <= float(r[0]) <= end]
-    return int(max(inside, key=lambda r: float(r[2]))[4]) if inside else 0
-
-
-def _collections(log: Path, start: float, end: float) -> tuple[int, float, float]:
+def _collections(log: Path, start: float, end: float) -> tuple[int, float, float, int]:
     """From the server's gc_probe log: full collections in the window, the longest logged
-    collection's wall ms, and the logged collections' CPU seconds."""
+    collection's wall ms, the logged collections' CPU seconds, and with ``--gc-sizes`` the
+    objects the longest one traversed (else 0)."""
     rows = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
-    inside = [(int(r[1]), float(r[2]), float(r[3])) for r in rows if start <= float(r[0]) <= end]
+    inside = [r for r in rows if start <= float(r[0]) <= end]
+    longest = max(inside, key=lambda r: float(r[2]), default=None)
     return (
-        sum(1 for g, _, _ in inside if g == 2),
-        max((w for _, w, _ in inside), default=0.0),
-        sum(c for _, _, c in inside) / 1000,
+        sum(1 for r in inside if r[1] == "2"),
+        float(longest[2]) if longest else 0.0,
+        sum(float(r[3]) for r in inside) / 1000,
+        int(longest[4]) if longest and len(longest) > 4 else 0,
     )
 
 
@@ -514,8 +510,7 @@ def measure(
     heartbeats = [took for r in results for _, took in r["heartbeats"]]
     pickups = [t - sent[job] for r in results for job, t in r["pickups"] if job in sent]
     errors += [e for r in results for e in r["errors"]]
-    full, longest, gc_cpu = _collections(gc_log, start, end)
-    traversed = _longest_traversed(gc_log, start, end)
+    full, longest, gc_cpu, traversed = _collections(gc_log, start, end)
     shutil.rmtree(gc_log.parent, ignore_errors=True)
     shutil.rmtree(certs, ignore_errors=True)
     beats = max(1, len(heartbeats))
@@ -571,7 +566,8 @@ def parser() -> argparse.ArgumentParser:
         "--connect-budget",
         type=float,
         default=120.0,
-        help="longest wait for every idle agent to be in a long-poll before the window",
+        help="longest wait for the fleet to connect (idle agents in a long-poll, busy ones "
+        "answered) before the window",
     )
     parser.add_argument("--json", type=Path)
     parser.add_argument(

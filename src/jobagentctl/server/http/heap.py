@@ -57,7 +57,7 @@ class Collector:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float = YOUNG_SECONDS) -> None:
         self._loop = loop
-        self._seconds = seconds
+        self.seconds = seconds  # between two ticks
         self._ticks = 0
         self._blocks = 0
         self._handle: asyncio.TimerHandle | None = None
@@ -66,7 +66,7 @@ class Collector:
     def start(self) -> None:
         self._blocks = _blocks()
         gc.disable()
-        self._handle = self._loop.call_later(self._seconds, self._tick)
+        self._handle = self._loop.call_later(self.seconds, self._tick)
 
     def stop(self) -> None:
         if self._handle is not None:
@@ -80,7 +80,7 @@ class Collector:
         gc.collect(generation)
         if generation == 2:
             self._blocks = _blocks()  # what survived: the next growth's base
-        self._handle = self._loop.call_later(self._seconds, self._tick)
+        self._handle = self._loop.call_later(self.seconds, self._tick)
 
     def _generation(self) -> int:
         """The generation this tick collects (it and every younger one)."""

@@ -27,7 +27,7 @@ from jobagentctl.server.http.connections import (
     listen_backlog,
     raise_fd_limit,
 )
-from jobagentctl.server.http.heap import YOUNG_SECONDS, YOUNG_THRESHOLD, Collector, settle_heap
+from jobagentctl.server.http.heap import YOUNG_THRESHOLD, Collector, settle_heap
 from jobagentctl.server.http.tls import exposure_warnings, reload_certificate, server_context
 from jobagentctl.server.service import JobService
 from jobagentctl.server.settings import ServerSettings, redact_url
@@ -86,18 +86,14 @@ class _Server(uvicorn.Server):
         if self.started:
             if self._settle:
                 frozen, self._collector = settle_heap(asyncio.get_running_loop())
-                if self._collector is not None:
-                    logger.info(
-                        "heap: %d startup objects frozen, a young collection every %g s",
-                        frozen,
-                        YOUNG_SECONDS,
-                    )
-                else:
-                    logger.info(
-                        "heap: %d startup objects frozen, a young collection every %d allocations",
-                        frozen,
-                        YOUNG_THRESHOLD,
-                    )
+                every = (
+                    f"{self._collector.seconds:g} s"
+                    if self._collector is not None
+                    else f"{YOUNG_THRESHOLD} allocations"
+                )
+                logger.info(
+                    "heap: %d startup objects frozen, a young collection every %s", frozen, every
+                )
             host, port = self._bound_address()
             shown = f"[{host}]" if ":" in host else host
             scheme = "https" if self._tls else "http"
